@@ -68,9 +68,14 @@ struct HeadScores {
   float at(int layer, int head) const {
     return scores[static_cast<size_t>(layer) * kv_heads + head];
   }
-  // Loads the JSON file at `path`. NotFound / Corruption / InvalidArgument.
+  // Loads the JSON file at `path`: NotFound if it does not exist, IOError if
+  // it cannot be read, Corruption (message names the path) if it is not the
+  // format above: bad JSON, layers/kv_heads not in [1, 65536], row count or
+  // length mismatch, a score that is not a finite float.
   static Result<HeadScores> Load(const std::string& path);
-  // Writes the JSON form to `path`.
+  // Writes the JSON form to `path` (via a sibling ".tmp" and a rename).
+  // InvalidArgument if scores.size() != layers * kv_heads or a score is not
+  // finite; IOError if the file cannot be written.
   Status Save(const std::string& path) const;
 };
 

@@ -4,16 +4,22 @@
 //
 // Canonical spec string (docs/format.md §Profiles):
 //
-//   spec      := component "+" component "+" component
+//   spec      := component "+" component "+" component [ "+" component ]
 //   component := name [ "(" key "=" value { "," key "=" value } ")" ]
 //
-// in the order transform, quantizer, codec, e.g.
-//   "hadamard(seed=7)+kivi(k=2,v=2,group=32,residual=128)+rans"
+// in the order transform, quantizer, codec, and optionally "pipeline" for
+// the pipeline parameters (chunk), e.g.
+//   "hadamard(seed=7)+kivi(k=2,v=2,residual=128)+rans+pipeline(chunk=512)"
+// Whitespace is allowed around every token. Values are decimal integers,
+// except enumerated parameters, which are words (axis_k=channel, scale=f32).
 // A spec may also be a preset name ("kivi-2"). Parsing is strict: unknown
 // components, unknown keys, keys that do not belong to the component, values
 // out of bounds and duplicate keys are InvalidArgument errors that name the
-// offending token. The canonical print lists every parameter that differs
-// from its default, in ParamId order; Parse(Print(p)) == p for every valid p.
+// offending token and its 0-based byte position. The canonical print lists
+// every parameter that differs from its default, in ParamId order, and
+// prints the pipeline component only when chunk differs from its default;
+// Parse(Print(p)) == p for every valid p. docs/profiles.md has the full
+// parameter table, the validation rules and the presets.
 //
 // Thread safety: Profile is a value type.
 #ifndef KVSERVE_PROFILE_H_
@@ -60,37 +66,43 @@ enum class CodecType : uint8_t {
 // channel ("channel") or along channels within a token ("token").
 enum class QuantAxis : uint8_t { kToken = 0, kChannel = 1 };
 
+// Storage of quantizer scales and zero points (ParamId::kScaleDType).
+enum class ScaleDType : uint8_t { kF16 = 0, kF32 = 1 };
+
 // Stable parameter numbers (zstd-style). Each parameter has one spec key,
-// integer bounds and a default; ParamInfo() gives them. Enumerated values
-// (axis, scale dtype) are stored as integers and printed as words.
+// integer bounds and a default; GetParamInfo() gives them. Enumerated values
+// (axis, scale dtype) are stored as integers and printed as words. A default
+// outside [min, max] (anchor, levels_k, levels_v: 0) is a sentinel meaning
+// "derived"; Set accepts it and it is equivalent to Clear.
+// Which components a parameter applies to: see ParamApplies.
 enum class ParamId : uint16_t {
   // transforms
   kSeed = 1,          // "seed": hadamard random-sign seed [0, 2^31-1], default 0x5eed
   kAnchor = 2,        // "anchor": delta anchor interval in tokens [1, 4096]; default 0 = chunk size
   // quantizers
-  kBitsKey = 10,      // "k": key bits [1, 8], default 4
-  kBitsValue = 11,    // "v": value bits [1, 8], default 4
-  kLevelsKey = 12,    // "levels_k": explicit key level count [2, 256]; 0 = 2^k
-  kLevelsValue = 13,  // "levels_v": explicit value level count [2, 256]; 0 = 2^v
-  kGroup = 14,        // "group": group size along the shared axis [0, 4096]; 0 = whole axis
-  kAxisKey = 15,      // "axis_k": token|channel
-  kAxisValue = 16,    // "axis_v": token|channel
-  kSymmetric = 17,    // "sym": 0 asymmetric (scale + zero), 1 symmetric (scale only)
-  kResidual = 18,     // "residual": most recent tokens kept raw [0, 1<<20]
-  kSinks = 19,        // "sinks": first tokens kept at high precision / never pruned [0, 4096]
-  kRecent = 20,       // "recent": recent window at high precision / never pruned [0, 1<<20]
-  kBitsHigh = 21,     // "high": bits for high-precision parts [1, 8]
-  kBitsLow = 22,      // "low": bits for low-precision parts [1, 8]
-  kHighPercent = 23,  // "heads": percent of (layer, head) pairs that are retrieval heads [0, 100]
-  kScaleDType = 24,   // "scale": f16|f32 storage of scales and zero points
-  kBitsFirst = 25,    // "first": layermix bits at layer 0 [1, 8]
-  kBitsLast = 26,     // "last": layermix bits at the last layer [1, 8]
+  kBitsKey = 10,      // "k": key bits [1, 8], default 4 (uniform, kivi, duo)
+  kBitsValue = 11,    // "v": value bits [1, 8], default 4 (uniform, kivi, duo)
+  kLevelsKey = 12,    // "levels_k": explicit key level count [2, 256]; default 0 = 2^k
+  kLevelsValue = 13,  // "levels_v": explicit value level count [2, 256]; default 0 = 2^v
+  kGroup = 14,        // "group": group size along the shared axis [0, 4096], default 32; 0 = whole axis
+  kAxisKey = 15,      // "axis_k": token|channel, default channel (not kivi: fixed channel)
+  kAxisValue = 16,    // "axis_v": token|channel, default token (not kivi: fixed token)
+  kSymmetric = 17,    // "sym": 0 asymmetric (scale + zero), 1 symmetric (scale only); default 0
+  kResidual = 18,     // "residual": most recent tokens kept raw [0, 1<<20], default 0
+  kSinks = 19,        // "sinks": first tokens kept at high precision / never pruned [0, 4096], default 16
+  kRecent = 20,       // "recent": recent window at high precision / never pruned [0, 1<<20], default 256
+  kBitsHigh = 21,     // "high": bits for high-precision parts [1, 8], default 4; high >= low
+  kBitsLow = 22,      // "low": bits for low-precision parts [1, 8], default 2
+  kHighPercent = 23,  // "heads": percent of (layer, head) pairs that are retrieval heads [0, 100], default 50
+  kScaleDType = 24,   // "scale": f16|f32 storage of scales and zero points, default f16
+  kBitsFirst = 25,    // "first": layermix bits at layer 0 [1, 8], default 4
+  kBitsLast = 26,     // "last": layermix bits at the last layer [1, 8], default 2
   // codecs
-  kTableBits = 40,    // "table": rANS frequency precision bits [8, 15]
-  kZstdLevel = 41,    // "level": zstd level [1, 19]
-  kLz4Accel = 42,     // "accel": lz4 acceleration [1, 64]
+  kTableBits = 40,    // "table": rANS frequency precision bits [8, 15], default 12
+  kZstdLevel = 41,    // "level": zstd level [1, 19], default 3
+  kLz4Accel = 42,     // "accel": lz4 acceleration [1, 64], default 1
   // pipeline
-  kChunkTokens = 50,  // "chunk": tokens per chunk record [16, 65536]; multiple of group when grouped along tokens
+  kChunkTokens = 50,  // "chunk": tokens per chunk record [16, 65536], default 256; multiple of group when grouped along tokens
 };
 
 // Which component a parameter belongs to.
@@ -127,11 +139,24 @@ class Profile {
 
   // Canonical spec string. Never fails for a valid profile.
   std::string ToString() const;
-  // {"transform":{"name":"hadamard","seed":7},"quantizer":{...},"codec":{...},"chunk":256,"spec":"..."}
+  // {"spec":"...","transform":{"name":"hadamard","seed":7},"quantizer":{...},
+  //  "codec":{...},"chunk":256}: every applicable parameter at its effective
+  // value, enumerated ones as words. FromJson accepts any subset of the
+  // parameters, rejects unknown fields, and checks "spec" (if present)
+  // against the components.
   std::string ToJson() const;
 
   // OK when every parameter is within bounds and applies to the chosen
-  // components, and cross-parameter rules hold (chunk multiple of group ...).
+  // components, and the cross-parameter rules hold; InvalidArgument naming
+  // the rule otherwise. Rules (docs/profiles.md §Validation):
+  //  1. raw requires the identity transform (raw stores source bytes).
+  //  2. levels_k (levels_v) != 0 requires k (v) at its default.
+  //  3. mixhq, tokenmix: high >= low.
+  //  4. group != 0 and the quantizer groups along tokens (kivi; any other
+  //     non-raw quantizer with axis_k or axis_v = channel): chunk % group == 0.
+  //  5. delta: anchor <= chunk.
+  // Checks that need the cache shape (group vs head_dim, head scores) are
+  // made when an encoder is created.
   Status Validate() const;
 
   TransformType transform() const { return transform_; }
@@ -150,9 +175,12 @@ class Profile {
   Status Set(ParamId id, int64_t value);
   void Clear(ParamId id);
 
-  // True when the pipeline reconstructs the input bit-exactly.
+  // True when the pipeline reconstructs the input bit-exactly: exactly when
+  // the quantizer is raw (which, by rule 1, comes with the identity transform).
   bool IsLossless() const;
 
+  // Compares components and effective values (Get) of every parameter, so a
+  // parameter set explicitly to its default equals an unset one.
   bool operator==(const Profile& other) const;
 
  private:
@@ -163,7 +191,15 @@ class Profile {
   std::array<std::optional<int64_t>, 64> values_{};
 };
 
-// Whether parameter `id` applies to the given component choice.
+// Whether parameter `id` applies to the given component choice:
+//   seed: hadamard; anchor: delta;
+//   k, v, levels_k, levels_v: uniform, kivi, duo (the others take their
+//     bits from first/last or high/low);
+//   group, sym, scale, residual: every quantizer except raw;
+//   axis_k, axis_v: every quantizer except raw and kivi;
+//   sinks, recent: tokenmix, duo; high, low: mixhq, tokenmix;
+//   heads: mixhq, duo; first, last: layermix;
+//   table: rans; level: zstd; accel: lz4; chunk: always.
 bool ParamApplies(ParamId id, TransformType t, QuantizerType q, CodecType c);
 
 struct Preset {

@@ -1,0 +1,436 @@
+// Copyright kvserve authors. The service-aware online controller (paper §3,
+// §6): for each request it picks the compression profile that minimises the
+// KV-movement completion time under the request's latency SLO and quality
+// floor, at the bandwidth measured right now, and picks no compression when
+// that is faster.
+//
+// Parts, each in its own file under src/controller/:
+//   ProfileTable        profile rows (CR, codec throughputs, fixed overhead,
+//                       quality per workload) loaded from JSON.
+//   latency model       serial (paper Eq. 1 plus t0) and streamed (layer-wise
+//                       encode/send/decode pipeline) completion times, and
+//                       benefit thresholds B* (Theorem 6.1).
+//   envelope            the exact lower envelope (Theorem 6.2) per
+//                       (workload, quality floor), queried in O(log n).
+//   bandit              residual-corrected epsilon-greedy selection among 2-3
+//                       envelope neighbours with SLO guardrail and cool-down.
+//   BandwidthEstimator  per-peer goodput EWMA, fed by the transport.
+//   Controller          ties them together; one Decide() per request.
+//   Simulate            trace-driven comparison of policies (paper Fig. 16).
+//
+// Units: bytes, seconds and bytes per second everywhere in this API. Gbps
+// appears only in CLI output (1 Gbps = 1e9 bit/s = 1.25e8 bytes/s); use
+// GbpsToBytesPerSecond / BytesPerSecondToGbps at the edges.
+//
+// docs/controller.md describes the design, the JSON format and the measured
+// numbers.
+#ifndef KVSERVE_CONTROLLER_H_
+#define KVSERVE_CONTROLLER_H_
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvserve/status.h"
+
+namespace kvserve {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// 1 Gbps = 1e9 bit/s = 1.25e8 bytes/s.
+constexpr double GbpsToBytesPerSecond(double gbps) { return gbps * 1.25e8; }
+constexpr double BytesPerSecondToGbps(double bytes_per_second) {
+  return bytes_per_second / 1.25e8;
+}
+
+// ---------------------------------------------------------------------------
+// Profile table.
+
+// One selectable profile as the offline profiler measured it.
+struct ProfileCost {
+  // Canonical profile spec string (kvserve/profile.h) or preset name; the
+  // controller treats it as an opaque name.
+  std::string spec;
+  // cr = V / V_p, counting every byte on the wire. > 0; profiles with
+  // cr <= 1 never beat raw and are never selected.
+  double compression_ratio = 1.0;
+  // Throughput over uncompressed bytes, bytes/s, > 0 (may be +inf).
+  double encode_bytes_per_second = kInfinity;
+  double decode_bytes_per_second = kInfinity;
+  // Fixed per-request overhead t0_p (kernel launches, metadata), seconds, >= 0.
+  double overhead_seconds = 0.0;
+  // Quality q_p(w) per workload name, relative to uncompressed (raw = 1).
+  // A workload absent from the map makes the profile ineligible for it.
+  std::map<std::string, double, std::less<>> quality;
+
+  // 1/s_p = 1/s_enc + 1/s_dec: round-trip codec seconds per byte. (The
+  // paper calls s_p a harmonic mean; it is half of one.)
+  double CodecSecondsPerByte() const {
+    return 1.0 / encode_bytes_per_second + 1.0 / decode_bytes_per_second;
+  }
+};
+
+// An immutable set of profiles. Index 0 is always raw (no compression: spec
+// "none", cr 1, infinite codec throughput, t0 0, quality 1 for every
+// workload); rows of the JSON file follow at indices 1..n in file order.
+//
+// JSON format (docs/controller.md §Profile table), all units SI:
+//   {"format": "kvserve-profile-table", "version": 1,
+//    "workloads": ["chat", ...],                       (optional)
+//    "profiles": [{"spec": "...", "compression_ratio": 6.1,
+//                  "encode_bytes_per_second": 6e9,
+//                  "decode_bytes_per_second": 1e10,
+//                  "overhead_seconds": 0.0008,
+//                  "quality": {"chat": 0.97, ...}}, ...]}
+//
+// Thread safety: immutable after construction; safe to share.
+class ProfileTable {
+ public:
+  static constexpr int kRaw = 0;
+
+  // Builds a table from rows (raw is prepended). InvalidArgument when a row
+  // has a non-positive CR or throughput, a negative or non-finite overhead,
+  // a non-finite quality, an empty or duplicate spec, or the spec "none".
+  static Result<ProfileTable> FromRows(std::vector<ProfileCost> rows);
+  // As FromRows, with an explicit workload list (empty: derive it). Rows may
+  // name any workloads; qualities for unlisted ones are kept in the rows
+  // but never consulted.
+  static Result<ProfileTable> FromRowsAndWorkloads(
+      std::vector<ProfileCost> rows, std::vector<std::string> workloads);
+  // Parses the JSON format above. Corruption for malformed JSON or missing
+  // or mistyped fields; InvalidArgument as for FromRows.
+  static Result<ProfileTable> FromJson(std::string_view json);
+  // Reads and parses a file. IOError when it cannot be read.
+  static Result<ProfileTable> Load(const std::string& path);
+  // Serialises to the JSON format (raw is not written). Round-trips.
+  std::string ToJson() const;
+
+  // All profiles, raw first.
+  const std::vector<ProfileCost>& profiles() const { return profiles_; }
+  int size() const { return static_cast<int>(profiles_.size()); }
+  const ProfileCost& profile(int index) const { return profiles_[index]; }
+  // Workload names: the file's "workloads" list, else the union of quality
+  // keys, sorted.
+  const std::vector<std::string>& workloads() const { return workloads_; }
+  // Index of a workload name; NotFound if unknown.
+  Result<int> WorkloadIndex(std::string_view name) const;
+  // q_p(w) of profile `index` for workload `workload` (an index into
+  // workloads()); -inf when the profile has no measurement for it; 1 for raw.
+  double Quality(int index, int workload) const;
+
+ private:
+  std::vector<ProfileCost> profiles_;
+  std::vector<std::string> workloads_;
+  std::vector<double> quality_;  // [profile * workloads + workload]
+};
+
+// ---------------------------------------------------------------------------
+// Latency model. All functions return the KV-movement time only, i.e. T_p
+// minus the profile-independent T_model(w). `kv_bytes` V > 0 is the
+// uncompressed KV size, `bandwidth` B > 0 the effective goodput in bytes/s.
+
+enum class LatencyModelKind : uint8_t {
+  // Paper Eq. 1 plus t0: encode all, then send all, then decode all.
+  kSerial = 0,
+  // Layer-wise pipeline: L equal layers flow through encode -> send ->
+  // decode, the three stages overlapping across layers.
+  kStreamed = 1,
+};
+
+struct LatencyModel {
+  LatencyModelKind kind = LatencyModelKind::kSerial;
+  int layers = 32;  // L >= 1, used by kStreamed only
+};
+
+// T = t0 + V/s_enc + V/s_dec + V/(B cr). Raw (index 0): V/B.
+double SerialSeconds(const ProfileCost& p, double kv_bytes, double bandwidth);
+// Flow shop of L identical jobs with stage times e = V/(L s_enc),
+// n = V/(L B cr), d = V/(L s_dec):  T = t0 + e + n + d + (L-1) max(e, n, d).
+// Equals SerialSeconds when L = 1; raw is V/B for every L.
+double StreamedSeconds(const ProfileCost& p, double kv_bytes, double bandwidth,
+                       int layers);
+// Dispatches on `model.kind`.
+double PredictSeconds(const LatencyModel& model, const ProfileCost& p,
+                      double kv_bytes, double bandwidth);
+
+// Theorem 6.1: B*_p = (1 - 1/cr_p) s_p with s_p = 1/(1/s_enc + 1/s_dec),
+// ignoring t0. Compression with p is faster than raw (serial model, t0 = 0)
+// iff B < B*_p. 0 when cr <= 1; +inf when both codec speeds are infinite
+// and cr > 1.
+double BenefitThreshold(const ProfileCost& p);
+// The exact threshold for request size V under `model`, including t0:
+// PredictSeconds(p, V, B) < V/B iff B < the returned value (0 if never).
+// For the serial model (1 - 1/cr) / (t0/V + 1/s_p) <= BenefitThreshold(p).
+double BenefitThresholdForSize(const LatencyModel& model, const ProfileCost& p,
+                               double kv_bytes);
+
+// ---------------------------------------------------------------------------
+// Piecewise policy (Theorem 6.2), for inspection and the `kvserve policy` CLI.
+
+struct PolicyInterval {
+  // Bandwidth range [min, max) in bytes/s; max may be +inf.
+  double min_bandwidth = 0.0;
+  double max_bandwidth = kInfinity;
+  int profile = ProfileTable::kRaw;
+};
+
+// The optimal profile as a function of bandwidth for one workload, quality
+// floor and request size, ordered by increasing bandwidth. Only profiles with
+// q_p(w) >= quality_min are considered; raw always is. kv_bytes = +inf means
+// "t0 negligible" (the paper's size-independent policy). Adjacent intervals
+// have different profiles. InvalidArgument for a bad workload index or size.
+[[nodiscard]] Result<std::vector<PolicyInterval>> PiecewisePolicy(
+    const ProfileTable& table, const LatencyModel& model, int workload,
+    double quality_min, double kv_bytes);
+
+// ---------------------------------------------------------------------------
+// Bandwidth estimator.
+
+struct BandwidthEstimatorOptions {
+  // Estimate before any sample, bytes/s.
+  double prior_bytes_per_second = GbpsToBytesPerSecond(10.0);
+  // EWMA weight of a new sample when samples arrive back to back.
+  double alpha = 0.3;
+  // After an idle gap g, the old estimate's weight is further multiplied by
+  // exp(-g / idle_time_constant_seconds): a sample after a long silence
+  // mostly replaces the stale estimate.
+  double idle_time_constant_seconds = 2.0;
+  // Transfers shorter than this (seconds) are ignored: their goodput is
+  // dominated by latency, not bandwidth.
+  double min_sample_seconds = 1e-4;
+};
+
+// Per-peer effective bandwidth from observed transfers (goodput = wire bytes
+// / wire seconds). The EWMA runs over seconds-per-byte (1/B), not over B:
+// latency is linear in 1/B, so averaging 1/B keeps the latency prediction
+// unbiased. The first sample of a peer replaces the prior.
+//
+// Thread safety: thread-safe (internally locked).
+class BandwidthEstimator {
+ public:
+  explicit BandwidthEstimator(BandwidthEstimatorOptions options = {});
+  ~BandwidthEstimator();
+  BandwidthEstimator(const BandwidthEstimator&) = delete;
+  BandwidthEstimator& operator=(const BandwidthEstimator&) = delete;
+
+  // Records a transfer of `wire_bytes` taking `wire_seconds`, finishing at
+  // `now_seconds` (any monotonic clock). InvalidArgument for non-positive or
+  // non-finite bytes or seconds; short transfers are accepted but ignored.
+  [[nodiscard]] Status Observe(std::string_view peer, double wire_bytes,
+                               double wire_seconds, double now_seconds);
+  // Current estimate for `peer` in bytes/s; the prior for unknown peers.
+  double Estimate(std::string_view peer) const;
+  // Number of samples that updated `peer`.
+  int64_t SampleCount(std::string_view peer) const;
+
+ private:
+  struct State;
+  BandwidthEstimatorOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------
+// Controller.
+
+// What to do when no profile is predicted to meet the SLO.
+enum class FallbackPolicy : uint8_t {
+  kRaw = 0,               // send uncompressed
+  kMostConservative = 1,  // the floor-feasible profile with the highest quality
+  kRecompute = 2,         // KV-pool path: do not fetch, recompute prefill
+};
+
+struct ControllerOptions {
+  LatencyModel model;
+  FallbackPolicy fallback = FallbackPolicy::kRaw;
+  // Residual-corrected bandit (paper §6.2). When false, Decide returns the
+  // analytical optimum (the "no bandit" ablation).
+  bool bandit = true;
+  double epsilon = 0.05;         // exploration probability
+  double residual_alpha = 0.25;  // EWMA weight of the newest residual
+  int candidates = 3;            // 1..3: model optimum + envelope neighbours
+  int cooldown_violations = 3;   // K
+  int cooldown_window = 10;      // M, 1..64
+  double cooldown_seconds = 10.0;
+  uint64_t seed = 0x6b76736572766531ull;
+};
+
+// One request's service context c = (w, B, T_SLO, q_min), plus V.
+struct ControllerRequest {
+  int workload = 0;                  // index into ProfileTable::workloads()
+  double kv_bytes = 0.0;             // V > 0
+  double bandwidth = 0.0;            // B > 0, bytes/s (from the estimator)
+  double slo_seconds = kInfinity;    // T_SLO for T_model + KV movement
+  double model_seconds = 0.0;        // T_model(w)
+  double quality_min = 0.0;          // q_min
+  double now_seconds = 0.0;          // monotonic clock (cool-down)
+};
+
+enum class ControllerAction : uint8_t { kSend = 0, kRecompute = 1 };
+
+struct Decision {
+  ControllerAction action = ControllerAction::kSend;
+  int profile = ProfileTable::kRaw;  // index into the table
+  // Analytical KV-movement time of `profile`, and after residual correction.
+  double predicted_seconds = 0.0;
+  double corrected_seconds = 0.0;
+  // False when no profile was predicted to meet the SLO and the fallback
+  // policy chose.
+  bool feasible = true;
+  bool explored = false;  // an epsilon-greedy exploration step
+  // Bookkeeping for Observe(); opaque.
+  int32_t environment = -1;
+  double budget_seconds = kInfinity;  // T_SLO - T_model
+};
+
+// Picks a profile per request and learns from the observed latency.
+//
+// Decide() finds the analytical optimum on the lower envelope of the profiles
+// with q_p(w) >= q_min (never a profile below the floor), checks T <= SLO,
+// and, with the bandit on, chooses among the optimum and its envelope
+// neighbours by residual-corrected latency; raw is always a candidate, so a
+// profile predicted (after correction) to be slower than raw is not chosen.
+//
+// Thread safety: thread-safe. Decide and Observe may run concurrently from
+// many threads; bandit state is guarded by striped mutexes.
+class Controller {
+ public:
+  // InvalidArgument for options out of range.
+  static Result<std::unique_ptr<Controller>> Create(ProfileTable table,
+                                                    ControllerOptions options);
+  ~Controller();
+
+  // Chooses a profile for `request`. InvalidArgument for an unknown
+  // workload or a non-positive/non-finite size or bandwidth.
+  [[nodiscard]] Result<Decision> Decide(const ControllerRequest& request);
+  // Feeds back the observed end-to-end KV-movement latency (encode start to
+  // decode end) of a request served with `decision`. No-op for decisions
+  // made without the bandit or for recompute. InvalidArgument for a
+  // non-positive or non-finite latency.
+  [[nodiscard]] Status Observe(const Decision& decision,
+                               double observed_seconds, double now_seconds);
+
+  const ProfileTable& table() const;
+  const ControllerOptions& options() const;
+
+  // The analytical optimum alone (no bandit, no SLO check); for tests and
+  // tools. Same argument checks as Decide.
+  [[nodiscard]] Result<int> ModelOptimum(const ControllerRequest& request) const;
+
+  class Impl;
+
+ private:
+  explicit Controller(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------
+// Trace-driven simulation.
+
+// Piecewise-constant service conditions: from time_seconds on (until the
+// next point) the link gives `bandwidth` bytes/s and every codec runs
+// `codec_slowdown` times slower than profiled.
+struct TracePoint {
+  double time_seconds = 0.0;
+  double bandwidth = 0.0;
+  double codec_slowdown = 1.0;
+};
+
+// Thread safety: value type.
+class Trace {
+ public:
+  // CSV with header "time_s,bandwidth_gbps[,codec_slowdown]"; times strictly
+  // increasing from 0; '#' lines are comments. Corruption when malformed.
+  static Result<Trace> FromCsv(std::string_view csv);
+  static Result<Trace> Load(const std::string& path);
+  // Built-in generators. Steps: cycles through `gbps` every `period`.
+  static Trace Steps(const std::vector<double>& gbps, double period_seconds,
+                     double duration_seconds);
+  // Gaussian random walk of log-bandwidth, one step per `step_seconds`,
+  // clamped to [min_gbps, max_gbps]; seeded.
+  static Trace RandomWalk(double start_gbps, double min_gbps, double max_gbps,
+                          double sigma_per_step, double step_seconds,
+                          double duration_seconds, uint64_t seed);
+  // Multiplies codec time by `slowdown` from `from_seconds` on.
+  Trace WithCodecSlowdown(double from_seconds, double slowdown) const;
+  // Replaces the bandwidth by `gbps` in [from, to).
+  Trace WithBandwidthDrop(double from_seconds, double to_seconds,
+                          double gbps) const;
+
+  double BandwidthAt(double t) const;
+  double SlowdownAt(double t) const;
+  double duration_seconds() const;
+  const std::vector<TracePoint>& points() const { return points_; }
+  std::string ToCsv() const;
+
+ private:
+  std::vector<TracePoint> points_;
+};
+
+struct SimulatedWorkload {
+  std::string name;        // must be in the table
+  double weight = 1.0;     // share of requests
+  double kv_bytes_median = 64e6;
+  double kv_bytes_sigma = 0.5;  // lognormal spread of V
+  double slo_seconds = 1.0;     // KV-movement budget (T_model = 0)
+  double quality_min = 0.0;
+};
+
+struct SimulationOptions {
+  Trace trace;
+  std::vector<SimulatedWorkload> workloads;
+  double request_interval_seconds = 0.05;
+  // Observed latency = true latency x lognormal(0, noise_sigma); the same
+  // draw for every policy (common random numbers).
+  double noise_sigma = 0.02;
+  // Goodput samples = true bandwidth x lognormal(0, goodput_noise_sigma).
+  double goodput_noise_sigma = 0.05;
+  // Each profile's true codec speed differs from the table by a seeded
+  // lognormal factor (offline-to-online mismatch).
+  double profile_mismatch_sigma = 0.1;
+  // A request counts as slower than raw when its latency exceeds raw's
+  // latency for the same request by more than this fraction.
+  double raw_tolerance = 0.02;
+  ControllerOptions controller;
+  BandwidthEstimatorOptions estimator;
+  uint64_t seed = 1;
+};
+
+struct PolicyResult {
+  std::string name;
+  double mean_seconds = 0.0;
+  double p99_seconds = 0.0;
+  double regret_seconds = 0.0;  // mean latency minus the oracle's
+  int64_t slo_violations = 0;
+  int64_t slower_than_raw = 0;
+  int64_t floor_violations = 0;  // requests served below their quality floor
+  int64_t requests = 0;
+  std::vector<double> latency_seconds;  // per request, in arrival order
+};
+
+struct SimulationReport {
+  std::vector<double> arrival_seconds;
+  std::vector<double> bandwidth;  // true bandwidth at each arrival, bytes/s
+  std::vector<double> codec_slowdown;  // true codec slowdown at each arrival
+  std::vector<PolicyResult> policies;  // full, no-bandit, no-controller, raw,
+                                       // oracle, then static:<spec> each
+  double decision_p50_seconds = 0.0;   // full controller's Decide()
+  double decision_p99_seconds = 0.0;
+  const PolicyResult* Find(std::string_view name) const;
+  // Markdown table of the metrics.
+  std::string ToMarkdown() const;
+  // Latency over time (rolling mean) of the main policies plus bandwidth.
+  std::string ToSvg() const;
+};
+
+// Runs every policy over the same request sequence. InvalidArgument for an
+// empty trace or workload list, or a workload not in the table.
+[[nodiscard]] Result<SimulationReport> Simulate(const ProfileTable& table,
+                                                const SimulationOptions& options);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_CONTROLLER_H_

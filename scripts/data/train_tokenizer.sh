@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Trains kvserve's SentencePiece BPE tokenizer (8192 pieces) on the training split (data/spm_input.txt,
+# written by build_corpus.py) with Debian's spm_train. Output: data/tokenizer/kvs8k.model (+ .vocab).
+# Settings the runtime must honour: identity normalization, whitespace kept (code indentation),
+# digits split one per piece, byte fallback (newline encodes as <0x0A>), unk=0 bos=1 eos=2, no pad.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p data/tokenizer
+spm_train --input=data/spm_input.txt --model_prefix=data/tokenizer/kvs8k \
+  --model_type=bpe --vocab_size=8192 --character_coverage=0.9995 \
+  --split_digits=true --byte_fallback=true --normalization_rule_name=identity \
+  --remove_extra_whitespaces=false --allow_whitespace_only_pieces=true \
+  --max_sentence_length=16384 --input_sentence_size=600000 --shuffle_input_sentence=true \
+  --random_seed=1234 --unk_id=0 --bos_id=1 --eos_id=2 --pad_id=-1 \
+  --num_threads="$(nproc)" --minloglevel=1
+echo "tokenizer: data/tokenizer/kvs8k.model"

@@ -1,0 +1,292 @@
+// Copyright kvserve authors. The online controller; see kvserve/controller.h.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+
+#include "controller/bandit.h"
+#include "controller/envelope.h"
+#include "kvserve/controller.h"
+
+namespace kvserve {
+
+using controller_internal::BanditCandidate;
+using controller_internal::BanditChoice;
+using controller_internal::BanditOptions;
+using controller_internal::ParametricEnvelope;
+using controller_internal::PlaneLine;
+using controller_internal::ResidualBandit;
+
+class Controller::Impl {
+ public:
+  // The profiles a request may use: q_p(w) >= q_min selects exactly the
+  // profiles whose quality is at least the smallest distinct quality value
+  // >= q_min, so there is one bucket per distinct quality value (plus the
+  // raw-only bucket), and bucket j holds precisely the floor-feasible set.
+  struct Bucket {
+    std::vector<int> members;  // compressed profiles, q >= threshold
+    ParametricEnvelope envelope;
+    int most_conservative = ProfileTable::kRaw;
+  };
+  struct Workload {
+    std::vector<double> thresholds;  // distinct qualities, descending
+    std::vector<Bucket> buckets;     // thresholds.size() + 1
+    int env_base = 0;
+  };
+  struct Optimum {
+    int profile = ProfileTable::kRaw;
+    double predicted = 0.0;
+    std::array<int, 2> neighbours{};
+    int neighbour_count = 0;
+  };
+
+  Impl(ProfileTable t, ControllerOptions o) : table(std::move(t)), options(o) {}
+
+  Status Build() {
+    const int profiles = table.size();
+    int env_count = 0;
+    for (int w = 0; w < static_cast<int>(table.workloads().size()); ++w) {
+      Workload wl;
+      std::vector<std::pair<double, int>> eligible;
+      for (int p = 1; p < profiles; ++p) {
+        const double q = table.Quality(p, w);
+        if (std::isfinite(q)) eligible.push_back({q, p});
+      }
+      std::sort(eligible.begin(), eligible.end(), std::greater<>());
+      for (const auto& [q, p] : eligible) {
+        if (wl.thresholds.empty() || wl.thresholds.back() != q) wl.thresholds.push_back(q);
+      }
+      wl.buckets.resize(wl.thresholds.size() + 1);
+      for (size_t j = 0; j < wl.buckets.size(); ++j) {
+        Bucket& b = wl.buckets[j];
+        std::vector<PlaneLine> lines = {{0.0, 0.0, 1.0, ProfileTable::kRaw}};
+        double best_q = -kInfinity, best_g = kInfinity;
+        for (const auto& [q, p] : eligible) {
+          if (j == 0 || q < wl.thresholds[j - 1]) continue;
+          b.members.push_back(p);
+          const ProfileCost& c = table.profile(p);
+          const double g = c.CodecSecondsPerByte();
+          if (q > best_q || (q == best_q && g < best_g)) {
+            best_q = q;
+            best_g = g;
+            b.most_conservative = p;
+          }
+          // cr <= 1 lies on or above raw everywhere: never strictly optimal.
+          if (c.compression_ratio > 1.0) {
+            lines.push_back({c.overhead_seconds, g, 1.0 / c.compression_ratio, p});
+          }
+        }
+        if (options.model.kind == LatencyModelKind::kSerial) {
+          b.envelope = ParametricEnvelope::Build(std::move(lines));
+        }
+      }
+      wl.env_base = env_count;
+      env_count += static_cast<int>(wl.buckets.size()) * profiles;
+      workloads.push_back(std::move(wl));
+    }
+    BanditOptions bo;
+    bo.epsilon = options.epsilon;
+    bo.alpha = options.residual_alpha;
+    bo.cooldown_violations = options.cooldown_violations;
+    bo.cooldown_window = options.cooldown_window;
+    bo.cooldown_seconds = options.cooldown_seconds;
+    bo.seed = options.seed;
+    bandit = std::make_unique<ResidualBandit>(options.bandit ? env_count : 0, bo);
+    return Status::Ok();
+  }
+
+  Status Check(const ControllerRequest& r) const {
+    if (r.workload < 0 || r.workload >= static_cast<int>(workloads.size())) {
+      return Status::InvalidArgument("unknown workload index");
+    }
+    if (!(r.kv_bytes > 0.0) || !std::isfinite(r.kv_bytes)) {
+      return Status::InvalidArgument("kv_bytes must be finite and > 0");
+    }
+    if (!(r.bandwidth > 0.0) || !std::isfinite(r.bandwidth)) {
+      return Status::InvalidArgument("bandwidth must be finite and > 0");
+    }
+    if (std::isnan(r.quality_min) || std::isnan(r.slo_seconds) ||
+        std::isnan(r.model_seconds)) {
+      return Status::InvalidArgument("NaN in request");
+    }
+    return Status::Ok();
+  }
+
+  int BucketIndex(const Workload& wl, double quality_min) const {
+    // Number of distinct qualities >= q_min (thresholds are descending).
+    return static_cast<int>(std::upper_bound(wl.thresholds.begin(), wl.thresholds.end(),
+                                             quality_min, std::greater<>()) -
+                            wl.thresholds.begin());
+  }
+
+  double Predict(int p, const ControllerRequest& r) const {
+    return PredictSeconds(options.model, table.profile(p), r.kv_bytes, r.bandwidth);
+  }
+
+  Optimum FindOptimum(const Bucket& b, const ControllerRequest& r) const {
+    Optimum o;
+    if (options.model.kind == LatencyModelKind::kSerial) {
+      const ParametricEnvelope::Hit hit =
+          b.envelope.Query(1.0 / r.kv_bytes, 1.0 / r.bandwidth);
+      o.profile = hit.id;
+      const std::span<const int> seq = b.envelope.Sequence(hit.slab);
+      if (hit.segment > 0) o.neighbours[o.neighbour_count++] = seq[hit.segment - 1];
+      if (hit.segment + 1 < static_cast<int>(seq.size())) {
+        o.neighbours[o.neighbour_count++] = seq[hit.segment + 1];
+      }
+      o.predicted = Predict(o.profile, r);
+      return o;
+    }
+    // Streamed: each profile's time is convex piecewise linear in 1/B, not a
+    // line, so evaluate every floor-feasible profile exactly (n is small).
+    std::array<std::pair<double, int>, 3> top;
+    top.fill({kInfinity, -1});
+    auto offer = [&](int p) {
+      std::pair<double, int> item{Predict(p, r), p};
+      for (auto& slot : top) {
+        if (item < slot) std::swap(item, slot);
+      }
+    };
+    offer(ProfileTable::kRaw);
+    for (int p : b.members) offer(p);
+    o.profile = top[0].second;
+    o.predicted = top[0].first;
+    for (int k = 1; k < 3; ++k) {
+      if (top[k].second >= 0) o.neighbours[o.neighbour_count++] = top[k].second;
+    }
+    return o;
+  }
+
+  Decision Fallback(const Bucket& b, const ControllerRequest& r, double budget) const {
+    Decision d;
+    d.feasible = false;
+    d.budget_seconds = budget;
+    switch (options.fallback) {
+      case FallbackPolicy::kRaw:
+        d.profile = ProfileTable::kRaw;
+        break;
+      case FallbackPolicy::kMostConservative:
+        d.profile = b.most_conservative;
+        break;
+      case FallbackPolicy::kRecompute:
+        d.action = ControllerAction::kRecompute;
+        d.profile = ProfileTable::kRaw;
+        d.predicted_seconds = d.corrected_seconds = 0.0;
+        return d;
+    }
+    d.predicted_seconds = d.corrected_seconds = Predict(d.profile, r);
+    return d;
+  }
+
+  Result<Decision> Decide(const ControllerRequest& r) {
+    KVSERVE_RETURN_IF_ERROR(Check(r));
+    const Workload& wl = workloads[r.workload];
+    const int j = BucketIndex(wl, r.quality_min);
+    const Bucket& b = wl.buckets[j];
+    const double budget = r.slo_seconds - r.model_seconds;
+    const Optimum o = FindOptimum(b, r);
+    if (!(o.predicted <= budget)) return Fallback(b, r, budget);
+    Decision d;
+    d.budget_seconds = budget;
+    if (!options.bandit) {
+      d.profile = o.profile;
+      d.predicted_seconds = d.corrected_seconds = o.predicted;
+      return d;
+    }
+    // Candidates: the optimum, its envelope neighbours that pass the benefit
+    // threshold (Theorem 6.1: predicted faster than raw), nearest first, and
+    // raw as the safety arm.
+    const double raw = Predict(ProfileTable::kRaw, r);
+    std::array<BanditCandidate, ResidualBandit::kSlots> cands;
+    int n = 0;
+    cands[n++] = {o.profile, o.predicted, o.profile == ProfileTable::kRaw};
+    std::array<std::pair<double, int>, 2> nb;
+    int nb_count = 0;
+    for (int k = 0; k < o.neighbour_count; ++k) {
+      const int p = o.neighbours[k];
+      if (p == ProfileTable::kRaw) continue;
+      const double t = Predict(p, r);
+      if (t < raw) nb[nb_count++] = {t, p};
+    }
+    std::sort(nb.begin(), nb.begin() + nb_count);
+    for (int k = 0; k < nb_count && n < options.candidates; ++k) {
+      cands[n++] = {nb[k].second, nb[k].first, false};
+    }
+    if (o.profile != ProfileTable::kRaw) cands[n++] = {ProfileTable::kRaw, raw, true};
+    const int env = wl.env_base + j * table.size() + o.profile;
+    const BanditChoice c = bandit->Choose(
+        env, std::span<const BanditCandidate>(cands.data(), n), budget, r.now_seconds);
+    if (!c.any) return Fallback(b, r, budget);
+    d.profile = c.profile;
+    d.predicted_seconds = c.predicted_seconds;
+    d.corrected_seconds = c.corrected_seconds;
+    d.explored = c.explored;
+    d.environment = env;
+    return d;
+  }
+
+  ProfileTable table;
+  ControllerOptions options;
+  std::vector<Workload> workloads;
+  std::unique_ptr<ResidualBandit> bandit;
+};
+
+Result<std::unique_ptr<Controller>> Controller::Create(ProfileTable table,
+                                                       ControllerOptions options) {
+  if (!(options.epsilon >= 0.0 && options.epsilon <= 1.0)) {
+    return Status::InvalidArgument("epsilon must be in [0, 1]");
+  }
+  if (!(options.residual_alpha > 0.0 && options.residual_alpha <= 1.0)) {
+    return Status::InvalidArgument("residual_alpha must be in (0, 1]");
+  }
+  if (options.candidates < 1 || options.candidates > 3) {
+    return Status::InvalidArgument("candidates must be 1..3");
+  }
+  if (options.cooldown_window < 1 || options.cooldown_window > 64 ||
+      options.cooldown_violations < 1 ||
+      options.cooldown_violations > options.cooldown_window) {
+    return Status::InvalidArgument("need 1 <= K <= M <= 64 for the cool-down");
+  }
+  if (!(options.cooldown_seconds >= 0.0)) {
+    return Status::InvalidArgument("cooldown_seconds must be >= 0");
+  }
+  if (options.model.layers < 1) return Status::InvalidArgument("layers must be >= 1");
+  auto impl = std::make_unique<Impl>(std::move(table), options);
+  KVSERVE_RETURN_IF_ERROR(impl->Build());
+  return std::unique_ptr<Controller>(new Controller(std::move(impl)));
+}
+
+Controller::Controller(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Controller::~Controller() = default;
+
+Result<Decision> Controller::Decide(const ControllerRequest& request) {
+  return impl_->Decide(request);
+}
+
+Status Controller::Observe(const Decision& decision, double observed_seconds,
+                           double now_seconds) {
+  if (!(observed_seconds > 0.0) || !std::isfinite(observed_seconds)) {
+    return Status::InvalidArgument("observed latency must be finite and > 0");
+  }
+  if (!impl_->options.bandit || decision.environment < 0 ||
+      decision.action != ControllerAction::kSend) {
+    return Status::Ok();
+  }
+  impl_->bandit->Update(decision.environment, decision.profile,
+                        decision.predicted_seconds, observed_seconds,
+                        observed_seconds > decision.budget_seconds, now_seconds);
+  return Status::Ok();
+}
+
+const ProfileTable& Controller::table() const { return impl_->table; }
+const ControllerOptions& Controller::options() const { return impl_->options; }
+
+Result<int> Controller::ModelOptimum(const ControllerRequest& request) const {
+  KVSERVE_RETURN_IF_ERROR(impl_->Check(request));
+  const Impl::Workload& wl = impl_->workloads[request.workload];
+  return impl_->FindOptimum(wl.buckets[impl_->BucketIndex(wl, request.quality_min)],
+                            request)
+      .profile;
+}
+
+}  // namespace kvserve

@@ -1,0 +1,219 @@
+#include "pipeline/chunk_codec.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/checksum.h"
+#include "pipeline/gather.h"
+
+namespace kvserve::pipeline {
+namespace {
+
+ChunkInfo MakeInfo(const KvShape& shape, DType dtype, const ChunkSlot& slot) {
+  ChunkInfo info;
+  info.layer = slot.layer;
+  info.num_layers = shape.layers;
+  info.kind = slot.kind == 0 ? KvKind::kKey : KvKind::kValue;
+  info.kv_heads = shape.kv_heads;
+  info.head_dim = shape.head_dim;
+  info.token_begin = slot.token_begin;
+  info.tokens = slot.tokens;
+  info.total_tokens = shape.tokens;
+  info.source_dtype = dtype;
+  return info;
+}
+
+size_t ChunkElements(const KvShape& shape, int tokens) {
+  return static_cast<size_t>(shape.kv_heads) * tokens * shape.head_dim;
+}
+
+// Appends `segment` as (levels u16, count u32, coded_len u32, coded bytes).
+Status AppendSegment(const Codec& codec, const CodeSegment& segment, std::vector<uint8_t>* out,
+                     uint64_t* payload_bytes) {
+  ByteWriter w(out);
+  w.PutU16(segment.levels);
+  w.PutU32(static_cast<uint32_t>(segment.symbols.size()));
+  const size_t len_at = out->size();
+  w.PutU32(0);
+  const size_t start = out->size();
+  KVSERVE_RETURN_IF_ERROR(codec.Encode(segment, out));
+  const size_t coded = out->size() - start;
+  if (coded > UINT32_MAX) return Status::ResourceExhausted("segment larger than 4 GiB");
+  const uint32_t coded32 = static_cast<uint32_t>(coded);
+  std::memcpy(out->data() + len_at, &coded32, 4);
+  *payload_bytes += coded;
+  return Status::Ok();
+}
+
+// Reads one segment and decodes it into `segment`. `max_count` bounds the
+// symbol count (and so the allocation) by what the chunk can hold.
+Status ReadSegment(const Codec& codec, ByteReader& r, size_t max_count, CodeSegment* segment) {
+  uint16_t levels;
+  uint32_t count, coded_len;
+  KVSERVE_RETURN_IF_ERROR(r.GetU16(&levels));
+  KVSERVE_RETURN_IF_ERROR(r.GetU32(&count));
+  KVSERVE_RETURN_IF_ERROR(r.GetU32(&coded_len));
+  if (levels < 2 || levels > 256) return Status::Corruption("segment alphabet outside [2, 256]");
+  if (count > max_count) return Status::Corruption("segment holds more symbols than its chunk");
+  std::span<const uint8_t> coded;
+  KVSERVE_RETURN_IF_ERROR(r.GetSpan(coded_len, &coded));
+  segment->levels = levels;
+  segment->symbols.resize(count);
+  return codec.Decode(coded, levels, count, segment->symbols.data());
+}
+
+}  // namespace
+
+Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot,
+                   ChunkScratch& scratch, std::vector<uint8_t>* out, FrameStats* stats) {
+  const size_t record_start = out->size();
+  out->resize(record_start + kRecordHeaderBytes);
+  const size_t elements = ChunkElements(kv.shape, slot.tokens);
+  uint64_t payload = 0;
+  if (slot.type == RecordType::kRaw) {
+    scratch.quantized.segments.resize(1);
+    CodeSegment& seg = scratch.quantized.segments[0];
+    seg.levels = 256;
+    seg.symbols.resize(elements * DTypeSize(kv.dtype));
+    GatherRawBytes(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens, seg.symbols.data());
+    KVSERVE_RETURN_IF_ERROR(AppendSegment(*stages.codec, seg, out, &payload));
+    stats->raw_bytes += payload;
+    stats->record_header_bytes += 10;
+  } else {
+    const ChunkInfo info = MakeInfo(kv.shape, kv.dtype, slot);
+    scratch.values.resize(elements);
+    GatherChunk(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens, scratch.values.data());
+    ChunkTensor x{scratch.values.data(), kv.shape.kv_heads, slot.tokens, kv.shape.head_dim};
+    scratch.side.clear();
+    ByteWriter side(&scratch.side);
+    KVSERVE_RETURN_IF_ERROR(stages.transform->Forward(info, x, side));
+    scratch.quantized.Clear();
+    KVSERVE_RETURN_IF_ERROR(stages.quantizer->Quantize(info, x, &scratch.quantized));
+    const auto& q = scratch.quantized;
+    if (q.segments.size() > kMaxSegments)
+      return Status::Internal("quantizer produced too many segments");
+    ByteWriter w(out);
+    w.PutU32(static_cast<uint32_t>(scratch.side.size()));
+    w.PutBytes(scratch.side.data(), scratch.side.size());
+    w.PutU32(static_cast<uint32_t>(q.params.size()));
+    w.PutBytes(q.params.data(), q.params.size());
+    w.PutU16(static_cast<uint16_t>(q.segments.size()));
+    for (const CodeSegment& seg : q.segments)
+      KVSERVE_RETURN_IF_ERROR(AppendSegment(*stages.codec, seg, out, &payload));
+    stats->transform_bytes += scratch.side.size();
+    stats->param_bytes += q.params.size();
+    stats->code_bytes += payload;
+    stats->record_header_bytes += 4 + 4 + 2 + 10 * q.segments.size();
+  }
+  const size_t body = out->size() - record_start - kRecordHeaderBytes;
+  if (body > UINT32_MAX) return Status::ResourceExhausted("chunk record larger than 4 GiB");
+  RecordHeader rh{slot.type, static_cast<uint8_t>(slot.kind), static_cast<uint32_t>(slot.layer),
+                  static_cast<uint32_t>(slot.token_begin), static_cast<uint32_t>(slot.tokens),
+                  static_cast<uint32_t>(body)};
+  WriteRecordHeader(rh, out->data() + record_start);
+  const uint32_t crc = Checksum32(out->data() + record_start, out->size() - record_start);
+  ByteWriter(out).PutU32(crc);
+  stats->record_header_bytes += kRecordHeaderBytes + kRecordChecksumBytes;
+  stats->chunks += 1;
+  return Status::Ok();
+}
+
+Status DecodeChunk(const Stages& stages, std::span<const uint8_t> record, const ChunkSlot& slot,
+                   ChunkScratch& scratch, const MutableKvView& out, uint8_t* keep_mask) {
+  ByteReader r(record.subspan(kRecordHeaderBytes,
+                              record.size() - kRecordHeaderBytes - kRecordChecksumBytes));
+  const KvShape& shape = out.shape;
+  const size_t elements = ChunkElements(shape, slot.tokens);
+  auto mask_row = [&](int h) {
+    return keep_mask + ((static_cast<size_t>(slot.layer) * 2 + slot.kind) * shape.kv_heads + h) *
+                           shape.tokens + slot.token_begin;
+  };
+  if (slot.type == RecordType::kRaw) {
+    scratch.quantized.segments.resize(1);
+    CodeSegment& seg = scratch.quantized.segments[0];
+    KVSERVE_RETURN_IF_ERROR(ReadSegment(*stages.codec, r, elements * DTypeSize(out.dtype), &seg));
+    if (seg.levels != 256 || seg.symbols.size() != elements * DTypeSize(out.dtype))
+      return Status::Corruption("raw record size does not match its token range");
+    if (!r.done()) return Status::Corruption("trailing bytes in raw record");
+    ScatterRawBytes(seg.symbols.data(), out, slot.layer, slot.kind, slot.token_begin, slot.tokens);
+    if (keep_mask)
+      for (int h = 0; h < shape.kv_heads; ++h) std::memset(mask_row(h), 1, slot.tokens);
+    return Status::Ok();
+  }
+  uint32_t side_len, params_len;
+  uint16_t segments;
+  std::span<const uint8_t> side_bytes, params;
+  KVSERVE_RETURN_IF_ERROR(r.GetU32(&side_len));
+  KVSERVE_RETURN_IF_ERROR(r.GetSpan(side_len, &side_bytes));
+  KVSERVE_RETURN_IF_ERROR(r.GetU32(&params_len));
+  KVSERVE_RETURN_IF_ERROR(r.GetSpan(params_len, &params));
+  KVSERVE_RETURN_IF_ERROR(r.GetU16(&segments));
+  QuantizedChunk& q = scratch.quantized;
+  q.params.assign(params.begin(), params.end());
+  q.segments.resize(segments);
+  size_t symbols_left = elements;
+  for (uint16_t s = 0; s < segments; ++s) {
+    KVSERVE_RETURN_IF_ERROR(ReadSegment(*stages.codec, r, symbols_left, &q.segments[s]));
+    symbols_left -= q.segments[s].symbols.size();
+  }
+  if (!r.done()) return Status::Corruption("trailing bytes in coded record");
+  const ChunkInfo info = MakeInfo(shape, out.dtype, slot);
+  scratch.values.resize(elements);
+  ChunkTensor x{scratch.values.data(), shape.kv_heads, slot.tokens, shape.head_dim};
+  scratch.mask.assign(static_cast<size_t>(shape.kv_heads) * slot.tokens, 1);
+  KVSERVE_RETURN_IF_ERROR(stages.quantizer->Dequantize(info, q, x, scratch.mask.data()));
+  ByteReader side(side_bytes);
+  KVSERVE_RETURN_IF_ERROR(stages.transform->Inverse(info, x, side));
+  if (!side.done()) return Status::Corruption("trailing transform side bytes");
+  // Pruned tokens decode as exact zeros whatever the transform did to them.
+  for (int h = 0; h < shape.kv_heads; ++h)
+    for (int t = 0; t < slot.tokens; ++t)
+      if (!scratch.mask[static_cast<size_t>(h) * slot.tokens + t])
+        std::memset(x.row(h, t), 0, sizeof(float) * shape.head_dim);
+  ScatterChunk(x.data, out, slot.layer, slot.kind, slot.token_begin, slot.tokens);
+  if (keep_mask)
+    for (int h = 0; h < shape.kv_heads; ++h)
+      std::memcpy(mask_row(h), scratch.mask.data() + static_cast<size_t>(h) * slot.tokens,
+                  slot.tokens);
+  return Status::Ok();
+}
+
+Status InspectChunk(std::span<const uint8_t> record, FrameStats* stats) {
+  RecordHeader rh;
+  KVSERVE_RETURN_IF_ERROR(ReadRecordHeader(record, &rh));
+  ByteReader r(record.subspan(kRecordHeaderBytes, rh.body_bytes));
+  auto skip_segment = [&](uint64_t* payload) -> Status {
+    uint16_t levels;
+    uint32_t count, len;
+    std::span<const uint8_t> s;
+    KVSERVE_RETURN_IF_ERROR(r.GetU16(&levels));
+    KVSERVE_RETURN_IF_ERROR(r.GetU32(&count));
+    KVSERVE_RETURN_IF_ERROR(r.GetU32(&len));
+    KVSERVE_RETURN_IF_ERROR(r.GetSpan(len, &s));
+    *payload += len;
+    stats->record_header_bytes += 10;
+    return Status::Ok();
+  };
+  if (rh.type == RecordType::kRaw) {
+    KVSERVE_RETURN_IF_ERROR(skip_segment(&stats->raw_bytes));
+  } else {
+    uint32_t side_len, params_len;
+    uint16_t segments;
+    std::span<const uint8_t> s;
+    KVSERVE_RETURN_IF_ERROR(r.GetU32(&side_len));
+    KVSERVE_RETURN_IF_ERROR(r.GetSpan(side_len, &s));
+    KVSERVE_RETURN_IF_ERROR(r.GetU32(&params_len));
+    KVSERVE_RETURN_IF_ERROR(r.GetSpan(params_len, &s));
+    KVSERVE_RETURN_IF_ERROR(r.GetU16(&segments));
+    stats->transform_bytes += side_len;
+    stats->param_bytes += params_len;
+    stats->record_header_bytes += 10;
+    for (uint16_t i = 0; i < segments; ++i) KVSERVE_RETURN_IF_ERROR(skip_segment(&stats->code_bytes));
+  }
+  if (!r.done()) return Status::Corruption("trailing bytes in record body");
+  stats->record_header_bytes += kRecordHeaderBytes + kRecordChecksumBytes;
+  stats->chunks += 1;
+  return Status::Ok();
+}
+
+}  // namespace kvserve::pipeline

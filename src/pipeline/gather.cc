@@ -1,0 +1,167 @@
+#include "pipeline/gather.h"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace kvserve::pipeline {
+namespace {
+
+bool HasF16C() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+
+// Row conversions: n contiguous source elements <-> n floats.
+__attribute__((target("avx2,f16c"))) void HalfRowToFloatAvx2(const uint16_t* src, float* dst,
+                                                               int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) dst[i] = HalfToFloat(src[i]);
+}
+
+__attribute__((target("avx2"))) void BF16RowToFloatAvx2(const uint16_t* src, float* dst, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m256i w = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(w));
+  }
+  for (; i < n; ++i) dst[i] = BFloat16ToFloat(src[i]);
+}
+
+// Round-to-nearest-even like FloatToHalf. F16C's conversion is IEEE RNE for
+// every finite input, including subnormal results; the decoder only emits
+// finite values, and NaN inputs take the scalar path's quiet-NaN result
+// modulo payload (documented in docs/format.md).
+__attribute__((target("avx2,f16c"))) void FloatRowToHalfAvx2(const float* src, uint16_t* dst,
+                                                              int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
+  }
+  for (; i < n; ++i) dst[i] = FloatToHalf(src[i]);
+}
+
+__attribute__((target("avx2"))) void FloatRowToBF16Avx2(const float* src, uint16_t* dst, int n) {
+  int i = 0;
+  const __m256i bias = _mm256_set1_epi32(0x7FFF);
+  const __m256i one = _mm256_set1_epi32(1);
+  for (; i + 8 <= n; i += 8) {
+    __m256 f = _mm256_loadu_ps(src + i);
+    __m256i x = _mm256_castps_si256(f);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, lsb)), 16);
+    // NaN lanes: keep the scalar path's quiet NaN.
+    __m256 isnan = _mm256_cmp_ps(f, f, _CMP_UNORD_Q);
+    __m256i qnan = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, qnan, _mm256_castps_si256(isnan));
+    __m128i lo = _mm256_castsi256_si128(r);
+    __m128i hi = _mm256_extracti128_si256(r, 1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm_packus_epi32(lo, hi));
+  }
+  for (; i < n; ++i) dst[i] = FloatToBFloat16(src[i]);
+}
+
+void RowToFloat(const std::byte* src, DType dtype, float* dst, int n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, sizeof(float) * n);
+      return;
+    case DType::kF16:
+      if (HasF16C()) return HalfRowToFloatAvx2(reinterpret_cast<const uint16_t*>(src), dst, n);
+      for (int i = 0; i < n; ++i) dst[i] = LoadAsFloat(src + 2 * i, dtype);
+      return;
+    case DType::kBF16:
+      if (HasF16C()) return BF16RowToFloatAvx2(reinterpret_cast<const uint16_t*>(src), dst, n);
+      for (int i = 0; i < n; ++i) dst[i] = LoadAsFloat(src + 2 * i, dtype);
+      return;
+  }
+}
+
+void FloatToRow(const float* src, DType dtype, std::byte* dst, int n) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, sizeof(float) * n);
+      return;
+    case DType::kF16:
+      if (HasF16C()) return FloatRowToHalfAvx2(src, reinterpret_cast<uint16_t*>(dst), n);
+      for (int i = 0; i < n; ++i) StoreFromFloat(src[i], dst + 2 * i, dtype);
+      return;
+    case DType::kBF16:
+      if (HasF16C()) return FloatRowToBF16Avx2(src, reinterpret_cast<uint16_t*>(dst), n);
+      for (int i = 0; i < n; ++i) StoreFromFloat(src[i], dst + 2 * i, dtype);
+      return;
+  }
+}
+
+}  // namespace
+
+void GatherChunk(const KvView& kv, int layer, int kind, int token_begin, int tokens, float* out) {
+  const int dim = kv.shape.head_dim;
+  for (int h = 0; h < kv.shape.kv_heads; ++h) {
+    for (int t = 0; t < tokens; ++t) {
+      float* row = out + (static_cast<size_t>(h) * tokens + t) * dim;
+      if (kv.strides.dim == 1) {
+        RowToFloat(kv.At(layer, kind, h, token_begin + t, 0), kv.dtype, row, dim);
+      } else {
+        for (int d = 0; d < dim; ++d)
+          row[d] = LoadAsFloat(kv.At(layer, kind, h, token_begin + t, d), kv.dtype);
+      }
+    }
+  }
+}
+
+void ScatterChunk(const float* in, const MutableKvView& out, int layer, int kind,
+                  int token_begin, int tokens) {
+  const int dim = out.shape.head_dim;
+  for (int h = 0; h < out.shape.kv_heads; ++h) {
+    for (int t = 0; t < tokens; ++t) {
+      const float* row = in + (static_cast<size_t>(h) * tokens + t) * dim;
+      if (out.strides.dim == 1) {
+        FloatToRow(row, out.dtype, out.At(layer, kind, h, token_begin + t, 0), dim);
+      } else {
+        for (int d = 0; d < dim; ++d)
+          StoreFromFloat(row[d], out.At(layer, kind, h, token_begin + t, d), out.dtype);
+      }
+    }
+  }
+}
+
+void GatherRawBytes(const KvView& kv, int layer, int kind, int token_begin, int tokens,
+                    uint8_t* out) {
+  const size_t es = DTypeSize(kv.dtype);
+  const int dim = kv.shape.head_dim;
+  for (int h = 0; h < kv.shape.kv_heads; ++h)
+    for (int t = 0; t < tokens; ++t) {
+      uint8_t* row = out + (static_cast<size_t>(h) * tokens + t) * dim * es;
+      if (kv.strides.dim == 1) {
+        std::memcpy(row, kv.At(layer, kind, h, token_begin + t, 0), es * dim);
+      } else {
+        for (int d = 0; d < dim; ++d)
+          std::memcpy(row + d * es, kv.At(layer, kind, h, token_begin + t, d), es);
+      }
+    }
+}
+
+void ScatterRawBytes(const uint8_t* in, const MutableKvView& out, int layer, int kind,
+                     int token_begin, int tokens) {
+  const size_t es = DTypeSize(out.dtype);
+  const int dim = out.shape.head_dim;
+  for (int h = 0; h < out.shape.kv_heads; ++h)
+    for (int t = 0; t < tokens; ++t) {
+      const uint8_t* row = in + (static_cast<size_t>(h) * tokens + t) * dim * es;
+      if (out.strides.dim == 1) {
+        std::memcpy(out.At(layer, kind, h, token_begin + t, 0), row, es * dim);
+      } else {
+        for (int d = 0; d < dim; ++d)
+          std::memcpy(out.At(layer, kind, h, token_begin + t, d), row + d * es, es);
+      }
+    }
+}
+
+}  // namespace kvserve::pipeline

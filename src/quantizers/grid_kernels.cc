@@ -1,0 +1,520 @@
+// Copyright kvserve authors. Scalar reference and AVX2 paths of the uniform
+// quantisation engine; see grid_kernels.h for the normative math.
+#include "quantizers/grid_kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include <immintrin.h>
+
+#include "kvserve/kv.h"
+
+namespace kvserve::quantizers {
+namespace {
+
+std::atomic<GridKernelIsa> g_isa{GridKernelIsa::kAuto};
+
+bool UseAvx2() {
+  switch (g_isa.load(std::memory_order_relaxed)) {
+    case GridKernelIsa::kScalar: return false;
+    case GridKernelIsa::kAvx2: return CpuHasAvx2();
+    case GridKernelIsa::kAuto: break;
+  }
+  return CpuHasAvx2();
+}
+
+bool IsFinite(float v) { return std::fabs(v) <= FLT_MAX; }
+
+// Smallest fp16 value >= v (v >= 0, finite); may be +inf.
+uint16_t HalfRoundUp(float v) {
+  uint16_t h = FloatToHalf(v);
+  if (HalfToFloat(h) < v) ++h;  // positive: the next pattern is the next value
+  return h;
+}
+
+// Largest fp16 value <= v (v finite); may be -inf.
+uint16_t HalfRoundDown(float v) {
+  uint16_t h = FloatToHalf(v);
+  if (HalfToFloat(h) > v) {
+    if (h == 0x0000u) {
+      h = 0x8001u;                            // below +0: the smallest negative
+    } else if ((h & 0x8000u) != 0) {
+      ++h;                                    // negative: magnitude grows
+    } else {
+      --h;                                    // positive: magnitude shrinks
+    }
+  }
+  return h;
+}
+
+// The next storable scale above s (s >= 0, finite).
+float NextScaleUp(float s, ScaleDType dtype) {
+  if (dtype == ScaleDType::kF32) return std::nextafter(s, INFINITY);
+  return HalfToFloat(static_cast<uint16_t>(FloatToHalf(s) + 1));
+}
+
+float InverseScale(float s) { return s == 0.0f ? 0.0f : 1.0f / s; }
+
+inline uint8_t EncodeAsym(float x, float zero, float inv, float lm1) {
+  float q = (x - zero) * inv;
+  q = q > 0.0f ? q : 0.0f;
+  q = q < lm1 ? q : lm1;
+  return static_cast<uint8_t>(static_cast<int>(std::nearbyint(q)));
+}
+
+inline uint8_t EncodeSym(float x, float inv, float h, float lm1) {
+  float q = (x * inv) + h;
+  q = q > 0.0f ? q : 0.0f;
+  q = q < lm1 ? q : lm1;
+  return static_cast<uint8_t>(static_cast<int>(std::nearbyint(q)));
+}
+
+Status NonFinite() {
+  return Status::InvalidArgument("KV values must be finite (found NaN or infinity)");
+}
+
+// ------------------------------------------------------------------ scalar
+
+Status QuantizeRunScalar(const GridSpec& spec, const RunShape& shape, const float* x,
+                         size_t stride, uint8_t* codes, GridParams* params) {
+  const float lm1 = static_cast<float>(spec.levels - 1);
+  const float h = lm1 * 0.5f;
+  const int dim = shape.dim;
+  auto encode_one = [&](float v, const GridParams& p, float inv) {
+    return spec.symmetric ? EncodeSym(v, inv, h, lm1) : EncodeAsym(v, p.zero, inv, lm1);
+  };
+  if (shape.axis == QuantAxis::kToken) {
+    const int gc = shape.group == 0 ? dim : shape.group;
+    const int ng = dim / gc;
+    for (int t = 0; t < shape.tokens; ++t) {
+      const float* row = x + t * stride;
+      uint8_t* out = codes + static_cast<size_t>(t) * dim;
+      for (int g = 0; g < ng; ++g) {
+        const float* p = row + g * gc;
+        float mn = p[0], mx = p[0];
+        for (int i = 0; i < gc; ++i) {
+          if (!IsFinite(p[i])) return NonFinite();
+          mn = p[i] < mn ? p[i] : mn;
+          mx = p[i] > mx ? p[i] : mx;
+        }
+        GridParams& gp = params[static_cast<size_t>(t) * ng + g];
+        KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, mn, mx, &gp));
+        const float inv = InverseScale(gp.scale);
+        for (int i = 0; i < gc; ++i) out[g * gc + i] = encode_one(p[i], gp, inv);
+      }
+    }
+    return Status::Ok();
+  }
+  const int gt = shape.group == 0 ? shape.tokens : shape.group;
+  for (int ta = 0; ta < shape.tokens; ta += gt) {
+    const int tb = std::min(ta + gt, shape.tokens);
+    GridParams* gps = params + static_cast<size_t>(ta / gt) * dim;
+    for (int d = 0; d < dim; ++d) {
+      float mn = x[ta * stride + d], mx = mn;
+      for (int t = ta; t < tb; ++t) {
+        const float v = x[t * stride + d];
+        if (!IsFinite(v)) return NonFinite();
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+      }
+      KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, mn, mx, &gps[d]));
+    }
+    for (int d = 0; d < dim; ++d) {
+      const float inv = InverseScale(gps[d].scale);
+      for (int t = ta; t < tb; ++t) {
+        codes[static_cast<size_t>(t) * dim + d] = encode_one(x[t * stride + d], gps[d], inv);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status DequantizeRunScalar(const GridSpec& spec, const RunShape& shape, const uint8_t* codes,
+                           const GridParams* params, float* x, size_t stride) {
+  const float h = static_cast<float>(spec.levels - 1) * 0.5f;
+  const int dim = shape.dim;
+  int max_code = 0;
+  auto decode_one = [&](uint8_t c, const GridParams& p) {
+    max_code = c > max_code ? c : max_code;
+    return spec.symmetric ? (static_cast<float>(c) - h) * p.scale
+                          : p.zero + (static_cast<float>(c) * p.scale);
+  };
+  if (shape.axis == QuantAxis::kToken) {
+    const int gc = shape.group == 0 ? dim : shape.group;
+    const int ng = dim / gc;
+    for (int t = 0; t < shape.tokens; ++t) {
+      float* row = x + t * stride;
+      const uint8_t* in = codes + static_cast<size_t>(t) * dim;
+      for (int d = 0; d < dim; ++d) {
+        row[d] = decode_one(in[d], params[static_cast<size_t>(t) * ng + d / gc]);
+      }
+    }
+  } else {
+    const int gt = shape.group == 0 ? shape.tokens : shape.group;
+    for (int t = 0; t < shape.tokens; ++t) {
+      const GridParams* gps = params + static_cast<size_t>(t / gt) * dim;
+      float* row = x + t * stride;
+      const uint8_t* in = codes + static_cast<size_t>(t) * dim;
+      for (int d = 0; d < dim; ++d) row[d] = decode_one(in[d], gps[d]);
+    }
+  }
+  if (max_code >= spec.levels) return Status::Corruption("quantised code out of range");
+  return Status::Ok();
+}
+
+// -------------------------------------------------------------------- AVX2
+// Same operations as the scalar path, eight lanes at a time. Grid params
+// are computed by the same scalar ComputeGridParams.
+
+#define KVSERVE_AVX2 __attribute__((target("avx2,f16c")))
+
+KVSERVE_AVX2 inline __m256 EncodeVec(__m256 v, __m256 zero, __m256 inv, __m256 h, __m256 lm1,
+                                     bool symmetric) {
+  __m256 q = symmetric ? _mm256_add_ps(_mm256_mul_ps(v, inv), h)
+                       : _mm256_mul_ps(_mm256_sub_ps(v, zero), inv);
+  // maxps/minps return the second operand when the first is NaN, like the
+  // scalar `q > 0 ? q : 0`.
+  q = _mm256_max_ps(q, _mm256_setzero_ps());
+  q = _mm256_min_ps(q, lm1);
+  return _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+KVSERVE_AVX2 inline void Store8Codes(__m256 rounded, uint8_t* out) {
+  const __m256i c = _mm256_cvttps_epi32(rounded);
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+KVSERVE_AVX2 inline void Store32Codes(__m256 r0, __m256 r1, __m256 r2, __m256 r3, uint8_t* out) {
+  const __m256i a = _mm256_packus_epi32(_mm256_cvttps_epi32(r0), _mm256_cvttps_epi32(r1));
+  const __m256i b = _mm256_packus_epi32(_mm256_cvttps_epi32(r2), _mm256_cvttps_epi32(r3));
+  const __m256i p = _mm256_packus_epi16(a, b);  // lanes: a0 b0 a1 b1 in 4-byte blocks
+  const __m256i fixed = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), fixed);
+}
+
+KVSERVE_AVX2 inline __m256i Load8Codes(const uint8_t* in) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(in)));
+}
+
+KVSERVE_AVX2 inline float HMin(__m256 v) {
+  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_min_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+KVSERVE_AVX2 inline float HMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+// Lanes whose |v| is not <= FLT_MAX (NaN or infinity).
+KVSERVE_AVX2 inline __m256 NonFiniteMask(__m256 v) {
+  const __m256 abs = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v);
+  return _mm256_cmp_ps(abs, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ);
+}
+
+KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape, const float* x,
+                                    size_t stride, uint8_t* codes, GridParams* params) {
+  const float lm1f = static_cast<float>(spec.levels - 1);
+  const __m256 lm1 = _mm256_set1_ps(lm1f);
+  const __m256 h = _mm256_set1_ps(lm1f * 0.5f);
+  const bool sym = spec.symmetric;
+  const int dim = shape.dim;
+  if (shape.axis == QuantAxis::kToken) {
+    const int gc = shape.group == 0 ? dim : shape.group;
+    const int ng = dim / gc;
+    for (int t = 0; t < shape.tokens; ++t) {
+      const float* row = x + t * stride;
+      uint8_t* out = codes + static_cast<size_t>(t) * dim;
+      for (int g = 0; g < ng; ++g) {
+        const float* p = row + g * gc;
+        __m256 vmin = _mm256_loadu_ps(p), vmax = vmin, bad = _mm256_setzero_ps();
+        for (int i = 0; i < gc; i += 8) {
+          const __m256 v = _mm256_loadu_ps(p + i);
+          vmin = _mm256_min_ps(vmin, v);
+          vmax = _mm256_max_ps(vmax, v);
+          bad = _mm256_or_ps(bad, NonFiniteMask(v));
+        }
+        if (_mm256_movemask_ps(bad) != 0) return NonFinite();
+        GridParams& gp = params[static_cast<size_t>(t) * ng + g];
+        KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, HMin(vmin), HMax(vmax), &gp));
+        const __m256 zero = _mm256_set1_ps(gp.zero);
+        const __m256 inv = _mm256_set1_ps(InverseScale(gp.scale));
+        uint8_t* o = out + g * gc;
+        int i = 0;
+        for (; i + 32 <= gc; i += 32) {
+          Store32Codes(EncodeVec(_mm256_loadu_ps(p + i), zero, inv, h, lm1, sym),
+                       EncodeVec(_mm256_loadu_ps(p + i + 8), zero, inv, h, lm1, sym),
+                       EncodeVec(_mm256_loadu_ps(p + i + 16), zero, inv, h, lm1, sym),
+                       EncodeVec(_mm256_loadu_ps(p + i + 24), zero, inv, h, lm1, sym), o + i);
+        }
+        for (; i < gc; i += 8) {
+          Store8Codes(EncodeVec(_mm256_loadu_ps(p + i), zero, inv, h, lm1, sym), o + i);
+        }
+      }
+    }
+    return Status::Ok();
+  }
+  const int gt = shape.group == 0 ? shape.tokens : shape.group;
+  std::vector<float> zeros(dim), invs(dim);
+  for (int ta = 0; ta < shape.tokens; ta += gt) {
+    const int tb = std::min(ta + gt, shape.tokens);
+    GridParams* gps = params + static_cast<size_t>(ta / gt) * dim;
+    for (int d = 0; d < dim; d += 8) {
+      __m256 vmin = _mm256_loadu_ps(x + ta * stride + d), vmax = vmin;
+      __m256 bad = _mm256_setzero_ps();
+      for (int t = ta; t < tb; ++t) {
+        const __m256 v = _mm256_loadu_ps(x + t * stride + d);
+        vmin = _mm256_min_ps(vmin, v);
+        vmax = _mm256_max_ps(vmax, v);
+        bad = _mm256_or_ps(bad, NonFiniteMask(v));
+      }
+      if (_mm256_movemask_ps(bad) != 0) return NonFinite();
+      alignas(32) float mins[8], maxs[8];
+      _mm256_store_ps(mins, vmin);
+      _mm256_store_ps(maxs, vmax);
+      for (int j = 0; j < 8; ++j) {
+        KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, mins[j], maxs[j], &gps[d + j]));
+        zeros[d + j] = gps[d + j].zero;
+        invs[d + j] = InverseScale(gps[d + j].scale);
+      }
+    }
+    for (int t = ta; t < tb; ++t) {
+      const float* row = x + t * stride;
+      uint8_t* out = codes + static_cast<size_t>(t) * dim;
+      for (int d = 0; d < dim; d += 8) {
+        Store8Codes(EncodeVec(_mm256_loadu_ps(row + d), _mm256_loadu_ps(&zeros[d]),
+                              _mm256_loadu_ps(&invs[d]), h, lm1, sym),
+                    out + d);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+KVSERVE_AVX2 inline __m256 DecodeVec(__m256i c, __m256 scale, __m256 zero, __m256 h,
+                                     bool symmetric) {
+  const __m256 cf = _mm256_cvtepi32_ps(c);
+  return symmetric ? _mm256_mul_ps(_mm256_sub_ps(cf, h), scale)
+                   : _mm256_add_ps(zero, _mm256_mul_ps(cf, scale));
+}
+
+KVSERVE_AVX2 Status DequantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
+                                      const uint8_t* codes, const GridParams* params, float* x,
+                                      size_t stride) {
+  const __m256 h = _mm256_set1_ps(static_cast<float>(spec.levels - 1) * 0.5f);
+  const bool sym = spec.symmetric;
+  const int dim = shape.dim;
+  __m256i max_code = _mm256_setzero_si256();
+  if (shape.axis == QuantAxis::kToken) {
+    const int gc = shape.group == 0 ? dim : shape.group;
+    const int ng = dim / gc;
+    for (int t = 0; t < shape.tokens; ++t) {
+      float* row = x + t * stride;
+      const uint8_t* in = codes + static_cast<size_t>(t) * dim;
+      for (int g = 0; g < ng; ++g) {
+        const GridParams& gp = params[static_cast<size_t>(t) * ng + g];
+        const __m256 scale = _mm256_set1_ps(gp.scale), zero = _mm256_set1_ps(gp.zero);
+        for (int i = g * gc; i < (g + 1) * gc; i += 8) {
+          const __m256i c = Load8Codes(in + i);
+          max_code = _mm256_max_epi32(max_code, c);
+          _mm256_storeu_ps(row + i, DecodeVec(c, scale, zero, h, sym));
+        }
+      }
+    }
+  } else {
+    const int gt = shape.group == 0 ? shape.tokens : shape.group;
+    std::vector<float> scales(dim), zeros(dim);
+    for (int ta = 0; ta < shape.tokens; ta += gt) {
+      const int tb = std::min(ta + gt, shape.tokens);
+      const GridParams* gps = params + static_cast<size_t>(ta / gt) * dim;
+      for (int d = 0; d < dim; ++d) {
+        scales[d] = gps[d].scale;
+        zeros[d] = gps[d].zero;
+      }
+      for (int t = ta; t < tb; ++t) {
+        float* row = x + t * stride;
+        const uint8_t* in = codes + static_cast<size_t>(t) * dim;
+        for (int d = 0; d < dim; d += 8) {
+          const __m256i c = Load8Codes(in + d);
+          max_code = _mm256_max_epi32(max_code, c);
+          _mm256_storeu_ps(row + d, DecodeVec(c, _mm256_loadu_ps(&scales[d]),
+                                              _mm256_loadu_ps(&zeros[d]), h, sym));
+        }
+      }
+    }
+  }
+  const __m256i over = _mm256_cmpgt_epi32(max_code, _mm256_set1_epi32(spec.levels - 1));
+  if (_mm256_movemask_epi8(over) != 0) return Status::Corruption("quantised code out of range");
+  return Status::Ok();
+}
+
+// The AVX2 loops need whole 8-lane vectors per group.
+bool Avx2Fits(const RunShape& shape) {
+  if (shape.axis == QuantAxis::kToken) {
+    const int gc = shape.group == 0 ? shape.dim : shape.group;
+    return gc % 8 == 0;
+  }
+  return shape.dim % 8 == 0;
+}
+
+}  // namespace
+
+bool CpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+
+void SetGridKernelIsaForTesting(GridKernelIsa isa) { g_isa.store(isa); }
+
+Status ComputeGridParams(const GridSpec& spec, float min_value, float max_value,
+                         GridParams* out) {
+  // Canonical zeros: min/max reductions may return -0 or +0 for equal
+  // operands depending on order; -0 + +0 = +0 removes the difference.
+  const float mn = min_value + 0.0f;
+  const float mx = max_value + 0.0f;
+  const float lm1 = static_cast<float>(spec.levels - 1);
+  const bool f16 = spec.scale_dtype == ScaleDType::kF16;
+  auto finish_scale = [&](float s) {
+    if (f16) return HalfToFloat(HalfRoundUp(s));
+    return (s > 0.0f && s < FLT_MIN) ? FLT_MIN : s;
+  };
+  float zero = 0.0f, scale = 0.0f;
+  if (!spec.symmetric) {
+    zero = f16 ? HalfToFloat(HalfRoundDown(mn)) : mn;
+    if (!IsFinite(zero)) {
+      return Status::InvalidArgument("value " + std::to_string(mn) +
+                                     " is outside the fp16 zero-point range; use scale=f32");
+    }
+    const float range = mx - zero;
+    if (!IsFinite(range)) return Status::InvalidArgument("value range too large to quantise");
+    scale = finish_scale(range / lm1);
+    for (int iter = 0;; ++iter) {
+      if (!IsFinite(scale)) return Status::InvalidArgument("value range too large to quantise");
+      const float top = zero + (lm1 * scale);
+      if (!(top < mx)) {
+        if (!IsFinite(lm1 * scale) || !IsFinite(top)) {
+          return Status::InvalidArgument("value range too large to quantise");
+        }
+        break;
+      }
+      if (iter == 64) return Status::Internal("quantisation grid does not cover its group");
+      scale = NextScaleUp(scale, spec.scale_dtype);
+    }
+  } else {
+    const float amax = std::max(std::fabs(mn), std::fabs(mx));
+    const float h = lm1 * 0.5f;
+    scale = finish_scale(amax / h);
+    for (int iter = 0;; ++iter) {
+      if (!IsFinite(scale)) return Status::InvalidArgument("value range too large to quantise");
+      const float top = h * scale;
+      if (!(top < amax)) {
+        if (!IsFinite(top)) return Status::InvalidArgument("value range too large to quantise");
+        break;
+      }
+      if (iter == 64) return Status::Internal("quantisation grid does not cover its group");
+      scale = NextScaleUp(scale, spec.scale_dtype);
+    }
+  }
+  out->scale = scale;
+  out->zero = zero;
+  return Status::Ok();
+}
+
+size_t ParamBytesPerGroup(const GridSpec& spec) {
+  return (spec.symmetric ? 1u : 2u) * (spec.scale_dtype == ScaleDType::kF16 ? 2u : 4u);
+}
+
+void WriteGridParams(const GridSpec& spec, const GridParams* params, size_t count,
+                     pipeline::ByteWriter& out) {
+  auto put = [&](float v) {
+    if (spec.scale_dtype == ScaleDType::kF16) {
+      out.PutU16(FloatToHalf(v));
+    } else {
+      out.PutF32(v);
+    }
+  };
+  for (size_t i = 0; i < count; ++i) put(params[i].scale);
+  if (!spec.symmetric) {
+    for (size_t i = 0; i < count; ++i) put(params[i].zero);
+  }
+}
+
+Status ReadGridParams(const GridSpec& spec, size_t count, pipeline::ByteReader& in,
+                      GridParams* params) {
+  if (in.remaining() / ParamBytesPerGroup(spec) < count) {
+    return Status::Corruption("quantiser params truncated");
+  }
+  auto get = [&](float* v) -> Status {
+    if (spec.scale_dtype == ScaleDType::kF16) {
+      uint16_t h = 0;
+      KVSERVE_RETURN_IF_ERROR(in.GetU16(&h));
+      *v = HalfToFloat(h);
+      return Status::Ok();
+    }
+    return in.GetF32(v);
+  };
+  for (size_t i = 0; i < count; ++i) {
+    KVSERVE_RETURN_IF_ERROR(get(&params[i].scale));
+    if (!IsFinite(params[i].scale) || params[i].scale < 0.0f) {
+      return Status::Corruption("quantiser scale negative or not finite");
+    }
+    params[i].zero = 0.0f;
+  }
+  if (!spec.symmetric) {
+    for (size_t i = 0; i < count; ++i) {
+      KVSERVE_RETURN_IF_ERROR(get(&params[i].zero));
+      if (!IsFinite(params[i].zero)) return Status::Corruption("quantiser zero not finite");
+    }
+  }
+  return Status::Ok();
+}
+
+size_t RunShape::NumGroups() const {
+  if (!ValidRunShape(*this)) return 0;
+  if (axis == QuantAxis::kToken) {
+    return static_cast<size_t>(tokens) * (group == 0 ? 1 : dim / group);
+  }
+  const int gt = group == 0 ? tokens : group;
+  return static_cast<size_t>((tokens + gt - 1) / gt) * dim;
+}
+
+bool ValidRunShape(const RunShape& shape) {
+  if (shape.tokens < 1 || shape.dim < 1 || shape.group < 0) return false;
+  if (shape.axis == QuantAxis::kToken && shape.group != 0 && shape.dim % shape.group != 0) {
+    return false;
+  }
+  return shape.axis == QuantAxis::kToken || shape.axis == QuantAxis::kChannel;
+}
+
+Status QuantizeRun(const GridSpec& spec, const RunShape& shape, const float* x,
+                   size_t row_stride, uint8_t* codes, GridParams* params) {
+  if (!ValidRunShape(shape) || spec.levels < 2 || spec.levels > 256) {
+    return Status::InvalidArgument("invalid quantisation run shape or level count");
+  }
+  if (UseAvx2() && Avx2Fits(shape)) {
+    return QuantizeRunAvx2(spec, shape, x, row_stride, codes, params);
+  }
+  return QuantizeRunScalar(spec, shape, x, row_stride, codes, params);
+}
+
+Status DequantizeRun(const GridSpec& spec, const RunShape& shape, const uint8_t* codes,
+                     const GridParams* params, float* x, size_t row_stride) {
+  if (!ValidRunShape(shape) || spec.levels < 2 || spec.levels > 256) {
+    return Status::Corruption("invalid quantisation run shape or level count");
+  }
+  if (UseAvx2() && Avx2Fits(shape)) {
+    return DequantizeRunAvx2(spec, shape, codes, params, x, row_stride);
+  }
+  return DequantizeRunScalar(spec, shape, codes, params, x, row_stride);
+}
+
+}  // namespace kvserve::quantizers

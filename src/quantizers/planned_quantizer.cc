@@ -1,0 +1,117 @@
+// Copyright kvserve authors.
+#include "quantizers/planned_quantizer.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace kvserve::quantizers {
+
+using pipeline::ByteReader;
+using pipeline::ByteWriter;
+using pipeline::ChunkInfo;
+using pipeline::ChunkTensor;
+using pipeline::CodeSegment;
+using pipeline::QuantizedChunk;
+
+PlannedQuantizer::PlannedQuantizer(const QuantConfig& config, const KvShape& shape,
+                                   int token_group)
+    : config_(config), shape_(shape), token_group_(token_group) {}
+
+int PlannedQuantizer::CodedTokens(int total_tokens) const {
+  int coded = std::max(0, total_tokens - config_.residual);
+  if (token_group_ > 0) coded -= coded % token_group_;
+  return coded;
+}
+
+bool PlannedQuantizer::InfoMatches(const ChunkInfo& info, const ChunkTensor& x) const {
+  return info.num_layers == shape_.layers && info.layer >= 0 && info.layer < shape_.layers &&
+         info.kv_heads == shape_.kv_heads && info.head_dim == shape_.head_dim &&
+         (info.kind == KvKind::kKey || info.kind == KvKind::kValue) && info.tokens >= 1 &&
+         info.token_begin >= 0 && info.total_tokens >= info.tokens &&
+         info.token_begin <= info.total_tokens - info.tokens && x.data != nullptr &&
+         x.heads == info.kv_heads && x.tokens == info.tokens && x.dim == info.head_dim;
+}
+
+Status PlannedQuantizer::Quantize(const ChunkInfo& info, const ChunkTensor& x,
+                                  QuantizedChunk* out) const {
+  if (!InfoMatches(info, x)) {
+    return Status::InvalidArgument("chunk does not match the quantizer's cache shape");
+  }
+  ChunkPlan plan;
+  PlanChunk(info, &plan);
+  out->Clear();
+  ByteWriter params(&out->params);
+  std::vector<GridParams> grid;
+  for (const TokenRun& run : plan.runs) {
+    if (run.levels == 0) continue;
+    const RunShape rs{run.end - run.begin, info.head_dim, plan.axis, plan.group};
+    const GridSpec spec = SpecFor(run.levels);
+    grid.resize(rs.NumGroups());
+    CodeSegment segment;
+    segment.levels = static_cast<uint16_t>(run.levels);
+    segment.symbols.resize(static_cast<size_t>(rs.tokens) * rs.dim);
+    KVSERVE_RETURN_IF_ERROR(QuantizeRun(spec, rs, x.row(run.head, run.begin),
+                                        static_cast<size_t>(x.dim), segment.symbols.data(),
+                                        grid.data()));
+    WriteGridParams(spec, grid.data(), grid.size(), params);
+    out->segments.push_back(std::move(segment));
+  }
+  return Status::Ok();
+}
+
+Status PlannedQuantizer::Dequantize(const ChunkInfo& info, const QuantizedChunk& in,
+                                    const ChunkTensor& x, uint8_t* keep_mask) const {
+  if (!InfoMatches(info, x)) {
+    return Status::Corruption("chunk does not match the quantizer's cache shape");
+  }
+  ChunkPlan plan;
+  PlanChunk(info, &plan);
+  // Check the whole layout before touching the output.
+  size_t segments = 0, param_bytes = 0;
+  for (const TokenRun& run : plan.runs) {
+    if (run.levels == 0) continue;
+    const RunShape rs{run.end - run.begin, info.head_dim, plan.axis, plan.group};
+    if (segments >= in.segments.size()) {
+      return Status::Corruption("quantised chunk has too few segments");
+    }
+    const CodeSegment& segment = in.segments[segments++];
+    if (segment.levels != run.levels) {
+      return Status::Corruption("quantised segment level count does not match the profile");
+    }
+    if (segment.symbols.size() != static_cast<size_t>(rs.tokens) * rs.dim) {
+      return Status::Corruption("quantised segment symbol count does not match the chunk");
+    }
+    param_bytes += rs.NumGroups() * ParamBytesPerGroup(SpecFor(run.levels));
+  }
+  if (segments != in.segments.size()) {
+    return Status::Corruption("quantised chunk has too many segments");
+  }
+  if (param_bytes != in.params.size()) {
+    return Status::Corruption("quantiser params size does not match the chunk");
+  }
+  ByteReader params(in.params);
+  std::vector<GridParams> grid;
+  size_t next_segment = 0;
+  for (const TokenRun& run : plan.runs) {
+    const int tokens = run.end - run.begin;
+    float* rows = x.row(run.head, run.begin);
+    if (keep_mask != nullptr) {
+      std::memset(keep_mask + static_cast<size_t>(run.head) * info.tokens + run.begin,
+                  run.levels == 0 ? 0 : 1, tokens);
+    }
+    if (run.levels == 0) {
+      std::fill(rows, rows + static_cast<size_t>(tokens) * x.dim, 0.0f);
+      continue;
+    }
+    const RunShape rs{tokens, info.head_dim, plan.axis, plan.group};
+    const GridSpec spec = SpecFor(run.levels);
+    grid.resize(rs.NumGroups());
+    KVSERVE_RETURN_IF_ERROR(ReadGridParams(spec, grid.size(), params, grid.data()));
+    KVSERVE_RETURN_IF_ERROR(DequantizeRun(spec, rs, in.segments[next_segment++].symbols.data(),
+                                          grid.data(), rows, static_cast<size_t>(x.dim)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvserve::quantizers

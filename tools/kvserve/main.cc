@@ -1,0 +1,54 @@
+// Copyright kvserve authors. `kvserve <command>`: the command-line front end
+// of the library. Commands register themselves (command.h); this file only
+// builds the parser and dispatches.
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "command.h"
+
+namespace kvserve::cli {
+
+std::vector<CommandSpec>& Commands() {
+  static std::vector<CommandSpec> commands;
+  return commands;
+}
+
+}  // namespace kvserve::cli
+
+int main(int argc, char** argv) {
+  using kvserve::cli::Commands;
+  CLI::App app{
+      "kvserve: compress LLM KV caches (transform -> quantizer -> entropy codec) for "
+      "disaggregated serving.\nRun `kvserve <command> --help` for a command's options."};
+  app.name("kvserve");
+  app.set_version_flag("--version", "kvserve 0.1.0");
+  app.require_subcommand(1);
+  app.fallthrough(false);
+
+  // Commands with '_' in their identifier are spelled with '-' on the line.
+  auto spelled = [](std::string_view name) {
+    std::string s(name);
+    std::replace(s.begin(), s.end(), '_', '-');
+    return s;
+  };
+  auto commands = Commands();
+  std::sort(commands.begin(), commands.end(),
+            [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::map<CLI::App*, kvserve::cli::RunFn> runs;
+  for (const auto& c : commands) {
+    CLI::App* sub = app.add_subcommand(spelled(c.name), std::string(c.summary));
+    runs[sub] = c.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (auto& [sub, run] : runs) {
+    if (sub->parsed()) return run();
+  }
+  return 1;  // unreachable: require_subcommand(1)
+}
