@@ -250,6 +250,9 @@ struct ControllerOptions {
   // analytical optimum (the "no bandit" ablation).
   bool bandit = true;
   double epsilon = 0.05;         // exploration probability
+  // Exploration only tries candidates whose corrected latency is within this
+  // fraction of the greedy choice's (bounds the cost of one exploration).
+  double exploration_margin = 0.10;
   double residual_alpha = 0.25;  // EWMA weight of the newest residual
   int candidates = 3;            // 1..3: model optimum + envelope neighbours
   int cooldown_violations = 3;   // K

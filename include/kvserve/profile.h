@@ -85,8 +85,8 @@ enum class ParamId : uint16_t {
   kLevelsKey = 12,    // "levels_k": explicit key level count [2, 256]; default 0 = 2^k
   kLevelsValue = 13,  // "levels_v": explicit value level count [2, 256]; default 0 = 2^v
   kGroup = 14,        // "group": group size along the shared axis [0, 4096], default 32; 0 = whole axis
-  kAxisKey = 15,      // "axis_k": token|channel, default channel (not kivi: fixed channel)
-  kAxisValue = 16,    // "axis_v": token|channel, default token (not kivi: fixed token)
+  kAxisKey = 15,      // "axis_k": token|channel, default channel (uniform and layermix only)
+  kAxisValue = 16,    // "axis_v": token|channel, default token (uniform and layermix only)
   kSymmetric = 17,    // "sym": 0 asymmetric (scale + zero), 1 symmetric (scale only); default 0
   kResidual = 18,     // "residual": most recent tokens kept raw [0, 1<<20], default 0
   kSinks = 19,        // "sinks": first tokens kept at high precision / never pruned [0, 4096], default 16
@@ -196,7 +196,7 @@ class Profile {
 //   k, v, levels_k, levels_v: uniform, kivi, duo (the others take their
 //     bits from first/last or high/low);
 //   group, sym, scale, residual: every quantizer except raw;
-//   axis_k, axis_v: every quantizer except raw and kivi;
+//   axis_k, axis_v: uniform and layermix (the others fix their axes);
 //   sinks, recent: tokenmix, duo; high, low: mixhq, tokenmix;
 //   heads: mixhq, duo; first, last: layermix;
 //   table: rans; level: zstd; accel: lz4; chunk: always.

@@ -61,25 +61,13 @@ BanditChoice ResidualBandit::Choose(int env,
     }
   }
 
-  double shared_ratio = 0.0;
-  int shared_n = 0;
-  for (int c = 0; c < n; ++c) {
-    const Slot& s = e.slots[slot_of[c]];
-    if (!candidates[c].is_raw && s.count > 0) {
-      shared_ratio += s.ratio;
-      ++shared_n;
-    }
-  }
-  shared_ratio = shared_n > 0 ? shared_ratio / shared_n : 1.0;
-
   std::array<double, kSlots> corrected{};
   std::array<bool, kSlots> allowed{};
   double raw_corrected = std::numeric_limits<double>::infinity();
   int best = -1;
   for (int c = 0; c < n; ++c) {
     const Slot& s = e.slots[slot_of[c]];
-    const double ratio =
-        s.count > 0 ? s.ratio : (candidates[c].is_raw ? 1.0 : shared_ratio);
+    const double ratio = s.count > 0 ? s.ratio : 1.0;  // unused: trust the model
     corrected[c] = candidates[c].predicted_seconds * ratio;
     allowed[c] = now_seconds >= s.cooldown_until && corrected[c] <= budget_seconds;
     if (candidates[c].is_raw && allowed[c]) raw_corrected = corrected[c];
@@ -92,7 +80,10 @@ BanditChoice ResidualBandit::Choose(int env,
     std::array<int, kSlots> pool{};
     int pool_n = 0;
     for (int c = 0; c < n; ++c) {
-      if (c != best && allowed[c] && corrected[c] <= raw_corrected) pool[pool_n++] = c;
+      if (c != best && allowed[c] && corrected[c] <= raw_corrected &&
+          corrected[c] <= corrected[best] * (1.0 + options_.exploration_margin)) {
+        pool[pool_n++] = c;
+      }
     }
     if (pool_n > 0) {
       pick = pool[SplitMix64(e.rng) % static_cast<uint64_t>(pool_n)];

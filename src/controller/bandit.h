@@ -26,6 +26,7 @@ namespace kvserve::controller_internal {
 
 struct BanditOptions {
   double epsilon = 0.05;
+  double exploration_margin = 0.10;
   double alpha = 0.25;
   int cooldown_violations = 3;  // K
   int cooldown_window = 10;     // M <= 64
@@ -58,10 +59,11 @@ class ResidualBandit {
   // environment `env`: drops those cooling down at `now` or whose corrected
   // latency exceeds `budget_seconds`, then with probability 1 - epsilon the
   // lowest corrected latency, else a uniformly random other survivor whose
-  // corrected latency does not exceed raw's (when raw is a candidate).
-  // A candidate never used in this environment borrows the mean ratio of the
-  // compressed candidates that were (raw borrows nothing): codec drift is
-  // usually shared.
+  // corrected latency is within (1 + exploration_margin) of the greedy one's
+  // and does not exceed raw's (when raw is a candidate).
+  // A candidate never used in this environment has ratio 1 (the model is
+  // trusted until observed), so greedy choice itself tries a neighbour once
+  // the incumbent's residual grows.
   BanditChoice Choose(int env, std::span<const BanditCandidate> candidates,
                       double budget_seconds, double now_seconds);
 

@@ -86,6 +86,7 @@ class Controller::Impl {
     }
     BanditOptions bo;
     bo.epsilon = options.epsilon;
+    bo.exploration_margin = options.exploration_margin;
     bo.alpha = options.residual_alpha;
     bo.cooldown_violations = options.cooldown_violations;
     bo.cooldown_window = options.cooldown_window;
@@ -208,7 +209,7 @@ class Controller::Impl {
       const double t = Predict(p, r);
       if (t < raw) nb[nb_count++] = {t, p};
     }
-    std::sort(nb.begin(), nb.begin() + nb_count);
+    if (nb_count == 2 && nb[1] < nb[0]) std::swap(nb[0], nb[1]);
     for (int k = 0; k < nb_count && n < options.candidates; ++k) {
       cands[n++] = {nb[k].second, nb[k].first, false};
     }
@@ -235,6 +236,9 @@ Result<std::unique_ptr<Controller>> Controller::Create(ProfileTable table,
                                                        ControllerOptions options) {
   if (!(options.epsilon >= 0.0 && options.epsilon <= 1.0)) {
     return Status::InvalidArgument("epsilon must be in [0, 1]");
+  }
+  if (!(options.exploration_margin >= 0.0)) {
+    return Status::InvalidArgument("exploration_margin must be >= 0");
   }
   if (!(options.residual_alpha > 0.0 && options.residual_alpha <= 1.0)) {
     return Status::InvalidArgument("residual_alpha must be in (0, 1]");

@@ -222,7 +222,12 @@ std::string_view ScopeName(ParamScope s) {
 bool GroupsAlongTokens(const Profile& p) {
   switch (p.quantizer()) {
     case QuantizerType::kRaw: return false;
-    case QuantizerType::kKivi: return true;  // keys per channel, grouped over tokens
+    case QuantizerType::kKivi:   // keys per channel, grouped over tokens
+    case QuantizerType::kMixHQ:  // KIVI-style axes
+      return true;
+    case QuantizerType::kTokenMix:
+    case QuantizerType::kDuo:
+      return false;  // both kinds per token
     default:
       return p.Get(ParamId::kAxisKey) == kAxisChannel ||
              p.Get(ParamId::kAxisValue) == kAxisChannel;
@@ -581,7 +586,9 @@ bool ParamApplies(ParamId id, TransformType t, QuantizerType q, CodecType c) {
       return quantizes;
     case ParamId::kAxisKey:
     case ParamId::kAxisValue:
-      return quantizes && q != QuantizerType::kKivi;
+      // kivi and mixhq fix K per-channel / V per-token; tokenmix and duo
+      // fix both per-token (docs/format.md §5.3).
+      return q == QuantizerType::kUniform || q == QuantizerType::kLayerMix;
     case ParamId::kSinks:
     case ParamId::kRecent:
       return q == QuantizerType::kTokenMix || q == QuantizerType::kDuo;

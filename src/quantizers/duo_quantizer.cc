@@ -1,7 +1,8 @@
 // Copyright kvserve authors. "duo" (DuoAttention-style pruning baseline):
 // retrieval heads keep every token; streaming heads keep only tokens with
 // absolute index < sinks or >= total_tokens - recent. Kept tokens are
-// quantised per token (channel groups of `group`) at `high` bits; pruned
+// quantised per token (channel groups of `group`) with the kind's levels
+// (levels_k | 2^k for keys, levels_v | 2^v for values); pruned
 // tokens produce no symbols and no params and decode to 0 with keep mask 0.
 // The raw residual region is kept for every head. The retrieval flags are
 // the cache state.
@@ -27,7 +28,8 @@ class DuoQuantizer final : public PlannedQuantizer {
     const QuantConfig& c = config();
     plan->axis = QuantAxis::kToken;
     plan->group = c.group;
-    const int high = 1 << c.bits_high;
+    const int kept_levels = info.kind == KvKind::kKey ? LevelsFor(c.bits_key, c.levels_key)
+                                               : LevelsFor(c.bits_value, c.levels_value);
     const int64_t recent_begin = int64_t{info.total_tokens} - c.recent;
     for (int h = 0; h < info.kv_heads; ++h) {
       const bool keep_all = retrieval_[static_cast<size_t>(info.layer) * info.kv_heads + h] != 0;
@@ -35,7 +37,7 @@ class DuoQuantizer final : public PlannedQuantizer {
           h, info.tokens,
           [&](int t) {
             const int64_t abs = int64_t{info.token_begin} + t;
-            return (keep_all || abs < c.sinks || abs >= recent_begin) ? high : 0;
+            return (keep_all || abs < c.sinks || abs >= recent_begin) ? kept_levels : 0;
           },
           plan);
     }

@@ -2,14 +2,14 @@
 // quantisation engine; see grid_kernels.h for the normative math.
 #include "quantizers/grid_kernels.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <string>
-
-#include <immintrin.h>
 
 #include "kvserve/kv.h"
 
@@ -20,9 +20,12 @@ std::atomic<GridKernelIsa> g_isa{GridKernelIsa::kAuto};
 
 bool UseAvx2() {
   switch (g_isa.load(std::memory_order_relaxed)) {
-    case GridKernelIsa::kScalar: return false;
-    case GridKernelIsa::kAvx2: return CpuHasAvx2();
-    case GridKernelIsa::kAuto: break;
+    case GridKernelIsa::kScalar:
+      return false;
+    case GridKernelIsa::kAvx2:
+      return CpuHasAvx2();
+    case GridKernelIsa::kAuto:
+      break;
   }
   return CpuHasAvx2();
 }
@@ -41,11 +44,11 @@ uint16_t HalfRoundDown(float v) {
   uint16_t h = FloatToHalf(v);
   if (HalfToFloat(h) > v) {
     if (h == 0x0000u) {
-      h = 0x8001u;                            // below +0: the smallest negative
+      h = 0x8001u;  // below +0: the smallest negative
     } else if ((h & 0x8000u) != 0) {
-      ++h;                                    // negative: magnitude grows
+      ++h;  // negative: magnitude grows
     } else {
-      --h;                                    // positive: magnitude shrinks
+      --h;  // positive: magnitude shrinks
     }
   }
   return h;
@@ -79,8 +82,8 @@ Status NonFinite() {
 
 // ------------------------------------------------------------------ scalar
 
-Status QuantizeRunScalar(const GridSpec& spec, const RunShape& shape, const float* x,
-                         size_t stride, uint8_t* codes, GridParams* params) {
+Status QuantizeRunScalar(const GridSpec& spec, const RunShape& shape, const float* x, size_t stride,
+                         uint8_t* codes, GridParams* params) {
   const float lm1 = static_cast<float>(spec.levels - 1);
   const float h = lm1 * 0.5f;
   const int dim = shape.dim;
@@ -88,7 +91,7 @@ Status QuantizeRunScalar(const GridSpec& spec, const RunShape& shape, const floa
     return spec.symmetric ? EncodeSym(v, inv, h, lm1) : EncodeAsym(v, p.zero, inv, lm1);
   };
   if (shape.axis == QuantAxis::kToken) {
-    const int gc = shape.group == 0 ? dim : shape.group;
+    const int gc = (shape.group == 0 || shape.group >= dim) ? dim : shape.group;
     const int ng = dim / gc;
     for (int t = 0; t < shape.tokens; ++t) {
       const float* row = x + t * stride;
@@ -144,7 +147,7 @@ Status DequantizeRunScalar(const GridSpec& spec, const RunShape& shape, const ui
                           : p.zero + (static_cast<float>(c) * p.scale);
   };
   if (shape.axis == QuantAxis::kToken) {
-    const int gc = shape.group == 0 ? dim : shape.group;
+    const int gc = (shape.group == 0 || shape.group >= dim) ? dim : shape.group;
     const int ng = dim / gc;
     for (int t = 0; t < shape.tokens; ++t) {
       float* row = x + t * stride;
@@ -221,6 +224,73 @@ KVSERVE_AVX2 inline __m256 NonFiniteMask(__m256 v) {
   return _mm256_cmp_ps(abs, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ);
 }
 
+// The storable scale for computed scales s (finish_scale of the scalar code).
+KVSERVE_AVX2 inline __m256 FinishScale8(__m256 s, bool f16) {
+  if (f16) return _mm256_cvtph_ps(_mm256_cvtps_ph(s, _MM_FROUND_TO_POS_INF));
+  const __m256 tiny = _mm256_and_ps(_mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_GT_OQ),
+                                    _mm256_cmp_ps(s, _mm256_set1_ps(FLT_MIN), _CMP_LT_OQ));
+  return _mm256_blendv_ps(s, _mm256_set1_ps(FLT_MIN), tiny);
+}
+
+// ComputeGridParams for eight groups at once. Lanes that would need the
+// scalar function's cover-fixing loop (or report an error) are recomputed by
+// it, so every lane equals ComputeGridParams exactly. F16C's directed
+// conversions (round down / up) are the fp16 rounding the scalar code gets
+// by round-to-nearest plus a one-step fix-up.
+KVSERVE_AVX2 Status ComputeGridParams8(const GridSpec& spec, __m256 vmin, __m256 vmax,
+                                       GridParams* out, float* zeros, float* invs) {
+  const __m256 zero_ps = _mm256_setzero_ps();
+  const __m256 mn = _mm256_add_ps(vmin, zero_ps);
+  const __m256 mx = _mm256_add_ps(vmax, zero_ps);
+  const float lm1f = static_cast<float>(spec.levels - 1);
+  const __m256 lm1 = _mm256_set1_ps(lm1f);
+  const bool f16 = spec.scale_dtype == ScaleDType::kF16;
+  __m256 zero, scale, slow;
+  if (!spec.symmetric) {
+    zero = f16 ? _mm256_cvtph_ps(_mm256_cvtps_ph(mn, _MM_FROUND_TO_NEG_INF)) : mn;
+    const __m256 range = _mm256_sub_ps(mx, zero);
+    scale = FinishScale8(_mm256_div_ps(range, lm1), f16);
+    const __m256 step = _mm256_mul_ps(lm1, scale);
+    const __m256 top = _mm256_add_ps(zero, step);
+    slow = _mm256_cmp_ps(top, mx, _CMP_LT_OQ);
+    slow = _mm256_or_ps(slow, _mm256_or_ps(NonFiniteMask(zero), NonFiniteMask(range)));
+    slow = _mm256_or_ps(slow, _mm256_or_ps(NonFiniteMask(scale), NonFiniteMask(step)));
+    slow = _mm256_or_ps(slow, NonFiniteMask(top));
+  } else {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 amax = _mm256_max_ps(_mm256_andnot_ps(sign, mn), _mm256_andnot_ps(sign, mx));
+    const __m256 h = _mm256_set1_ps(lm1f * 0.5f);
+    zero = zero_ps;
+    scale = FinishScale8(_mm256_div_ps(amax, h), f16);
+    const __m256 top = _mm256_mul_ps(h, scale);
+    slow = _mm256_cmp_ps(top, amax, _CMP_LT_OQ);
+    slow = _mm256_or_ps(slow, _mm256_or_ps(NonFiniteMask(scale), NonFiniteMask(top)));
+  }
+  const __m256 is_zero = _mm256_cmp_ps(scale, zero_ps, _CMP_EQ_OQ);
+  const __m256 inv = _mm256_blendv_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), scale), zero_ps, is_zero);
+  alignas(32) float s8[8], z8[8], i8[8], mn8[8], mx8[8];
+  _mm256_store_ps(s8, scale);
+  _mm256_store_ps(z8, zero);
+  _mm256_store_ps(i8, inv);
+  const int slow_lanes = _mm256_movemask_ps(slow);
+  if (slow_lanes != 0) {
+    _mm256_store_ps(mn8, vmin);
+    _mm256_store_ps(mx8, vmax);
+  }
+  for (int j = 0; j < 8; ++j) {
+    if ((slow_lanes >> j) & 1) {
+      KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, mn8[j], mx8[j], &out[j]));
+      i8[j] = InverseScale(out[j].scale);
+    } else {
+      out[j].scale = s8[j];
+      out[j].zero = z8[j];
+    }
+    zeros[j] = out[j].zero;
+    invs[j] = i8[j];
+  }
+  return Status::Ok();
+}
+
 KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape, const float* x,
                                     size_t stride, uint8_t* codes, GridParams* params) {
   const float lm1f = static_cast<float>(spec.levels - 1);
@@ -229,7 +299,7 @@ KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
   const bool sym = spec.symmetric;
   const int dim = shape.dim;
   if (shape.axis == QuantAxis::kToken) {
-    const int gc = shape.group == 0 ? dim : shape.group;
+    const int gc = (shape.group == 0 || shape.group >= dim) ? dim : shape.group;
     const int ng = dim / gc;
     for (int t = 0; t < shape.tokens; ++t) {
       const float* row = x + t * stride;
@@ -278,14 +348,7 @@ KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
         bad = _mm256_or_ps(bad, NonFiniteMask(v));
       }
       if (_mm256_movemask_ps(bad) != 0) return NonFinite();
-      alignas(32) float mins[8], maxs[8];
-      _mm256_store_ps(mins, vmin);
-      _mm256_store_ps(maxs, vmax);
-      for (int j = 0; j < 8; ++j) {
-        KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, mins[j], maxs[j], &gps[d + j]));
-        zeros[d + j] = gps[d + j].zero;
-        invs[d + j] = InverseScale(gps[d + j].scale);
-      }
+      KVSERVE_RETURN_IF_ERROR(ComputeGridParams8(spec, vmin, vmax, &gps[d], &zeros[d], &invs[d]));
     }
     for (int t = ta; t < tb; ++t) {
       const float* row = x + t * stride;
@@ -315,7 +378,7 @@ KVSERVE_AVX2 Status DequantizeRunAvx2(const GridSpec& spec, const RunShape& shap
   const int dim = shape.dim;
   __m256i max_code = _mm256_setzero_si256();
   if (shape.axis == QuantAxis::kToken) {
-    const int gc = shape.group == 0 ? dim : shape.group;
+    const int gc = (shape.group == 0 || shape.group >= dim) ? dim : shape.group;
     const int ng = dim / gc;
     for (int t = 0; t < shape.tokens; ++t) {
       float* row = x + t * stride;
@@ -360,7 +423,7 @@ KVSERVE_AVX2 Status DequantizeRunAvx2(const GridSpec& spec, const RunShape& shap
 // The AVX2 loops need whole 8-lane vectors per group.
 bool Avx2Fits(const RunShape& shape) {
   if (shape.axis == QuantAxis::kToken) {
-    const int gc = shape.group == 0 ? shape.dim : shape.group;
+    const int gc = (shape.group == 0 || shape.group >= shape.dim) ? shape.dim : shape.group;
     return gc % 8 == 0;
   }
   return shape.dim % 8 == 0;
@@ -375,8 +438,7 @@ bool CpuHasAvx2() {
 
 void SetGridKernelIsaForTesting(GridKernelIsa isa) { g_isa.store(isa); }
 
-Status ComputeGridParams(const GridSpec& spec, float min_value, float max_value,
-                         GridParams* out) {
+Status ComputeGridParams(const GridSpec& spec, float min_value, float max_value, GridParams* out) {
   // Canonical zeros: min/max reductions may return -0 or +0 for equal
   // operands depending on order; -0 + +0 = +0 removes the difference.
   const float mn = min_value + 0.0f;
@@ -481,7 +543,7 @@ Status ReadGridParams(const GridSpec& spec, size_t count, pipeline::ByteReader& 
 size_t RunShape::NumGroups() const {
   if (!ValidRunShape(*this)) return 0;
   if (axis == QuantAxis::kToken) {
-    return static_cast<size_t>(tokens) * (group == 0 ? 1 : dim / group);
+    return static_cast<size_t>(tokens) * ((group == 0 || group >= dim) ? 1 : dim / group);
   }
   const int gt = group == 0 ? tokens : group;
   return static_cast<size_t>((tokens + gt - 1) / gt) * dim;
@@ -489,14 +551,14 @@ size_t RunShape::NumGroups() const {
 
 bool ValidRunShape(const RunShape& shape) {
   if (shape.tokens < 1 || shape.dim < 1 || shape.group < 0) return false;
-  if (shape.axis == QuantAxis::kToken && shape.group != 0 && shape.dim % shape.group != 0) {
+  if (shape.axis == QuantAxis::kToken && shape.group != 0 && shape.group < shape.dim && shape.dim % shape.group != 0) {
     return false;
   }
   return shape.axis == QuantAxis::kToken || shape.axis == QuantAxis::kChannel;
 }
 
-Status QuantizeRun(const GridSpec& spec, const RunShape& shape, const float* x,
-                   size_t row_stride, uint8_t* codes, GridParams* params) {
+Status QuantizeRun(const GridSpec& spec, const RunShape& shape, const float* x, size_t row_stride,
+                   uint8_t* codes, GridParams* params) {
   if (!ValidRunShape(shape) || spec.levels < 2 || spec.levels > 256) {
     return Status::InvalidArgument("invalid quantisation run shape or level count");
   }

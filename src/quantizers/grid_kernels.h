@@ -57,8 +57,7 @@ struct GridParams {
 // is too large for the storage dtype (|x| > 65504 for f16 zero points, or a
 // range whose scale overflows), Internal if the grid cannot be made to
 // cover (a bug).
-Status ComputeGridParams(const GridSpec& spec, float min_value, float max_value,
-                         GridParams* out);
+Status ComputeGridParams(const GridSpec& spec, float min_value, float max_value, GridParams* out);
 
 // Bytes one group's params occupy in a chunk's params: (symmetric ? 1 : 2)
 // values of 2 (f16) or 4 (f32) bytes.
@@ -105,8 +104,8 @@ bool CpuHasAvx2();
 // codes[token * dim + channel] and params[group]. `params` must hold
 // shape.NumGroups() entries. InvalidArgument if any value is not finite (a
 // KV cache must be finite) or ComputeGridParams rejects a group.
-Status QuantizeRun(const GridSpec& spec, const RunShape& shape, const float* x,
-                   size_t row_stride, uint8_t* codes, GridParams* params);
+Status QuantizeRun(const GridSpec& spec, const RunShape& shape, const float* x, size_t row_stride,
+                   uint8_t* codes, GridParams* params);
 
 // Reconstructs rows from codes and params (as QuantizeRun wrote them).
 // Corruption if a code is >= spec.levels (values are then unspecified but

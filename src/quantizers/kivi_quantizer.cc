@@ -16,8 +16,8 @@ class KiviQuantizer final : public PlannedQuantizer {
     const bool key = info.kind == KvKind::kKey;
     plan->axis = key ? QuantAxis::kChannel : QuantAxis::kToken;
     plan->group = key ? c.group : 0;
-    const int levels = key ? LevelsFor(c.bits_key, c.levels_key)
-                           : LevelsFor(c.bits_value, c.levels_value);
+    const int levels =
+        key ? LevelsFor(c.bits_key, c.levels_key) : LevelsFor(c.bits_value, c.levels_value);
     for (int h = 0; h < info.kv_heads; ++h) {
       plan->runs.push_back(TokenRun{h, 0, info.tokens, levels});
     }

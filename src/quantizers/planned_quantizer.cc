@@ -14,8 +14,7 @@ using pipeline::ChunkTensor;
 using pipeline::CodeSegment;
 using pipeline::QuantizedChunk;
 
-PlannedQuantizer::PlannedQuantizer(const QuantConfig& config, const KvShape& shape,
-                                   int token_group)
+PlannedQuantizer::PlannedQuantizer(const QuantConfig& config, const KvShape& shape, int token_group)
     : config_(config), shape_(shape), token_group_(token_group) {}
 
 int PlannedQuantizer::CodedTokens(int total_tokens) const {

@@ -64,10 +64,11 @@ Status ValidateQuantConfig(const QuantConfig& c, const KvShape& shape) {
   KVSERVE_RETURN_IF_ERROR(CheckRange("scale", static_cast<int>(c.scale_dtype), 0, 1));
   KVSERVE_RETURN_IF_ERROR(CheckRange("first", c.bits_first, 1, 8));
   KVSERVE_RETURN_IF_ERROR(CheckRange("last", c.bits_last, 1, 8));
-  if (GroupsChannels(c) && c.group != 0 && shape.head_dim % c.group != 0) {
+  if (GroupsChannels(c) && c.group != 0 && c.group < shape.head_dim &&
+      shape.head_dim % c.group != 0) {
     return Status::InvalidArgument("quantizer parameter group=" + std::to_string(c.group) +
                                    " must divide head_dim=" + std::to_string(shape.head_dim) +
-                                   " when grouping channels of a token");
+                                   " when grouping channels of a token (a group >= head_dim means the whole token)");
   }
   return Status::Ok();
 }
@@ -94,11 +95,10 @@ Result<std::vector<uint8_t>> SelectRetrievalHeads(const HeadScores& scores, cons
                                                   int percent) {
   if (scores.layers != shape.layers || scores.kv_heads != shape.kv_heads ||
       scores.scores.size() != static_cast<size_t>(shape.layers) * shape.kv_heads) {
-    return Status::InvalidArgument("--head-scores shape (" + std::to_string(scores.layers) +
-                                   " layers x " + std::to_string(scores.kv_heads) +
-                                   " kv_heads) does not match the cache (" +
-                                   std::to_string(shape.layers) + " x " +
-                                   std::to_string(shape.kv_heads) + ")");
+    return Status::InvalidArgument(
+        "--head-scores shape (" + std::to_string(scores.layers) + " layers x " +
+        std::to_string(scores.kv_heads) + " kv_heads) does not match the cache (" +
+        std::to_string(shape.layers) + " x " + std::to_string(shape.kv_heads) + ")");
   }
   for (float s : scores.scores) {
     if (!std::isfinite(s)) return Status::InvalidArgument("--head-scores holds a non-finite score");
@@ -122,11 +122,16 @@ Result<std::unique_ptr<pipeline::Quantizer>> NewQuantizerForEncode(const QuantCo
                                                                    const HeadScores* scores) {
   KVSERVE_RETURN_IF_ERROR(ValidateQuantConfig(config, shape));
   switch (config.type) {
-    case QuantizerType::kRaw: return NewRawQuantizer();
-    case QuantizerType::kUniform: return NewUniformQuantizer(config, shape);
-    case QuantizerType::kKivi: return NewKiviQuantizer(config, shape);
-    case QuantizerType::kLayerMix: return NewLayerMixQuantizer(config, shape);
-    case QuantizerType::kTokenMix: return NewTokenMixQuantizer(config, shape);
+    case QuantizerType::kRaw:
+      return NewRawQuantizer();
+    case QuantizerType::kUniform:
+      return NewUniformQuantizer(config, shape);
+    case QuantizerType::kKivi:
+      return NewKiviQuantizer(config, shape);
+    case QuantizerType::kLayerMix:
+      return NewLayerMixQuantizer(config, shape);
+    case QuantizerType::kTokenMix:
+      return NewTokenMixQuantizer(config, shape);
     case QuantizerType::kMixHQ:
     case QuantizerType::kDuo: {
       if (scores == nullptr) {
@@ -151,8 +156,7 @@ Result<std::unique_ptr<pipeline::Quantizer>> NewQuantizerForDecode(const QuantCo
                                                                    const KvShape& shape,
                                                                    std::span<const uint8_t> state) {
   KVSERVE_RETURN_IF_ERROR(AsCorruption(ValidateQuantConfig(config, shape)));
-  const bool stateful =
-      config.type == QuantizerType::kMixHQ || config.type == QuantizerType::kDuo;
+  const bool stateful = config.type == QuantizerType::kMixHQ || config.type == QuantizerType::kDuo;
   if (!stateful) {
     if (!state.empty()) return Status::Corruption("unexpected quantizer state in frame");
     return NewQuantizerForEncode(config, shape, nullptr);

@@ -14,7 +14,7 @@
 //   layermix  axis_k / group          axis_v / group          2^bits(layer), K and V alike
 //   mixhq     channel / group tokens  token / whole head_dim  2^high retrieval, 2^low others
 //   tokenmix  token / group channels  token / group channels  2^high sinks+recent, 2^low rest
-//   duo       token / group channels  token / group channels  2^high kept; pruned otherwise
+//   duo       token / group channels  token / group channels  levels_k|2^k, levels_v|2^v kept
 //
 // "group" means channels per group on the token axis (must divide head_dim)
 // and tokens per group on the channel axis (0 = the whole chunk).
@@ -40,8 +40,8 @@ struct QuantConfig {
   QuantizerType type = QuantizerType::kUniform;
   int bits_key = 4;
   int bits_value = 4;
-  int levels_key = 0;    // 0 = 2^bits_key; used by uniform and kivi only
-  int levels_value = 0;  // 0 = 2^bits_value; used by uniform and kivi only
+  int levels_key = 0;    // 0 = 2^bits_key; used by uniform, kivi and duo
+  int levels_value = 0;  // 0 = 2^bits_value; used by uniform, kivi and duo
   int group = 32;
   QuantAxis axis_key = QuantAxis::kChannel;
   QuantAxis axis_value = QuantAxis::kToken;

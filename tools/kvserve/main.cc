@@ -39,8 +39,17 @@ int main(int argc, char** argv) {
             [](const auto& a, const auto& b) { return a.name < b.name; });
   std::map<CLI::App*, kvserve::cli::RunFn> runs;
   for (const auto& c : commands) {
-    CLI::App* sub = app.add_subcommand(spelled(c.name), std::string(c.summary));
+    const std::string summary(c.summary);
+    CLI::App* sub = app.add_subcommand(spelled(c.name), summary);
     runs[sub] = c.setup(*sub);
+    // `kvserve --help` lists descriptions, so keep the one-line summary there
+    // and move a command's longer explanation to the end of its own --help.
+    const std::string details = sub->get_description();
+    if (details != summary) {
+      const std::string footer = sub->get_footer();
+      sub->description(summary);
+      sub->footer(footer.empty() ? details : details + "\n\n" + footer);
+    }
   }
   try {
     app.parse(argc, argv);

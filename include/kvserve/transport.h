@@ -1,0 +1,391 @@
+// Copyright kvserve authors. Moving bytes between kvserve processes: a
+// leveldb-Env-style Transport (so tests inject faults), framed and
+// authenticated Connections on top of it, and layer-wise frame streaming with
+// goodput measurement. docs/transport.md is the normative wire protocol.
+//
+// Layers, bottom up:
+//   Transport / Listener / Stream   raw reliable byte streams. Implementations:
+//                                   TCP (asio), in-process loopback, and a
+//                                   fault-injecting wrapper around either.
+//   Connection                      framed messages (type, flags, payload)
+//                                   with size limits checked before any
+//                                   allocation, payload checksums, timeouts,
+//                                   optional token-bucket shaping, and a
+//                                   mutual HMAC-SHA256 handshake.
+//   FrameSender / ReceiveFrame      a KV frame's header and chunk records
+//                                   streamed as they are produced; the
+//                                   receiver sees each record on arrival.
+//
+// Units: bytes and seconds. Gbps only at the CLI (1 Gbps = 1.25e8 bytes/s).
+// Timeouts are idle timeouts: the longest a blocking call waits without any
+// progress, not a bound on a whole transfer. A negative timeout waits forever.
+#ifndef KVSERVE_TRANSPORT_H_
+#define KVSERVE_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvserve/codec.h"
+#include "kvserve/status.h"
+
+namespace kvserve {
+
+// ---------------------------------------------------------------------------
+// Raw byte streams (the Env layer).
+
+// A reliable, ordered, bidirectional byte stream.
+//
+// Thread safety: one thread may Write while another Reads; Close may be
+// called from any thread at any time and unblocks both.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  // Writes all of `bytes`, blocking while the peer's or the OS's bounded
+  // buffers are full (back-pressure: a slow reader slows the writer, memory
+  // does not grow). Timeout when no byte could be written for
+  // `timeout_seconds`; Unavailable when the stream is closed (by either
+  // side); IOError for other OS errors. After an error an unknown prefix of
+  // `bytes` may have been written.
+  [[nodiscard]] virtual Status Write(std::span<const uint8_t> bytes, double timeout_seconds) = 0;
+  // Reads between 1 and buffer.size() bytes into `buffer` (which must be
+  // non-empty) and returns the count. Timeout when nothing arrives within
+  // `timeout_seconds`; Unavailable at end of stream or after Close.
+  [[nodiscard]] virtual Result<size_t> Read(std::span<uint8_t> buffer, double timeout_seconds) = 0;
+  // Shuts the stream down in both directions. Idempotent.
+  virtual void Close() = 0;
+  // "127.0.0.1:5000", "loopback:name", ...: for messages and as a default
+  // peer id.
+  virtual std::string RemoteAddress() const = 0;
+};
+
+// Accepts incoming streams. Thread safety: Accept from one thread; Close
+// from any thread (it makes a pending Accept return Unavailable soon).
+class Listener {
+ public:
+  virtual ~Listener() = default;
+  // Waits up to `timeout_seconds` for a peer. Timeout when none came;
+  // Unavailable after Close.
+  [[nodiscard]] virtual Result<std::unique_ptr<Stream>> Accept(double timeout_seconds) = 0;
+  // The bound address, with the real port when ":0" was requested; pass it
+  // to Transport::Connect.
+  virtual std::string Address() const = 0;
+  virtual void Close() = 0;
+};
+
+// Creates streams. Thread safety: thread-safe.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // Opens a stream to `address`. Unavailable when refused or unreachable,
+  // Timeout when not established within `timeout_seconds`, InvalidArgument
+  // for a malformed address.
+  [[nodiscard]] virtual Result<std::unique_ptr<Stream>> Connect(const std::string& address,
+                                                                double timeout_seconds) = 0;
+  // Listens on `address`. IOError/Unavailable when it cannot bind
+  // (e.g. in use), InvalidArgument for a malformed address.
+  [[nodiscard]] virtual Result<std::unique_ptr<Listener>> Listen(const std::string& address) = 0;
+};
+
+struct TcpTransportOptions {
+  // SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the OS default (autotuning).
+  int socket_buffer_bytes = 0;
+};
+
+// TCP over asio. Addresses are "host:port" with a numeric IPv4 host, a
+// bracketed IPv6 host ("[::1]:7400") or "localhost"; port 0 in Listen picks
+// a free port. Sockets use TCP_NODELAY and never raise SIGPIPE.
+std::unique_ptr<Transport> NewTcpTransport(TcpTransportOptions options = {});
+
+struct LoopbackTransportOptions {
+  // Capacity of each direction's in-memory pipe: a writer blocks when the
+  // reader lags by this many bytes. >= 1.
+  size_t buffer_bytes = 1 << 20;
+  // Pending, not yet accepted connections per listener; more are refused.
+  size_t backlog = 64;
+};
+
+// In-process streams between threads of one process; any non-empty string
+// is an address (Listen on "name", Connect to "name"); Listen on a name in
+// use is Unavailable, Connect to a name without a listener is Unavailable
+// ("connection refused"). Listener::Address() returns the name.
+std::unique_ptr<Transport> NewLoopbackTransport(LoopbackTransportOptions options = {});
+
+// Faults applied to streams created by a FaultInjectingTransport. Byte
+// offsets count the bytes written to one stream since it was created.
+struct FaultPlan {
+  bool refuse_connect = false;     // Connect returns Unavailable
+  int64_t drop_after_bytes = -1;   // close the stream once this many bytes
+                                   // were written (the rest of that write is
+                                   // lost); -1 = never
+  int64_t corrupt_byte_at = -1;    // XOR 0x5A into the byte at this offset
+  double write_delay_seconds = 0;  // sleep before each Write (slow sender)
+  double read_delay_seconds = 0;   // sleep before each Read (slow consumer)
+  size_t max_read_bytes = 0;       // cap on bytes per Read; 0 = none
+};
+
+// Counters of a FaultInjectingTransport. Values are totals since creation.
+struct FaultCounters {
+  int64_t connects = 0;          // Connect calls that reached the base
+  int64_t refused_connects = 0;  // Connect calls refused by the plan
+  int64_t accepts = 0;
+  int64_t drops = 0;             // streams closed by drop_after_bytes
+  int64_t corruptions = 0;       // bytes corrupted
+};
+
+// Wraps `base` (not owned; must outlive this) and applies a FaultPlan to
+// every stream it creates: `connect_plan` to streams from Connect,
+// `accept_plan` to streams from Accept of its listeners. A stream takes the
+// plan current when it is created. Thread safety: thread-safe.
+class FaultInjectingTransport final : public Transport {
+ public:
+  explicit FaultInjectingTransport(Transport* base);
+  ~FaultInjectingTransport() override;
+  void SetConnectPlan(const FaultPlan& plan);
+  void SetAcceptPlan(const FaultPlan& plan);
+  FaultCounters counters() const;
+
+  Result<std::unique_ptr<Stream>> Connect(const std::string& address,
+                                          double timeout_seconds) override;
+  Result<std::unique_ptr<Listener>> Listen(const std::string& address) override;
+
+  struct State;
+
+ private:
+  Transport* base_;
+  std::shared_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------
+// Framed, authenticated connections.
+
+// Message types 0x00-0xDF belong to users of Connection (the serve and pool
+// protocols); 0xE0-0xFF are reserved for the transport itself
+// (docs/transport.md lists them).
+inline constexpr uint8_t kMaxUserMessageType = 0xDF;
+
+// Called with a goodput sample: `bytes` moved to or from `peer` in `seconds`
+// of actual transfer (idle time excluded). The controller's
+// BandwidthEstimator::Observe consumes exactly this. Must be thread-safe and
+// quick; it runs on the transferring thread.
+using GoodputCallback = std::function<void(std::string_view peer, double bytes, double seconds)>;
+
+struct ConnectionOptions {
+  // Shared secret for the HMAC-SHA256 challenge-response. Both peers must
+  // hold the same bytes. Empty disables authentication only when both sides
+  // leave it empty (any peer is then accepted): use that on loopback only.
+  std::string secret;
+  // This side's id, sent in the handshake; the peer sees it as peer_id().
+  // At most 255 bytes.
+  std::string local_id = "kvserve";
+  // Largest payload accepted; a larger declared length is refused before
+  // anything is allocated (ResourceExhausted). Also bounds what Send accepts.
+  uint64_t max_message_bytes = uint64_t{1} << 30;
+  // Idle timeout of every blocking step inside a Send or Receive, and of
+  // Receive's wait for a message when it is given no timeout of its own.
+  double io_timeout_seconds = 30.0;
+  double connect_timeout_seconds = 5.0;
+  // Deadline for the whole authentication handshake.
+  double handshake_timeout_seconds = 5.0;
+  // Sender-side token bucket emulating a link of this rate (bytes/s) over
+  // every byte written; 0 = unshaped.
+  double shape_bytes_per_second = 0.0;
+  // Token bucket depth in bytes; 0 = max(16 KiB, 2 ms at the rate).
+  double shape_burst_bytes = 0.0;
+  // Receives goodput samples (FrameSender transfers and users calling
+  // ReportGoodput). May be empty.
+  GoodputCallback goodput;
+};
+
+struct Message {
+  uint8_t type = 0;
+  uint8_t flags = 0;
+  std::vector<uint8_t> payload;  // reused across Receive calls
+};
+
+struct ConnectionStats {
+  // Totals since creation, handshake messages included.
+  uint64_t bytes_sent = 0;      // wire bytes incl. message headers
+  uint64_t bytes_received = 0;
+  uint64_t messages_sent = 0;
+  uint64_t messages_received = 0;
+  double send_busy_seconds = 0;  // time spent inside Stream::Write
+};
+
+// A message-oriented, authenticated connection over a Stream.
+//
+// Every message on the wire is a 20-byte header (magic, type, flags, length,
+// payload checksum, header checksum) and the payload. A receiver verifies
+// the header checksum, the magic and the length limit before allocating,
+// grows the payload buffer only as bytes arrive (a truncated message costs at
+// most about twice what was actually received), and verifies the payload
+// checksum before returning it.
+//
+// After an error that leaves the byte stream at an unknown position
+// (corruption, a timeout or failure in the middle of a message, a closed
+// stream) the connection is broken: every later Send/Receive returns that
+// same error. A Receive that times out before any byte of a message arrived
+// leaves the connection usable.
+//
+// Thread safety: thread-safe. Sends are serialised with each other, receives
+// with each other; one thread may send while another receives; Close may be
+// called from any thread and unblocks both.
+class Connection {
+ public:
+  enum class Role : uint8_t { kClient = 0, kServer = 1 };
+
+  // Runs the handshake over `stream` (client: HELLO ... wait for OK; server:
+  // answer a HELLO) and returns the connection. PermissionDenied when the
+  // peer does not prove the secret or rejects ours; Corruption for a
+  // malformed handshake; Timeout when it does not finish within
+  // options.handshake_timeout_seconds. The stream is closed on failure.
+  static Result<std::unique_ptr<Connection>> Establish(std::unique_ptr<Stream> stream, Role role,
+                                                       const ConnectionOptions& options);
+  // Connect + Establish as client.
+  static Result<std::unique_ptr<Connection>> Dial(Transport& transport, const std::string& address,
+                                                  const ConnectionOptions& options);
+  // Accept (waiting up to `timeout_seconds`) + Establish as server.
+  static Result<std::unique_ptr<Connection>> Accept(Listener& listener,
+                                                    const ConnectionOptions& options,
+                                                    double timeout_seconds);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends one message whose payload is the concatenation of `parts`.
+  // InvalidArgument for a reserved type; ResourceExhausted when the payload
+  // exceeds options.max_message_bytes; otherwise as Stream::Write. Blocks
+  // under back-pressure and shaping.
+  [[nodiscard]] Status SendParts(uint8_t type, uint8_t flags,
+                                 std::span<const std::span<const uint8_t>> parts);
+  [[nodiscard]] Status Send(uint8_t type, uint8_t flags, std::span<const uint8_t> payload);
+
+  // Receives the next message into `message` (its buffer is reused).
+  // Waits up to `timeout_seconds` for the message to begin (negative: the
+  // options' io_timeout_seconds; use a large value to wait long); Timeout if
+  // none began. Corruption for a bad header or payload checksum;
+  // ResourceExhausted when the declared length exceeds max_message_bytes;
+  // Unavailable when the peer closed; an ERROR message from the peer is
+  // returned as the Status it carries (and breaks the connection).
+  [[nodiscard]] Status Receive(Message* message, double timeout_seconds = -1);
+
+  // Sends an ERROR message carrying `status` (best effort) and closes.
+  void Fail(const Status& status);
+  // Closes the underlying stream. Idempotent.
+  void Close();
+
+  // The peer's id from the handshake (its local_id), or its address when it
+  // sent none.
+  const std::string& peer_id() const;
+  std::string remote_address() const;
+  const ConnectionOptions& options() const;
+  ConnectionStats stats() const;
+  // Forwards a goodput sample for this peer to options().goodput, if set.
+  void ReportGoodput(double bytes, double seconds) const;
+
+  class Impl;
+
+ private:
+  explicit Connection(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------
+// Layer-wise frame streaming (docs/format.md frames over a Connection).
+
+// Message types used by frame streaming (docs/transport.md §Streaming).
+inline constexpr uint8_t kMsgFrameBegin = 0x10;
+inline constexpr uint8_t kMsgFrameRecord = 0x11;
+inline constexpr uint8_t kMsgFrameEnd = 0x12;
+inline constexpr uint8_t kMsgFrameAbort = 0x13;
+inline constexpr uint8_t kMsgFrameAck = 0x14;
+
+struct TransferStats {
+  uint64_t transfer_id = 0;
+  uint64_t records = 0;
+  uint64_t frame_bytes = 0;      // header + records, as in the frame
+  uint64_t wire_bytes = 0;       // incl. message headers
+  double busy_seconds = 0;       // sender: write time + final drain
+  double elapsed_seconds = 0;    // Begin to ack (sender) / Begin to End (receiver)
+};
+
+// Sends one frame at a time over a connection: Begin(header), then each
+// chunk record as soon as it is produced, then Finish, which waits for the
+// receiver's acknowledgement and returns the receiver's verdict. The goodput
+// sample (frame bytes / busy seconds, where busy = time blocked writing plus
+// the drain from the last write to the ack) goes to the connection's
+// goodput callback. Time between calls (waiting for the model or encoder) is
+// not counted.
+//
+// sink() adapts an EncoderContext: pass it to EncoderContext::Begin and each
+// EncodeLayer's records are sent as they are appended, split at record
+// boundaries using the layout of docs/format.md (the sink does not depend on
+// how the encoder chunks its Append calls).
+//
+// Thread safety: not thread-safe; one sender per connection at a time.
+class FrameSender {
+ public:
+  explicit FrameSender(Connection* connection);
+  ~FrameSender();
+  FrameSender(const FrameSender&) = delete;
+  FrameSender& operator=(const FrameSender&) = delete;
+
+  // Starts transfer `transfer_id` with the frame header bytes.
+  // InvalidArgument when a transfer is open; connection errors.
+  [[nodiscard]] Status Begin(uint64_t transfer_id, std::span<const uint8_t> header);
+  // Sends one complete chunk record. InvalidArgument outside a transfer.
+  [[nodiscard]] Status SendRecord(std::span<const uint8_t> record);
+  // Ends the transfer and waits (up to the connection's io timeout) for the
+  // receiver's ack. Returns the stats, or the receiver's error (e.g.
+  // Corruption when a record failed to decode there), or a connection error.
+  [[nodiscard]] Result<TransferStats> Finish();
+  // Tells the receiver the transfer is abandoned (it gets `reason`).
+  [[nodiscard]] Status Abort(const Status& reason);
+
+  // A ByteSink fed with a frame's bytes in order: it calls Begin (with the
+  // transfer id given here) once the header is complete and SendRecord per
+  // complete record. Corruption when the bytes do not follow the frame
+  // layout (a record longer than the connection's message limit included).
+  ByteSink& sink(uint64_t transfer_id);
+  // True when sink() holds bytes of an incomplete header or record.
+  bool sink_has_partial() const;
+
+ private:
+  class Splitter;
+  Connection* connection_;
+  std::unique_ptr<Splitter> splitter_;
+  bool open_ = false;
+  TransferStats stats_;
+  double begin_time_ = 0;
+  double last_write_end_ = 0;
+};
+
+// Receiver callbacks: the frame header on Begin, then each record as it
+// arrives (the span is valid only during the call). A non-OK return stops
+// delivery; the rest of the transfer is drained and the error is sent to
+// the sender as the ack and returned.
+struct FrameHandler {
+  std::function<Status(uint64_t transfer_id, std::span<const uint8_t> header)> on_header;
+  std::function<Status(std::span<const uint8_t> record)> on_record;
+};
+
+// Receives one streamed frame from `connection`: waits up to
+// `timeout_seconds` for its Begin, then calls `handler` per record until
+// End, checks the record count, and acknowledges. Returns the stats, the
+// handler's error, Aborted transfers as the sender's reason (with context
+// "aborted by sender"), Corruption for an unexpected message, or a
+// connection error (the connection is then broken).
+[[nodiscard]] Result<TransferStats> ReceiveFrame(Connection& connection,
+                                                 const FrameHandler& handler,
+                                                 double timeout_seconds = -1);
+
+// Monotonic clock in seconds, the one goodput timing uses.
+double MonotonicSeconds();
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_TRANSPORT_H_

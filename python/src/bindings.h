@@ -1,0 +1,22 @@
+// Copyright kvserve authors. Registration entry points of the binding files.
+#ifndef KVSERVE_PYTHON_BINDINGS_H_
+#define KVSERVE_PYTHON_BINDINGS_H_
+
+#include <pybind11/pybind11.h>
+
+namespace kvserve::python {
+
+// python/src/profile_bindings.cc: Profile, parameters, presets.
+void RegisterProfile(pybind11::module_& m);
+// python/src/codec_bindings.cc: Frame, FrameInfo, HeadScores, Encoder,
+// Decoder, inspect.
+void RegisterCodec(pybind11::module_& m);
+// python/src/io_bindings.cc: KV files and the synthetic generators.
+void RegisterIo(pybind11::module_& m);
+// python/src/controller_bindings.cc: ProfileTable, BandwidthEstimator,
+// Controller, latency model helpers.
+void RegisterController(pybind11::module_& m);
+
+}  // namespace kvserve::python
+
+#endif  // KVSERVE_PYTHON_BINDINGS_H_

@@ -1,0 +1,16 @@
+// Copyright kvserve authors. The `kvserve._kvserve` extension module. The
+// public Python API is the `kvserve` package (python/kvserve/__init__.py),
+// which re-exports these bindings with docstrings and type hints.
+#include <pybind11/pybind11.h>
+
+#include "bindings.h"
+#include "errors.h"
+
+PYBIND11_MODULE(_kvserve, m) {
+  m.doc() = "kvserve native bindings; import `kvserve` instead.";
+  kvserve::python::RegisterErrors(m);
+  kvserve::python::RegisterProfile(m);
+  kvserve::python::RegisterCodec(m);
+  kvserve::python::RegisterIo(m);
+  kvserve::python::RegisterController(m);
+}

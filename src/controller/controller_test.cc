@@ -1,0 +1,248 @@
+// Copyright kvserve authors.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "controller/test_util.h"
+#include "kvserve/controller.h"
+
+namespace kvserve {
+namespace {
+
+using controller_test::BruteForceMin;
+using controller_test::LogUniform;
+using controller_test::RandomTable;
+
+ControllerRequest RandomRequest(std::mt19937_64& rng, int workloads) {
+  ControllerRequest r;
+  r.workload = static_cast<int>(rng() % static_cast<uint64_t>(workloads));
+  r.kv_bytes = LogUniform(rng, 1e5, 1e10);
+  r.bandwidth = LogUniform(rng, 1e7, 1e11);
+  r.quality_min = std::round(std::uniform_real_distribution<double>(0.8, 1.0)(rng) * 100) / 100;
+  return r;
+}
+
+// The envelope query equals the brute-force argmin (by value; ids may differ
+// only on exact ties) over thousands of random tables, sizes and bandwidths.
+TEST(ControllerTest, ModelOptimumEqualsBruteForce) {
+  std::mt19937_64 rng(31);
+  for (LatencyModelKind kind : {LatencyModelKind::kSerial, LatencyModelKind::kStreamed}) {
+    for (int trial = 0; trial < 1500; ++trial) {
+      const ProfileTable table = RandomTable(rng, 1 + static_cast<int>(rng() % 14), 2);
+      ControllerOptions o;
+      o.model = {kind, 1 + static_cast<int>(rng() % 48)};
+      auto c = Controller::Create(table, o);
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      for (int q = 0; q < 20; ++q) {
+        const ControllerRequest r = RandomRequest(rng, 2);
+        int expect = 0;
+        const double best =
+            BruteForceMin(table, o.model, r.workload, r.quality_min, r.kv_bytes, r.bandwidth, &expect);
+        Result<int> got = (*c)->ModelOptimum(r);
+        ASSERT_TRUE(got.ok());
+        const double t = PredictSeconds(o.model, table.profile(*got), r.kv_bytes, r.bandwidth);
+        ASSERT_NEAR(t, best, 1e-9 * best) << "trial " << trial;
+        if (t != best) ASSERT_EQ(*got, expect);
+        ASSERT_GE(table.Quality(*got, r.workload), r.quality_min);
+      }
+    }
+  }
+}
+
+// With the bandit on and arbitrary (even adversarial) feedback: never a
+// profile below the floor, never a profile beyond its benefit threshold.
+TEST(ControllerTest, FloorAndBenefitThresholdAlwaysHold) {
+  std::mt19937_64 rng(32);
+  for (int trial = 0; trial < 300; ++trial) {
+    const ProfileTable table = RandomTable(rng, 1 + static_cast<int>(rng() % 14), 3);
+    ControllerOptions o;
+    o.epsilon = 0.3;
+    o.cooldown_seconds = 0.5;
+    if (trial % 2) o.model = {LatencyModelKind::kStreamed, 32};
+    auto c = Controller::Create(table, o);
+    ASSERT_TRUE(c.ok());
+    for (int q = 0; q < 100; ++q) {
+      ControllerRequest r = RandomRequest(rng, 3);
+      r.now_seconds = q * 0.1;
+      r.slo_seconds = rng() % 3 == 0 ? LogUniform(rng, 1e-3, 10.0) : kInfinity;
+      Result<Decision> d = (*c)->Decide(r);
+      ASSERT_TRUE(d.ok());
+      ASSERT_GE(table.Quality(d->profile, r.workload), r.quality_min) << d->profile;
+      if (d->feasible && d->profile != ProfileTable::kRaw) {
+        const ProfileCost& p = table.profile(d->profile);
+        ASSERT_LT(r.bandwidth, BenefitThresholdForSize(o.model, p, r.kv_bytes));
+        if (o.model.kind == LatencyModelKind::kSerial) ASSERT_LT(r.bandwidth, BenefitThreshold(p));
+      }
+      const double observed = d->predicted_seconds * LogUniform(rng, 0.3, 5.0) + 1e-9;
+      ASSERT_TRUE((*c)->Observe(*d, observed, r.now_seconds).ok());
+    }
+  }
+}
+
+ProfileTable TwoProfileTable() {
+  ProfileCost fast;  // good at high bandwidth
+  fast.spec = "fast";
+  fast.compression_ratio = 2.0;
+  fast.encode_bytes_per_second = fast.decode_bytes_per_second = 2e10;
+  fast.quality = {{"w", 0.99}};
+  ProfileCost small;  // good at low bandwidth
+  small.spec = "small";
+  small.compression_ratio = 8.0;
+  small.encode_bytes_per_second = small.decode_bytes_per_second = 4e9;
+  small.quality = {{"w", 0.95}};
+  return ProfileTable::FromRows({fast, small}).value();
+}
+
+TEST(ControllerTest, FallbackWhenNothingMeetsTheSlo) {
+  for (FallbackPolicy f : {FallbackPolicy::kRaw, FallbackPolicy::kMostConservative,
+                           FallbackPolicy::kRecompute}) {
+    ControllerOptions o;
+    o.fallback = f;
+    o.epsilon = 0.0;
+    auto c = Controller::Create(TwoProfileTable(), o);
+    ASSERT_TRUE(c.ok());
+    ControllerRequest r;
+    r.kv_bytes = 1e9;
+    r.bandwidth = 1e8;
+    r.quality_min = 0.9;
+    r.slo_seconds = 1e-3;  // impossible
+    Result<Decision> d = (*c)->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->feasible);
+    switch (f) {
+      case FallbackPolicy::kRaw:
+        EXPECT_EQ(d->profile, ProfileTable::kRaw);
+        EXPECT_EQ(d->action, ControllerAction::kSend);
+        break;
+      case FallbackPolicy::kMostConservative:
+        EXPECT_EQ(d->profile, 1);  // "fast": highest quality >= floor
+        break;
+      case FallbackPolicy::kRecompute:
+        EXPECT_EQ(d->action, ControllerAction::kRecompute);
+        break;
+    }
+    // The most conservative profile still respects the floor.
+    r.quality_min = 0.995;
+    d = (*c)->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_GE(TwoProfileTable().Quality(d->profile, 0), 0.995);
+    // With a generous SLO the decision is feasible again.
+    r.slo_seconds = 100.0;
+    r.quality_min = 0.9;
+    d = (*c)->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_TRUE(d->feasible);
+    EXPECT_EQ(d->profile, 2);  // "small" at 0.8 Gbps
+  }
+}
+
+TEST(ControllerTest, CooldownAfterKViolationsInMUses) {
+  ControllerOptions o;
+  o.epsilon = 0.0;
+  o.cooldown_violations = 2;
+  o.cooldown_window = 4;
+  o.cooldown_seconds = 5.0;
+  auto c = Controller::Create(TwoProfileTable(), o);
+  ASSERT_TRUE(c.ok());
+  ControllerRequest r;
+  r.kv_bytes = 1e9;
+  r.bandwidth = 1e8;
+  r.quality_min = 0.9;
+  r.slo_seconds = 2.0;
+  Result<Decision> d = (*c)->Decide(r);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->profile, 2);
+  // Violations of a tight SLO (1.8 s) by a small margin, so the residual
+  // stays small and only the cool-down can exclude the profile.
+  Decision tight = *d;
+  tight.budget_seconds = 1.8;
+  // One violation (within the window) does not cool it down.
+  ASSERT_TRUE((*c)->Observe(tight, 1.85, 0.0).ok());
+  ASSERT_TRUE((*c)->Observe(tight, d->predicted_seconds, 0.0).ok());
+  r.slo_seconds = 10.0;
+  d = (*c)->Decide(r);
+  ASSERT_EQ(d->profile, 2);
+  // The second violation in the last 4 uses does.
+  ASSERT_TRUE((*c)->Observe(tight, 1.85, 1.0).ok());
+  r.now_seconds = 1.0;
+  for (double t : {1.0, 3.0, 5.9}) {
+    r.now_seconds = t;
+    d = (*c)->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_NE(d->profile, 2) << "t=" << t;
+    EXPECT_GE(TwoProfileTable().Quality(d->profile, 0), 0.9);
+  }
+  r.now_seconds = 6.1;  // cool-down over
+  d = (*c)->Decide(r);
+  EXPECT_EQ(d->profile, 2);
+}
+
+TEST(ControllerTest, ResidualCorrectionSwitchesToTheTrulyFasterNeighbour) {
+  ControllerOptions o;
+  o.epsilon = 0.0;
+  auto c = Controller::Create(TwoProfileTable(), o);
+  ASSERT_TRUE(c.ok());
+  ControllerRequest r;
+  r.kv_bytes = 1e9;
+  r.bandwidth = GbpsToBytesPerSecond(2.0);
+  r.quality_min = 0.9;
+  Result<Decision> d = (*c)->Decide(r);
+  ASSERT_EQ(d->profile, 2);
+  // "small" is really 3x slower than profiled: after a few observations the
+  // controller moves to its neighbour.
+  for (int i = 0; i < 5 && d->profile == 2; ++i) {
+    ASSERT_TRUE((*c)->Observe(*d, d->predicted_seconds * 3.0, i).ok());
+    d = (*c)->Decide(r);
+  }
+  EXPECT_NE(d->profile, 2);
+  // Without the bandit the analytical optimum stays.
+  o.bandit = false;
+  auto plain = Controller::Create(TwoProfileTable(), o);
+  EXPECT_EQ((*plain)->Decide(r)->profile, 2);
+}
+
+TEST(ControllerTest, RejectsBadArguments) {
+  ControllerOptions o;
+  o.candidates = 4;
+  EXPECT_FALSE(Controller::Create(TwoProfileTable(), o).ok());
+  o = {};
+  o.cooldown_violations = 5;
+  o.cooldown_window = 4;
+  EXPECT_FALSE(Controller::Create(TwoProfileTable(), o).ok());
+  auto c = Controller::Create(TwoProfileTable(), {});
+  ControllerRequest r;
+  r.kv_bytes = 0.0;
+  r.bandwidth = 1e9;
+  EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
+  r.kv_bytes = 1e6;
+  r.workload = 3;
+  EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
+  r.workload = 0;
+  EXPECT_EQ((*c)->Observe(*(*c)->Decide(r), -1.0, 0.0).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(ControllerTest, ConcurrentDecideAndObserve) {
+  std::mt19937_64 seed_rng(33);
+  const ProfileTable table = RandomTable(seed_rng, 12, 2);
+  auto c = Controller::Create(table, {});
+  ASSERT_TRUE(c.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 rng(100 + t);
+      for (int i = 0; i < 5000; ++i) {
+        ControllerRequest r = RandomRequest(rng, 2);
+        Result<Decision> d = (*c)->Decide(r);
+        if (!d.ok() || table.Quality(d->profile, r.workload) < r.quality_min) ++bad;
+        if (d.ok() && !(*c)->Observe(*d, d->predicted_seconds * 1.1 + 1e-9, i).ok()) ++bad;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+}  // namespace
+}  // namespace kvserve

@@ -1,0 +1,325 @@
+// Properties of Connections over every Transport: messages round-trip,
+// only peers holding the secret get in, declared lengths beyond the limit
+// and malformed bytes are refused with bounded memory, injected faults turn
+// into clear errors, and a slow reader bounds what a writer buffers.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvserve/transport.h"
+#include "transport/wire.h"
+
+namespace kvserve {
+namespace {
+
+enum class Kind { kLoopback, kTcp };
+
+std::unique_ptr<Transport> MakeTransport(Kind kind, size_t buffer_bytes = 1 << 20) {
+  if (kind == Kind::kTcp) return NewTcpTransport();
+  LoopbackTransportOptions o;
+  o.buffer_bytes = buffer_bytes;
+  return NewLoopbackTransport(o);
+}
+
+std::string ListenAddress(Kind kind) { return kind == Kind::kTcp ? "127.0.0.1:0" : "server"; }
+
+ConnectionOptions Options(std::string secret, std::string id) {
+  ConnectionOptions o;
+  o.secret = std::move(secret);
+  o.local_id = std::move(id);
+  o.io_timeout_seconds = 5;
+  o.handshake_timeout_seconds = 5;
+  o.max_message_bytes = 8 << 20;
+  return o;
+}
+
+struct Pair {
+  Result<std::unique_ptr<Connection>> client = Status::Internal("unset");
+  Result<std::unique_ptr<Connection>> server = Status::Internal("unset");
+};
+
+// Connects a client and a server through `transport` (server accepted on a
+// helper thread).
+Pair Connect(Transport& transport, Kind kind, const ConnectionOptions& client_options,
+             const ConnectionOptions& server_options) {
+  Pair p;
+  auto listener = transport.Listen(ListenAddress(kind));
+  EXPECT_TRUE(listener.ok()) << listener.status().ToString();
+  if (!listener.ok()) return p;
+  std::thread server([&] { p.server = Connection::Accept(**listener, server_options, 5); });
+  p.client = Connection::Dial(transport, (*listener)->Address(), client_options);
+  server.join();
+  return p;
+}
+
+class ConnectionTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(ConnectionTest, MessagesRoundTripBothWays) {
+  auto transport = MakeTransport(GetParam());
+  Pair p = Connect(*transport, GetParam(), Options("s3cret", "alice"), Options("s3cret", "bob"));
+  ASSERT_TRUE(p.client.ok()) << p.client.status().ToString();
+  ASSERT_TRUE(p.server.ok()) << p.server.status().ToString();
+  EXPECT_EQ((*p.client)->peer_id(), "bob");
+  EXPECT_EQ((*p.server)->peer_id(), "alice");
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint8_t>> sent;
+  for (int i = 0; i < 24; ++i) {
+    size_t n = (i % 4 == 0) ? 0 : std::uniform_int_distribution<size_t>(1, 300000)(rng);
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) b = static_cast<uint8_t>(rng());
+    sent.push_back(std::move(v));
+  }
+  // Sender thread so large messages do not deadlock on bounded buffers.
+  std::thread sender([&] {
+    for (size_t i = 0; i < sent.size(); ++i)
+      ASSERT_TRUE((*p.client)->Send(static_cast<uint8_t>(i), 3, sent[i]).ok());
+  });
+  Message m;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    ASSERT_TRUE((*p.server)->Receive(&m).ok());
+    EXPECT_EQ(m.type, i);
+    EXPECT_EQ(m.flags, 3);
+    EXPECT_EQ(m.payload, sent[i]);
+  }
+  sender.join();
+  ASSERT_TRUE((*p.server)->Send(9, 0, sent[1]).ok());
+  ASSERT_TRUE((*p.client)->Receive(&m).ok());
+  EXPECT_EQ(m.payload, sent[1]);
+  // Stats count the two handshake messages each way too.
+  EXPECT_EQ((*p.client)->stats().messages_sent, sent.size() + 2);
+  EXPECT_EQ((*p.server)->stats().messages_received, sent.size() + 2);
+}
+
+TEST_P(ConnectionTest, PeerWithoutTheSecretIsRefused) {
+  auto transport = MakeTransport(GetParam());
+  for (const std::string& wrong : {std::string(""), std::string("s3cres"), std::string("x")}) {
+    Pair p = Connect(*transport, GetParam(), Options(wrong, "mallory"), Options("s3cret", "bob"));
+    ASSERT_FALSE(p.client.ok());
+    ASSERT_FALSE(p.server.ok());
+    EXPECT_EQ(p.client.status().code(), StatusCode::kPermissionDenied) << p.client.status().ToString();
+    EXPECT_EQ(p.server.status().code(), StatusCode::kPermissionDenied) << p.server.status().ToString();
+  }
+  // A server without the secret cannot impersonate one either.
+  Pair p = Connect(*transport, GetParam(), Options("s3cret", "alice"), Options("guess", "eve"));
+  ASSERT_FALSE(p.client.ok());
+  EXPECT_EQ(p.client.status().code(), StatusCode::kPermissionDenied);
+}
+
+TEST_P(ConnectionTest, ReservedTypesAndOversizedSendsAreRejected) {
+  auto transport = MakeTransport(GetParam());
+  auto options = Options("k", "a");
+  options.max_message_bytes = 1000;
+  Pair p = Connect(*transport, GetParam(), options, options);
+  ASSERT_TRUE(p.client.ok());
+  std::vector<uint8_t> big(1001);
+  EXPECT_EQ((*p.client)->Send(1, 0, big).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ((*p.client)->Send(0xF1, 0, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*p.client)->Send(1, 0, std::span<const uint8_t>(big).first(1000)).ok());
+}
+
+TEST_P(ConnectionTest, IdleReceiveTimesOutAndStaysUsable) {
+  auto transport = MakeTransport(GetParam());
+  Pair p = Connect(*transport, GetParam(), Options("k", "a"), Options("k", "b"));
+  ASSERT_TRUE(p.client.ok());
+  Message m;
+  EXPECT_EQ((*p.server)->Receive(&m, 0.02).code(), StatusCode::kTimeout);
+  std::vector<uint8_t> v = {1, 2, 3};
+  ASSERT_TRUE((*p.client)->Send(5, 0, v).ok());
+  ASSERT_TRUE((*p.server)->Receive(&m, 5).ok());
+  EXPECT_EQ(m.payload, v);
+  (*p.client)->Close();
+  Status s = (*p.server)->Receive(&m, 5);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_EQ((*p.server)->Receive(&m, 5).code(), StatusCode::kUnavailable);  // sticky
+}
+
+// An authenticated server connection plus the raw client stream behind it,
+// for writing hostile bytes after the handshake.
+struct RawClient {
+  std::unique_ptr<Connection> server;
+  std::unique_ptr<Connection> client;
+  Stream* raw = nullptr;
+};
+
+RawClient ConnectRaw(Transport& transport, Kind kind, const ConnectionOptions& options) {
+  RawClient r;
+  auto listener = transport.Listen(ListenAddress(kind));
+  EXPECT_TRUE(listener.ok());
+  Result<std::unique_ptr<Connection>> server = Status::Internal("unset");
+  std::thread t([&] { server = Connection::Accept(**listener, options, 5); });
+  auto stream = transport.Connect((*listener)->Address(), 5);
+  EXPECT_TRUE(stream.ok());
+  r.raw = stream->get();
+  auto client = Connection::Establish(std::move(*stream), Connection::Role::kClient, options);
+  t.join();
+  EXPECT_TRUE(client.ok() && server.ok());
+  if (client.ok()) r.client = std::move(*client);
+  if (server.ok()) r.server = std::move(*server);
+  return r;
+}
+
+TEST_P(ConnectionTest, HugeDeclaredLengthIsRefusedBeforeAllocation) {
+  auto transport = MakeTransport(GetParam());
+  RawClient r = ConnectRaw(*transport, GetParam(), Options("k", "a"));
+  ASSERT_TRUE(r.server && r.client);
+  uint8_t header[transport::kMessageHeaderBytes];
+  transport::EncodeMessageHeader({1, 0, uint64_t{1} << 40, 0}, header);
+  ASSERT_TRUE(r.raw->Write(header, 5).ok());
+  Message m;
+  Status s = r.server->Receive(&m, 5);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_NE(s.message().find("1099511627776"), std::string::npos);
+  EXPECT_LT(m.payload.capacity(), size_t{1} << 20);
+}
+
+TEST_P(ConnectionTest, TruncatedMessageCostsOnlyWhatArrived) {
+  auto transport = MakeTransport(GetParam());
+  auto options = Options("k", "a");
+  options.max_message_bytes = uint64_t{1} << 30;
+  RawClient r = ConnectRaw(*transport, GetParam(), options);
+  ASSERT_TRUE(r.server && r.client);
+  uint8_t header[transport::kMessageHeaderBytes];
+  transport::EncodeMessageHeader({1, 0, uint64_t{1} << 29, 0}, header);  // declares 512 MiB
+  ASSERT_TRUE(r.raw->Write(header, 5).ok());
+  std::vector<uint8_t> some(5000, 7);
+  ASSERT_TRUE(r.raw->Write(some, 5).ok());
+  r.raw->Close();
+  Message m;
+  Status s = r.server->Receive(&m, 5);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s.ToString();
+  EXPECT_LE(m.payload.capacity(), size_t{256} << 10);
+}
+
+TEST_P(ConnectionTest, RandomBytesAreRejected) {
+  auto transport = MakeTransport(GetParam());
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 6; ++trial) {
+    auto listener = transport->Listen(ListenAddress(GetParam()));
+    ASSERT_TRUE(listener.ok());
+    Result<std::unique_ptr<Connection>> server = Status::Internal("unset");
+    auto options = Options("k", "srv");
+    options.handshake_timeout_seconds = 2;
+    std::thread t([&] { server = Connection::Accept(**listener, options, 5); });
+    auto stream = transport->Connect((*listener)->Address(), 5);
+    ASSERT_TRUE(stream.ok());
+    std::vector<uint8_t> junk(std::uniform_int_distribution<size_t>(1, 4096)(rng));
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    if (trial % 2 == 1) {  // a well-formed header declaring a huge HELLO
+      transport::EncodeMessageHeader({transport::kMsgHello, 0, uint64_t{1} << 40, 0}, junk.data());
+    }
+    (void)(*stream)->Write(junk, 5);
+    (*stream)->Close();
+    t.join();
+    ASSERT_FALSE(server.ok());
+    const StatusCode c = server.status().code();
+    EXPECT_TRUE(c == StatusCode::kCorruption || c == StatusCode::kResourceExhausted ||
+                c == StatusCode::kUnavailable)
+        << server.status().ToString();
+  }
+}
+
+TEST_P(ConnectionTest, InjectedFaultsBecomeClearErrors) {
+  auto base = MakeTransport(GetParam());
+  FaultInjectingTransport faulty(base.get());
+  // Refused connect.
+  FaultPlan refuse;
+  refuse.refuse_connect = true;
+  faulty.SetConnectPlan(refuse);
+  auto refused = Connection::Dial(faulty, ListenAddress(GetParam()), Options("k", "a"));
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(faulty.counters().refused_connects, 1);
+
+  // A corrupted payload byte (after the handshake's bytes) is detected.
+  FaultPlan corrupt;
+  corrupt.corrupt_byte_at = 2000;
+  faulty.SetConnectPlan(corrupt);
+  {
+    Pair p = Connect(faulty, GetParam(), Options("k", "a"), Options("k", "b"));
+    ASSERT_TRUE(p.client.ok() && p.server.ok());
+    std::vector<uint8_t> v(10000, 1);
+    ASSERT_TRUE((*p.client)->Send(1, 0, v).ok());
+    Message m;
+    Status s = (*p.server)->Receive(&m, 5);
+    EXPECT_EQ(s.code(), StatusCode::kCorruption) << s.ToString();
+    EXPECT_EQ(faulty.counters().corruptions, 1);
+  }
+  // A connection dropped mid-message: both sides see Unavailable.
+  FaultPlan drop;
+  drop.drop_after_bytes = 3000;
+  faulty.SetConnectPlan(drop);
+  {
+    Pair p = Connect(faulty, GetParam(), Options("k", "a"), Options("k", "b"));
+    ASSERT_TRUE(p.client.ok() && p.server.ok());
+    std::vector<uint8_t> v(10000, 1);
+    Status sent = (*p.client)->Send(1, 0, v);
+    EXPECT_EQ(sent.code(), StatusCode::kUnavailable) << sent.ToString();
+    Message m;
+    Status s = (*p.server)->Receive(&m, 5);
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    EXPECT_EQ(faulty.counters().drops, 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ConnectionTest,
+                         ::testing::Values(Kind::kLoopback, Kind::kTcp),
+                         [](const auto& info) {
+                           return info.param == Kind::kTcp ? std::string("Tcp")
+                                                           : std::string("Loopback");
+                         });
+
+// A slow consumer (reads delayed and capped through the fault wrapper)
+// bounds how far the sender can run ahead: the loopback pipe holds at most
+// its capacity, so the sender blocks instead of buffering.
+TEST(BackPressureTest, SlowConsumerBlocksTheSender) {
+  constexpr size_t kCapacity = 64 * 1024;
+  constexpr size_t kMessage = 16 * 1024;
+  constexpr int kCount = 48;
+  auto base = MakeTransport(Kind::kLoopback, kCapacity);
+  FaultInjectingTransport faulty(base.get());
+  FaultPlan slow;
+  slow.read_delay_seconds = 0.0005;
+  slow.max_read_bytes = 4096;
+  faulty.SetAcceptPlan(slow);
+  Pair p = Connect(faulty, Kind::kLoopback, Options("k", "a"), Options("k", "b"));
+  ASSERT_TRUE(p.client.ok() && p.server.ok());
+  std::atomic<int> sent{0};
+  std::thread sender([&] {
+    std::vector<uint8_t> v(kMessage, 9);
+    for (int i = 0; i < kCount; ++i) {
+      ASSERT_TRUE((*p.client)->Send(1, 0, v).ok());
+      sent.fetch_add(1);
+    }
+  });
+  Message m;
+  int max_ahead = 0;
+  for (int received = 0; received < kCount; ++received) {
+    max_ahead = std::max(max_ahead, sent.load() - received);
+    ASSERT_TRUE((*p.server)->Receive(&m, 5).ok());
+  }
+  sender.join();
+  // Pipe capacity plus the message being written and the one being read.
+  EXPECT_LE(max_ahead, static_cast<int>(kCapacity / kMessage) + 2);
+}
+
+TEST(TcpTransportTest, AddressesAreValidated) {
+  auto t = NewTcpTransport();
+  EXPECT_EQ(t->Connect("nonsense", 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->Listen("127.0.0.1:99999").status().code(), StatusCode::kInvalidArgument);
+  auto l = t->Listen("127.0.0.1:0");
+  ASSERT_TRUE(l.ok());
+  std::string address = (*l)->Address();
+  (*l)->Close();
+  l->reset();
+  EXPECT_EQ(t->Connect(address, 2).status().code(), StatusCode::kUnavailable);
+  auto v6 = t->Listen("[::1]:0");
+  if (v6.ok()) EXPECT_EQ((*v6)->Address().rfind("[::1]:", 0), 0u);
+}
+
+}  // namespace
+}  // namespace kvserve

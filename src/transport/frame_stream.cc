@@ -1,0 +1,248 @@
+// Copyright kvserve authors. Layer-wise streaming of frames
+// (docs/transport.md §Streaming): FrameSender, its record splitter, and
+// ReceiveFrame.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvserve/transport.h"
+#include "transport/wire.h"
+
+namespace kvserve {
+
+namespace {
+
+// Frame layout constants from docs/format.md §3 and §5 (the transport splits
+// frames without depending on the pipeline library).
+constexpr size_t kFrameFixedHeader = 42;
+constexpr size_t kFrameHeaderChecksum = 8;
+constexpr uint32_t kMaxProfileBytes = 4096;
+constexpr uint32_t kMaxStateBytes = 1u << 20;
+constexpr size_t kRecordHeader = 20;
+constexpr size_t kRecordChecksum = 4;
+constexpr uint8_t kFrameMagic[4] = {'K', 'V', 'S', 'F'};
+
+}  // namespace
+
+// Splits a frame's byte stream into the header and whole records.
+class FrameSender::Splitter final : public ByteSink {
+ public:
+  explicit Splitter(FrameSender* sender) : sender_(sender) {}
+
+  void Reset(uint64_t transfer_id) {
+    transfer_id_ = transfer_id;
+    header_done_ = false;
+    buffer_.clear();
+    failed_ = Status::Ok();
+  }
+
+  Status Append(std::span<const uint8_t> bytes) override {
+    KVSERVE_RETURN_IF_ERROR(failed_);
+    Status s = AppendImpl(bytes);
+    if (!s.ok()) failed_ = s;
+    return s;
+  }
+
+  bool has_partial() const { return !buffer_.empty(); }
+
+ private:
+  Status AppendImpl(std::span<const uint8_t> bytes) {
+    while (!bytes.empty()) {
+      if (buffer_.empty()) {
+        // Fast path: whole units straight from the caller's bytes.
+        KVSERVE_ASSIGN_OR_RETURN(size_t need, UnitSize(bytes));
+        if (need > 0 && bytes.size() >= need) {
+          KVSERVE_RETURN_IF_ERROR(Emit(bytes.first(need)));
+          bytes = bytes.subspan(need);
+          continue;
+        }
+      }
+      // Slow path: accumulate until the unit's size is known and complete.
+      KVSERVE_ASSIGN_OR_RETURN(size_t need, UnitSize(buffer_));
+      size_t want = need > 0 ? need - buffer_.size()
+                             : (header_done_ ? kRecordHeader : kFrameFixedHeader) - buffer_.size();
+      size_t take = std::min(want, bytes.size());
+      buffer_.insert(buffer_.end(), bytes.begin(), bytes.begin() + take);
+      bytes = bytes.subspan(take);
+      KVSERVE_ASSIGN_OR_RETURN(need, UnitSize(buffer_));
+      if (need > 0 && buffer_.size() == need) {
+        KVSERVE_RETURN_IF_ERROR(Emit(buffer_));
+        buffer_.clear();
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Size of the unit (header or record) starting at `prefix`, or 0 when the
+  // prefix is too short to tell.
+  Result<size_t> UnitSize(std::span<const uint8_t> prefix) const {
+    if (!header_done_) {
+      if (prefix.size() < kFrameFixedHeader) return size_t{0};
+      if (!std::equal(kFrameMagic, kFrameMagic + 4, prefix.begin()))
+        return Status::Corruption("frame stream: bad frame magic");
+      uint32_t profile_len = transport::GetU16(prefix.data() + 36);
+      uint32_t state_len = transport::GetU32(prefix.data() + 38);
+      if (profile_len > kMaxProfileBytes || state_len > kMaxStateBytes)
+        return Status::Corruption("frame stream: header lengths out of range");
+      return kFrameFixedHeader + profile_len + state_len + kFrameHeaderChecksum;
+    }
+    if (prefix.size() < kRecordHeader) return size_t{0};
+    uint64_t size = kRecordHeader + uint64_t{transport::GetU32(prefix.data() + 16)} +
+                    kRecordChecksum;
+    if (size > sender_->connection_->options().max_message_bytes)
+      return Status::Corruption("frame stream: record of " + std::to_string(size) +
+                                " bytes exceeds the message limit");
+    return static_cast<size_t>(size);
+  }
+
+  Status Emit(std::span<const uint8_t> unit) {
+    if (!header_done_) {
+      header_done_ = true;
+      return sender_->Begin(transfer_id_, unit);
+    }
+    return sender_->SendRecord(unit);
+  }
+
+  FrameSender* sender_;
+  uint64_t transfer_id_ = 0;
+  bool header_done_ = false;
+  std::vector<uint8_t> buffer_;
+  Status failed_;
+};
+
+FrameSender::FrameSender(Connection* connection)
+    : connection_(connection), splitter_(std::make_unique<Splitter>(this)) {}
+FrameSender::~FrameSender() = default;
+
+Status FrameSender::Begin(uint64_t transfer_id, std::span<const uint8_t> header) {
+  if (open_) return Status::InvalidArgument("FrameSender::Begin: a transfer is open");
+  stats_ = TransferStats{};
+  stats_.transfer_id = transfer_id;
+  begin_time_ = MonotonicSeconds();
+  uint8_t id[8];
+  transport::PutU64(id, transfer_id);
+  std::span<const uint8_t> parts[2] = {std::span<const uint8_t>(id, 8), header};
+  const double start = MonotonicSeconds();
+  KVSERVE_RETURN_IF_ERROR(connection_->SendParts(kMsgFrameBegin, 0, parts));
+  last_write_end_ = MonotonicSeconds();
+  stats_.busy_seconds += last_write_end_ - start;
+  stats_.frame_bytes += header.size();
+  stats_.wire_bytes += transport::kMessageHeaderBytes + 8 + header.size();
+  open_ = true;
+  return Status::Ok();
+}
+
+Status FrameSender::SendRecord(std::span<const uint8_t> record) {
+  if (!open_) return Status::InvalidArgument("FrameSender::SendRecord outside a transfer");
+  const double start = MonotonicSeconds();
+  Status s = connection_->Send(kMsgFrameRecord, 0, record);
+  if (!s.ok()) {
+    open_ = false;
+    return s;
+  }
+  last_write_end_ = MonotonicSeconds();
+  stats_.busy_seconds += last_write_end_ - start;
+  stats_.frame_bytes += record.size();
+  stats_.wire_bytes += transport::kMessageHeaderBytes + record.size();
+  ++stats_.records;
+  return Status::Ok();
+}
+
+Result<TransferStats> FrameSender::Finish() {
+  if (!open_) return Status::InvalidArgument("FrameSender::Finish outside a transfer");
+  open_ = false;
+  if (splitter_->has_partial())
+    return Status::InvalidArgument("FrameSender::Finish: the sink holds an incomplete record");
+  uint8_t end[16];
+  transport::PutU64(end, stats_.records);
+  transport::PutU64(end + 8, stats_.frame_bytes);
+  const double start = MonotonicSeconds();
+  KVSERVE_RETURN_IF_ERROR(connection_->Send(kMsgFrameEnd, 0, std::span<const uint8_t>(end, 16)));
+  stats_.busy_seconds += MonotonicSeconds() - start;
+  stats_.wire_bytes += transport::kMessageHeaderBytes + 16;
+  Message ack;
+  KVSERVE_RETURN_IF_ERROR(connection_->Receive(&ack));
+  const double now = MonotonicSeconds();
+  if (ack.type != kMsgFrameAck)
+    return Status::Corruption("expected a frame ack, got message type " + std::to_string(ack.type));
+  KVSERVE_RETURN_IF_ERROR(transport::DecodeStatus(ack.payload).WithContext(
+      "receiver " + connection_->peer_id() + " rejected transfer " +
+      std::to_string(stats_.transfer_id)));
+  // The drain from the last write to the ack is transfer time too (the
+  // socket buffers emptying), plus about one round trip.
+  stats_.busy_seconds += now - last_write_end_;
+  stats_.elapsed_seconds = now - begin_time_;
+  connection_->ReportGoodput(static_cast<double>(stats_.wire_bytes), stats_.busy_seconds);
+  return stats_;
+}
+
+Status FrameSender::Abort(const Status& reason) {
+  open_ = false;
+  std::vector<uint8_t> payload;
+  transport::EncodeStatus(reason.ok() ? Status::Internal("aborted") : reason, &payload);
+  return connection_->Send(kMsgFrameAbort, 0, payload);
+}
+
+ByteSink& FrameSender::sink(uint64_t transfer_id) {
+  splitter_->Reset(transfer_id);
+  return *splitter_;
+}
+
+bool FrameSender::sink_has_partial() const { return splitter_->has_partial(); }
+
+Result<TransferStats> ReceiveFrame(Connection& connection, const FrameHandler& handler,
+                                   double timeout_seconds) {
+  Message m;
+  KVSERVE_RETURN_IF_ERROR(connection.Receive(&m, timeout_seconds));
+  if (m.type != kMsgFrameBegin || m.payload.size() < 8) {
+    Status s = Status::Corruption("expected a frame begin, got message type " +
+                                  std::to_string(m.type));
+    connection.Fail(s);
+    return s;
+  }
+  const double begin = MonotonicSeconds();
+  TransferStats stats;
+  stats.transfer_id = transport::GetU64(m.payload.data());
+  stats.frame_bytes = m.payload.size() - 8;
+  stats.wire_bytes = transport::kMessageHeaderBytes + m.payload.size();
+  Status verdict = handler.on_header
+                       ? handler.on_header(stats.transfer_id,
+                                           std::span<const uint8_t>(m.payload).subspan(8))
+                       : Status::Ok();
+  for (;;) {
+    KVSERVE_RETURN_IF_ERROR(connection.Receive(&m));
+    stats.wire_bytes += transport::kMessageHeaderBytes + m.payload.size();
+    if (m.type == kMsgFrameRecord) {
+      ++stats.records;
+      stats.frame_bytes += m.payload.size();
+      if (verdict.ok() && handler.on_record) verdict = handler.on_record(m.payload);
+      continue;
+    }
+    if (m.type == kMsgFrameAbort) {
+      return transport::DecodeStatus(m.payload).WithContext("transfer " +
+                                                           std::to_string(stats.transfer_id) +
+                                                           " aborted by sender");
+    }
+    if (m.type == kMsgFrameEnd && m.payload.size() == 16) {
+      uint64_t records = transport::GetU64(m.payload.data());
+      uint64_t bytes = transport::GetU64(m.payload.data() + 8);
+      if (verdict.ok() && (records != stats.records || bytes != stats.frame_bytes))
+        verdict = Status::Corruption("transfer " + std::to_string(stats.transfer_id) +
+                                     ": sender sent " + std::to_string(records) +
+                                     " records, received " + std::to_string(stats.records));
+      std::vector<uint8_t> ack;
+      transport::EncodeStatus(verdict, &ack);
+      KVSERVE_RETURN_IF_ERROR(connection.Send(kMsgFrameAck, 0, ack));
+      stats.elapsed_seconds = MonotonicSeconds() - begin;
+      if (!verdict.ok()) return verdict;
+      return stats;
+    }
+    Status s = Status::Corruption("unexpected message type " + std::to_string(m.type) +
+                                  " inside transfer " + std::to_string(stats.transfer_id));
+    connection.Fail(s);
+    return s;
+  }
+}
+
+}  // namespace kvserve
