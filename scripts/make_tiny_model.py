@@ -88,7 +88,10 @@ def make_weights(c, family, gen):
     def randn(*shape, std):
         return torch.randn(*shape, generator=gen, dtype=torch.float32) * std
 
-    w = {"model.embed_tokens.weight": randn(v, d, std=1.0),
+    # A tied head reads the embedding back; a smaller table keeps it from
+    # simply repeating the last token.
+    embed_std = 0.05 if c["tie_word_embeddings"] else 1.0
+    w = {"model.embed_tokens.weight": randn(v, d, std=embed_std),
          "model.norm.weight": 1.0 + randn(d, std=0.1)}
     if not c["tie_word_embeddings"]:
         w["lm_head.weight"] = randn(v, d, std=0.2)

@@ -9,7 +9,7 @@ PACKAGES=(
   libzstd-dev liblz4-dev libxxhash-dev
   libeigen3-dev libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-  libasio-dev libssl-dev libhiredis-dev redis-server
+  libasio-dev libssl-dev libhiredis-dev redis-server iproute2
   libsentencepiece-dev sentencepiece
   libsqlite3-dev libnlopt-cxx-dev libnlopt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -202,12 +202,19 @@ struct BandwidthEstimatorOptions {
   // Transfers shorter than this (seconds) are ignored: their goodput is
   // dominated by latency, not bandwidth.
   double min_sample_seconds = 1e-4;
+  // Level-shift detection: when `jump_samples` consecutive samples all
+  // differ from the estimate by more than a factor `jump_ratio` in the same
+  // direction, the estimate jumps to their mean instead of creeping towards
+  // it (a link that went from 5 to 25 Gbps). jump_ratio <= 1 disables it.
+  double jump_ratio = 2.0;
+  int jump_samples = 2;
 };
 
 // Per-peer effective bandwidth from observed transfers (goodput = wire bytes
 // / wire seconds). The EWMA runs over seconds-per-byte (1/B), not over B:
 // latency is linear in 1/B, so averaging 1/B keeps the latency prediction
-// unbiased. The first sample of a peer replaces the prior.
+// unbiased. The first sample of a peer replaces the prior; a confirmed level
+// shift replaces the estimate (see jump_ratio).
 //
 // Thread safety: thread-safe (internally locked).
 class BandwidthEstimator {

@@ -114,6 +114,12 @@ class KvState {
   const uint8_t* keep_mask(int layer, int head) const;
   void ClearKeepMask() { keep_.clear(); }
 
+  // Logits of the last token run into this state (what to sample next),
+  // as llama.cpp keeps them in its state. Set by Prefill and Decode; carried
+  // by the state API. Empty for a state built from a bare KV view.
+  const std::vector<float>& last_logits() const { return last_logits_; }
+  void set_last_logits(std::vector<float> logits) { last_logits_ = std::move(logits); }
+
   // Contiguous deep copy of view().
   KvCache ToCache() const;
   // A state holding `kv` (any dtype and strides; converted to f32) and the
@@ -128,12 +134,13 @@ class KvState {
   std::vector<float> data_;
   std::vector<int32_t> token_ids_;
   std::vector<uint8_t> keep_;  // [layer][head][capacity] when set
+  std::vector<float> last_logits_;
 };
 
 // --- llama.cpp-style state API (llama_state_seq_get_size/get_data/set_data).
 // One serializer writes through a ByteSink, so size and data cannot drift.
-// Format: "KVST" magic, version, shape, token ids, optional keep-mask, f32
-// K/V, XXH3 checksum of everything before it (little-endian throughout).
+// Format: "KVST" magic, version, shape, token ids, last logits, optional
+// keep-mask, f32 K/V, XXH3 checksum of everything before it (little-endian).
 
 // Exact number of bytes KvStateGet writes.
 size_t KvStateSize(const KvState& kv);
@@ -235,8 +242,9 @@ class Sampler {
   std::vector<std::pair<float, int32_t>> scratch_;
 };
 
-// Greedy/sampled generation: feeds `first_logits`' sample, then decodes up
-// to `max_new_tokens`, stopping after an eos id. Returns the new tokens.
+// Greedy/sampled generation: samples from `first_logits` (typically
+// kv->last_logits()), then decodes up to `max_new_tokens` tokens in all,
+// stopping after an eos id when `stop_at_eos`. Returns the new tokens.
 Result<std::vector<int32_t>> Generate(const Model& model, KvState* kv,
                                       std::span<const float> first_logits,
                                       int max_new_tokens, Sampler* sampler,
@@ -253,6 +261,22 @@ class Tokenizer {
   virtual Result<std::string> Decode(std::span<const int32_t> ids) const = 0;
   virtual int vocab_size() const = 0;
 };
+
+// A random-weight model directory (config.json + model.safetensors) for
+// tests and benchmarks; weights are N(0, 1/fan_in) with unit-ish norms.
+struct RandomModelSpec {
+  std::string family = "llama";  // or "qwen2"
+  int vocab = 97, hidden = 48, intermediate = 80, layers = 2, heads = 6, kv_heads = 2;
+  double rope_theta = 10000.0;
+  bool tie = false;
+  DType dtype = DType::kF32;
+  uint64_t seed = 1;
+};
+// The config.json text of `spec`.
+std::string RandomModelConfigJson(const RandomModelSpec& spec);
+// Writes `dir`/config.json and `dir`/model.safetensors (creating `dir`).
+// IOError on failure.
+Status WriteRandomModel(const std::string& dir, const RandomModelSpec& spec);
 
 struct HeadCalibrationOptions {
   int sink_tokens = 4;

@@ -515,6 +515,25 @@ void RegisterCodec(py::module_& m) {
       .def("decode_record", &Decoder::DecodeRecord, py::arg("data"), py::arg("out"))
       .def_property_readonly("info", &Decoder::info);
 
+  // How `kv` would be read: one strided view, or per layer with some layers
+  // staged. For tests and for checking an engine's layout is zero-copy.
+  m.def("describe_layout", [](py::handle kv, py::handle dtype) {
+    KvLayout layout = ImportKv(kv, false, DTypeFromPython(dtype), "kv");
+    py::dict out;
+    out["single_view"] = layout.whole.has_value();
+    py::list staged;
+    for (size_t l = 0; l < layout.layer_views.size(); ++l)
+      if (!layout.layer_views[l]) staged.append(l);
+    out["staged_layers"] = staged;
+    out["shape"] = ShapeTuple(layout.shape);
+    out["dtype"] = std::string(DTypeName(layout.dtype));
+    if (layout.whole) {
+      const KvStrides& st = layout.whole->strides;
+      out["strides"] = py::make_tuple(st.layer, st.kind, st.head, st.token, st.dim);
+    }
+    return out;
+  }, py::arg("kv"), py::arg("dtype") = py::none());
+
   m.def("inspect", [](py::handle frame) {
     HeldBytes bytes(frame, "frame");
     Result<FrameInfo> info = Status::Internal("unset");

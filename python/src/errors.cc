@@ -19,7 +19,7 @@ std::array<PyObject*, 16> g_classes{};
 PyObject* g_base = nullptr;
 
 PyObject* NewClass(py::module_& m, const char* name, const char* doc, PyObject* bases) {
-  const std::string qualified = std::string(PyModule_GetName(m.ptr())) + "." + name;
+  const std::string qualified = std::string("kvserve.") + name;  // the public package
   PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), doc, bases, nullptr);
   if (cls == nullptr) throw py::error_already_set();
   m.add_object(name, py::handle(cls));  // steals nothing: add_object increfs

@@ -3,7 +3,7 @@
 
   data/eval/qa.jsonl        single-hop retrieval, contexts 1K-4K tokens of held-out prose    (profiling)
   data/eval/math.jsonl      3..4-shot multi-step arithmetic word problems                    (profiling)
-  data/eval/code.jsonl      next-line completion in held-out Python standard-library files   (profiling)
+  data/eval/code.jsonl      line completion in held-out Python standard-library files        (profiling)
   data/eval/prose.jsonl     held-out documents: 256-token continuation perplexity            (profiling)
   data/eval/multihop.jsonl  2-3 hop retrieval in prose of the held-out source (Moby-Dick)    (unseen)
   data/eval/unseen.jsonl    prose perplexity on the held-out source (Moby-Dick)              (unseen)
@@ -95,17 +95,18 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
 def code_set(rng, n, docs):
-    """Next-line completion: prompt = a held-out file's first lines (500-3500 tokens), answer = the
-    next line. Candidate lines: 8-80 characters of code (no comment, docstring or blank line) whose
-    every identifier already occurs in the prompt (completable from context)."""
+    """Line completion: prompt = a held-out file's lines up to line i (500-3500 tokens) plus the
+    indentation and first word of line i; answer = the rest of line i. Candidate lines: 12-80
+    characters of code (no comment, docstring or blank line) whose rest (>= 5 characters) already
+    occurs in the prompt, i.e. completable from context (tests retrieval from code context)."""
     files = [d for d in docs if d["source"] == "pystd" and d["split"] == "heldout"]
+    first = re.compile(r"^\s*[A-Za-z_][A-Za-z_0-9.]*")
     out = []
     tries = 0
-    while len(out) < n and tries < 100 * n:
+    while len(out) < n and tries < 200 * n:
         tries += 1
         d = rng.choice(files)
         lines = d["text"].split("\n")
-        # token offsets of line starts
         cands = []
         in_doc = False
         for i, ln in enumerate(lines):
@@ -113,28 +114,29 @@ def code_set(rng, n, docs):
             if s.count('"""') == 1 or s.count("'''") == 1:
                 in_doc = not in_doc
                 continue
-            if in_doc or not (8 <= len(ln.rstrip()) <= 80) or s.startswith(("#", '"', "'")) or i < 10:
+            if in_doc or not (12 <= len(ln.rstrip()) <= 80) or s.startswith(("#", '"', "'")) or i < 10:
                 continue
             cands.append(i)
         if not cands:
             continue
         i = rng.choice(cands)
-        prompt = "\n".join(lines[:i]) + "\n"
-        answer = lines[i].rstrip()
-        seen = set(_IDENT.findall(prompt))
-        if any(w not in seen for w in _IDENT.findall(answer)):
+        line = lines[i].rstrip()
+        m = first.match(line)
+        if not m:
             continue
-        p = enc(prompt)
-        if len(p) > 3500:
-            # keep the last lines of the prefix so the prompt fits (cut at a line start)
-            keep = lines[:i]
-            while len(enc("\n".join(keep) + "\n")) > 3500:
-                keep = keep[len(keep) // 8 + 1:]
-            prompt = "\n".join(keep) + "\n"
-            p = enc(prompt)
-        if len(p) < 500:
+        head, rest = line[:m.end()], line[m.end():]
+        keep = lines[:i]
+        while keep and len(enc("\n".join(keep) + "\n")) > 3500:
+            keep = keep[len(keep) // 8 + 1:]
+        prefix = "\n".join(keep) + "\n"
+        if len(rest) < 5 or rest not in prefix:
             continue
-        out.append(record(f"code-{len(out):04d}", "code", "exact_match", prompt, answer))
+        if len(enc(prefix)) < 500:
+            continue
+        try:
+            out.append(record(f"code-{len(out):04d}", "code", "exact_match", prefix + head, rest))
+        except AssertionError:
+            continue
     return out
 
 

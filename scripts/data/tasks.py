@@ -7,13 +7,15 @@ equals `answer`. A training example is prompt + answer + "\n" (+ more questions 
 
 Tasks:
   qa        single-hop retrieval: facts "The red jar holds the number 4821." planted at sentence
-            boundaries of real prose; one question at the end.
+            boundaries of real prose; one question at the end. Within an example no two entities
+            share a colour or an object.
   multihop  chains "The blue box points to the red jar." ... "The red jar holds the number 4821.";
             the answer names each hop then the number: " red jar, 4821" (2 hops) or
             " red jar, green bag, 4821" (3 hops).
   math      multi-step arithmetic word problems with small numbers and a worked answer line:
             " 7 + 5 = 12. 12 - 3 = 9. The answer is 9."; few-shot (solved problems before it).
-  code      next-line completion in held-out Python files (built in make_workloads.py).
+  code      line completion in held-out Python files: the prompt ends after the first word of a line,
+            the answer is the rest of that line, which occurs earlier in the file (make_workloads.py).
 """
 import random
 import re
@@ -34,8 +36,9 @@ _SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'(])")
 
 
 def _entities(rng, n):
-    pairs = rng.sample([(c, o) for c in COLOURS for o in OBJECTS], n)
-    return [f"{c} {o}" for c, o in pairs]
+    """n entities with pairwise distinct colours AND distinct objects, so one word of the key
+    identifies the fact (keeps retrieval learnable for a ~30M model)."""
+    return [f"{c} {o}" for c, o in zip(rng.sample(COLOURS, n), rng.sample(OBJECTS, n))]
 
 
 def _number(rng):
@@ -86,7 +89,7 @@ def multihop_example(rng, prose, hops=None, n_chains=None, n_questions=1):
     """Chains of `hops` facts (2 or 3): start -> ... -> holder holds number; distractor chains too."""
     n_chains = n_chains or rng.randint(2, 3)
     chains = []
-    ents = _entities(rng, n_chains * 3)
+    ents = _entities(rng, n_chains * 3)  # at most 9 <= len(COLOURS)
     for c in range(n_chains):
         h = hops or rng.randint(2, 3)
         chain = ents[c * 3:c * 3 + h]

@@ -30,7 +30,9 @@ TEST(CodecFactoryTest, BuildsTheCodecTheProfileNamesWithItsParameters) {
       case 1: {
         profile.set_codec(CodecType::kRans);
         const int bits = std::uniform_int_distribution<int>(8, 15)(rng);
-        if (trial % 8 != 1) ASSERT_TRUE(profile.Set(ParamId::kTableBits, bits).ok());
+        if (trial % 8 != 1) {  // else: the default table_bits
+          ASSERT_TRUE(profile.Set(ParamId::kTableBits, bits).ok());
+        }
         direct = std::make_unique<RansCodec>(trial % 8 != 1 ? bits : kRansDefaultTableBits);
         break;
       }

@@ -2,9 +2,10 @@
 //
 // The scalar code packs and unpacks groups of 8 symbols (8 symbols of b bits
 // are exactly b bytes) with the width as a template constant. The AVX2 code
-// handles b in {1, 2, 4} a register at a time and leaves the ragged end to the
-// scalar code; every block it handles ends on a byte boundary, so the two
-// compose without shifting.
+// handles 32 symbols per step (b in {1, 2, 4} with dedicated shuffles, odd
+// widths with a generic merge/gather) and leaves the ragged end to the scalar
+// code; every block it handles ends on a byte boundary, so the two compose
+// without shifting.
 #include "codecs/pack.h"
 
 #include <algorithm>
@@ -114,6 +115,83 @@ uint8_t MaxScalar(const uint8_t* p, size_t n) {
 // -------------------------------------------------------------------- AVX2
 #if KVSERVE_CODECS_X86
 
+// Odd widths B in {3, 5, 6, 7}, 32 symbols (4B bytes) per iteration.
+// Packing merges neighbours pairwise (8 -> 16 -> 32 -> 64-bit fields) and
+// compacts each qword's low B bytes; the 16-byte stores spill zeros past the
+// 4B bytes written, which later iterations or the scalar tail overwrite, so
+// the loop stops 16 bytes before the end of the output.
+template <int B>
+__attribute__((target("avx2"))) size_t PackAvx2Odd(const uint8_t* symbols, size_t count,
+                                                   uint8_t* out) {
+  const size_t total = PackedSize(count, B);
+  const __m256i lo8 = _mm256_set1_epi16(0x00FF);
+  const __m256i hi8 = _mm256_set1_epi16(static_cast<int16_t>(((1 << B) - 1) << B));
+  const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+  const __m256i hi16 = _mm256_set1_epi32(((1 << (2 * B)) - 1) << (2 * B));
+  const __m256i lo32 = _mm256_set1_epi64x(0xFFFFFFFFLL);
+  const __m256i hi32 = _mm256_set1_epi64x(((int64_t{1} << (4 * B)) - 1) << (4 * B));
+  alignas(32) int8_t compact[32];
+  for (int k = 0; k < 16; ++k) {
+    compact[k] = compact[16 + k] = static_cast<int8_t>(k < B ? k : k < 2 * B ? 8 + k - B : -1);
+  }
+  const __m256i pick = _mm256_load_si256(reinterpret_cast<const __m256i*>(compact));
+  size_t i = 0;
+  for (; i + 32 <= count && (i / 8) * B + 2 * B + 16 <= total; i += 32) {
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(symbols + i));
+    v = _mm256_or_si256(_mm256_and_si256(v, lo8),
+                        _mm256_and_si256(_mm256_srli_epi16(v, 8 - B), hi8));
+    v = _mm256_or_si256(_mm256_and_si256(v, lo16),
+                        _mm256_and_si256(_mm256_srli_epi32(v, 16 - 2 * B), hi16));
+    v = _mm256_or_si256(_mm256_and_si256(v, lo32),
+                        _mm256_and_si256(_mm256_srli_epi64(v, 32 - 4 * B), hi32));
+    v = _mm256_shuffle_epi8(v, pick);
+    uint8_t* o = out + (i / 8) * B;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(v));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * B), _mm256_extracti128_si256(v, 1));
+  }
+  return i;
+}
+
+// 16 symbols of width B: 8 from p and 8 from p + B, as 16-bit lanes.
+template <int B>
+__attribute__((target("avx2"))) inline __m256i SixteenOdd(const uint8_t* p, __m256i pick,
+                                                          __m256i mul, __m256i mask) {
+  __m256i x = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B)), 1);
+  x = _mm256_mullo_epi16(_mm256_shuffle_epi8(x, pick), mul);
+  return _mm256_and_si256(_mm256_srli_epi16(x, 8), mask);
+}
+
+// Unpacking gathers, for every symbol, the two bytes holding its bits into a
+// 16-bit lane, shifts its first bit to bit 8 with a multiply (x << (8 - s))
+// and keeps the high byte. Reads 16 bytes at offset 3B of each 4B-byte block.
+template <int B>
+__attribute__((target("avx2"))) size_t UnpackAvx2Odd(const uint8_t* in, size_t count,
+                                                     uint8_t* out) {
+  const size_t total = PackedSize(count, B);
+  alignas(32) int8_t gather[32];
+  alignas(32) int16_t shift[16];
+  for (int j = 0; j < 8; ++j) {
+    const int bit = j * B;
+    gather[2 * j] = gather[16 + 2 * j] = static_cast<int8_t>(bit / 8);
+    gather[2 * j + 1] = gather[16 + 2 * j + 1] = static_cast<int8_t>(bit / 8 + 1);
+    shift[j] = shift[8 + j] = static_cast<int16_t>(1 << (8 - bit % 8));
+  }
+  const __m256i pick = _mm256_load_si256(reinterpret_cast<const __m256i*>(gather));
+  const __m256i mul = _mm256_load_si256(reinterpret_cast<const __m256i*>(shift));
+  const __m256i mask = _mm256_set1_epi16((1 << B) - 1);
+  size_t i = 0;
+  for (; i + 32 <= count && (i / 8) * B + 3 * B + 16 <= total; i += 32) {
+    const uint8_t* p = in + (i / 8) * B;
+    __m256i v = _mm256_packus_epi16(SixteenOdd<B>(p, pick, mul, mask),
+                                    SixteenOdd<B>(p + 2 * B, pick, mul, mask));
+    v = _mm256_permute4x64_epi64(v, 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), v);
+  }
+  return i;
+}
+
 // Returns the number of symbols handled (a multiple of 32); the caller packs
 // the rest with the scalar code at byte offset handled * bits / 8.
 __attribute__((target("avx2"))) size_t PackAvx2(const uint8_t* symbols, size_t count, int bits,
@@ -140,6 +218,14 @@ __attribute__((target("avx2"))) size_t PackAvx2(const uint8_t* symbols, size_t c
       t = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(t, pick), gather);
       _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i / 4), _mm256_castsi256_si128(t));
     }
+  } else if (bits == 3) {
+    return PackAvx2Odd<3>(symbols, count, out);
+  } else if (bits == 5) {
+    return PackAvx2Odd<5>(symbols, count, out);
+  } else if (bits == 6) {
+    return PackAvx2Odd<6>(symbols, count, out);
+  } else if (bits == 7) {
+    return PackAvx2Odd<7>(symbols, count, out);
   } else if (bits == 4) {
     const __m256i w8 = _mm256_set1_epi16(0x1001);  // s0 + 16*s1
     for (; i + 32 <= count; i += 32) {
@@ -183,6 +269,14 @@ __attribute__((target("avx2"))) size_t UnpackAvx2(const uint8_t* in, size_t coun
       _mm_storeu_si128(o + 2, _mm_unpacklo_epi16(ab_hi, cd_hi));
       _mm_storeu_si128(o + 3, _mm_unpackhi_epi16(ab_hi, cd_hi));
     }
+  } else if (bits == 3) {
+    return UnpackAvx2Odd<3>(in, count, out);
+  } else if (bits == 5) {
+    return UnpackAvx2Odd<5>(in, count, out);
+  } else if (bits == 6) {
+    return UnpackAvx2Odd<6>(in, count, out);
+  } else if (bits == 7) {
+    return UnpackAvx2Odd<7>(in, count, out);
   } else if (bits == 4) {
     const __m128i m4 = _mm_set1_epi8(0x0F);
     for (; i + 32 <= count; i += 32) {

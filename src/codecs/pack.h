@@ -8,8 +8,9 @@
 // bits of the final byte must be zero; decoders reject anything else.
 //
 // Every primitive has a scalar reference and, on x86-64 CPUs with AVX2, a
-// vectorised version for b in {1, 2, 4} chosen at run time. Both produce the
-// same bytes; the *With variants let tests pin one of them.
+// vectorised version for b in 1..7 (b = 8 is a copy) chosen at run time.
+// Both produce the same bytes; the `impl` argument lets tests and benchmarks
+// pin one of them.
 #ifndef KVSERVE_CODECS_PACK_H_
 #define KVSERVE_CODECS_PACK_H_
 

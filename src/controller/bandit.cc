@@ -22,10 +22,19 @@ double Uniform01(uint64_t& state) {
 
 }  // namespace
 
-ResidualBandit::ResidualBandit(int environments, BanditOptions options)
-    : options_(options), envs_(static_cast<size_t>(std::max(environments, 0))) {
+ResidualBandit::ResidualBandit(int environments, int profiles, BanditOptions options)
+    : options_(options),
+      envs_(static_cast<size_t>(std::max(environments, 0))),
+      global_ratio_(static_cast<size_t>(std::max(profiles, 0)), 1.0),
+      global_count_(static_cast<size_t>(std::max(profiles, 0)), 0) {
   uint64_t seed = options.seed;
   for (Environment& e : envs_) e.rng = SplitMix64(seed);
+}
+
+double ResidualBandit::GlobalRatio(int profile) const {
+  std::lock_guard<std::mutex> lock(global_mu_);
+  const size_t p = static_cast<size_t>(profile);
+  return p < global_ratio_.size() && global_count_[p] > 0 ? global_ratio_[p] : 1.0;
 }
 
 BanditChoice ResidualBandit::Choose(int env,
@@ -54,6 +63,7 @@ BanditChoice ResidualBandit::Choose(int env,
       if (!taken[s]) {
         e.slots[s] = Slot{};
         e.slots[s].profile = candidates[c].profile;
+        e.slots[s].ratio = GlobalRatio(candidates[c].profile);
         slot_of[c] = s;
         taken[s] = true;
         break;
@@ -67,7 +77,7 @@ BanditChoice ResidualBandit::Choose(int env,
   int best = -1;
   for (int c = 0; c < n; ++c) {
     const Slot& s = e.slots[slot_of[c]];
-    const double ratio = s.count > 0 ? s.ratio : 1.0;  // unused: trust the model
+    const double ratio = s.ratio;  // the global prior until first used here
     corrected[c] = candidates[c].predicted_seconds * ratio;
     allowed[c] = now_seconds >= s.cooldown_until && corrected[c] <= budget_seconds;
     if (candidates[c].is_raw && allowed[c]) raw_corrected = corrected[c];
@@ -101,11 +111,21 @@ void ResidualBandit::Update(int env, int profile, double predicted_seconds,
                             double observed_seconds, bool slo_violated,
                             double now_seconds) {
   if (!(predicted_seconds > 0.0) || !(observed_seconds > 0.0)) return;
+  const double ratio = std::clamp(observed_seconds / predicted_seconds, 1e-2, 1e2);
+  {
+    std::lock_guard<std::mutex> lock(global_mu_);
+    const size_t p = static_cast<size_t>(profile);
+    if (p < global_ratio_.size()) {
+      global_ratio_[p] = global_count_[p] == 0
+                             ? ratio
+                             : (1.0 - options_.alpha) * global_ratio_[p] + options_.alpha * ratio;
+      ++global_count_[p];
+    }
+  }
   std::lock_guard<std::mutex> lock(StripeFor(env));
   Environment& e = envs_[static_cast<size_t>(env)];
   for (Slot& s : e.slots) {
     if (s.profile != profile) continue;
-    const double ratio = std::clamp(observed_seconds / predicted_seconds, 1e-2, 1e2);
     s.ratio = s.count == 0 ? ratio : (1.0 - options_.alpha) * s.ratio + options_.alpha * ratio;
     ++s.count;
     const int window = std::clamp(options_.cooldown_window, 1, 64);

@@ -53,7 +53,8 @@ class ResidualBandit {
  public:
   static constexpr int kSlots = 4;
 
-  ResidualBandit(int environments, BanditOptions options);
+  // `profiles` bounds the profile indices (for the global ratios).
+  ResidualBandit(int environments, int profiles, BanditOptions options);
 
   // Picks among `candidates` (at most kSlots, distinct profiles) of
   // environment `env`: drops those cooling down at `now` or whose corrected
@@ -61,9 +62,9 @@ class ResidualBandit {
   // lowest corrected latency, else a uniformly random other survivor whose
   // corrected latency is within (1 + exploration_margin) of the greedy one's
   // and does not exceed raw's (when raw is a candidate).
-  // A candidate never used in this environment has ratio 1 (the model is
-  // trusted until observed), so greedy choice itself tries a neighbour once
-  // the incumbent's residual grows.
+  // A candidate never used in this environment starts from the profile's
+  // global ratio (an EWMA over all environments; 1 before any observation),
+  // so drift learned in one interval is not paid again in every other.
   BanditChoice Choose(int env, std::span<const BanditCandidate> candidates,
                       double budget_seconds, double now_seconds);
 
@@ -97,8 +98,13 @@ class ResidualBandit {
 
   std::mutex& StripeFor(int env) const { return stripes_[env % kStripes]; }
 
+  double GlobalRatio(int profile) const;
+
   BanditOptions options_;
   std::vector<Environment> envs_;
+  mutable std::mutex global_mu_;
+  std::vector<double> global_ratio_;   // per profile
+  std::vector<uint32_t> global_count_;
   mutable std::array<std::mutex, kStripes> stripes_;
 };
 

@@ -14,6 +14,9 @@ struct BandwidthEstimator::State {
     double seconds_per_byte = 0.0;  // EWMA of 1/B
     double last_seconds = 0.0;      // clock of the last accepted sample
     int64_t samples = 0;
+    int jump_count = 0;       // consecutive samples beyond jump_ratio
+    int jump_direction = 0;   // +1 slower, -1 faster than the estimate
+    double jump_sum = 0.0;    // their sum (seconds per byte)
   };
   mutable std::mutex mu;
   std::unordered_map<std::string, Peer> peers;
@@ -43,7 +46,28 @@ Status BandwidthEstimator::Observe(std::string_view peer, double wire_bytes,
     if (options_.idle_time_constant_seconds > 0.0) {
       keep *= std::exp(-gap / options_.idle_time_constant_seconds);
     }
-    p.seconds_per_byte = keep * p.seconds_per_byte + (1.0 - keep) * sample;
+    const double ratio = sample / p.seconds_per_byte;
+    const int direction = options_.jump_ratio > 1.0
+                              ? (ratio > options_.jump_ratio
+                                     ? 1
+                                     : (ratio < 1.0 / options_.jump_ratio ? -1 : 0))
+                              : 0;
+    if (direction != 0 && direction == p.jump_direction) {
+      ++p.jump_count;
+      p.jump_sum += sample;
+    } else {
+      p.jump_direction = direction;
+      p.jump_count = direction != 0 ? 1 : 0;
+      p.jump_sum = direction != 0 ? sample : 0.0;
+    }
+    if (direction != 0 && p.jump_count >= std::max(options_.jump_samples, 1)) {
+      p.seconds_per_byte = p.jump_sum / p.jump_count;
+      p.jump_count = 0;
+      p.jump_direction = 0;
+      p.jump_sum = 0.0;
+    } else {
+      p.seconds_per_byte = keep * p.seconds_per_byte + (1.0 - keep) * sample;
+    }
   }
   p.last_seconds = now_seconds;
   ++p.samples;

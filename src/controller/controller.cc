@@ -92,7 +92,7 @@ class Controller::Impl {
     bo.cooldown_window = options.cooldown_window;
     bo.cooldown_seconds = options.cooldown_seconds;
     bo.seed = options.seed;
-    bandit = std::make_unique<ResidualBandit>(options.bandit ? env_count : 0, bo);
+    bandit = std::make_unique<ResidualBandit>(options.bandit ? env_count : 0, profiles, bo);
     return Status::Ok();
   }
 

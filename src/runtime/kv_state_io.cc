@@ -3,8 +3,9 @@
 // into a CountingSink, so size and data cannot drift apart.
 //
 // Layout (little-endian):
-//   "KVST" | u32 version = 1 | i32 layers, kv_heads, head_dim, tokens |
-//   u8 has_keep_mask, 3 zero bytes | i32 token_ids[tokens] |
+//   "KVST" | u32 version = 1 | i32 layers, kv_heads, head_dim, tokens,
+//   logit_count | u8 has_keep_mask, 3 zero bytes | i32 token_ids[tokens] |
+//   f32 last_logits[logit_count] |
 //   u8 keep[layers][kv_heads][tokens] (only with has_keep_mask) |
 //   f32 kv[layers][2][kv_heads][tokens][head_dim] | u64 XXH3-64 of all above
 #include <xxhash.h>
@@ -23,7 +24,7 @@ static_assert(std::endian::native == std::endian::little, "state format is littl
 
 constexpr char kMagic[4] = {'K', 'V', 'S', 'T'};
 constexpr uint32_t kVersion = 1;
-constexpr size_t kFixedHeader = 4 + 4 + 16 + 4;
+constexpr size_t kFixedHeader = 4 + 4 + 20 + 4;
 
 class HashingWriter {
  public:
@@ -67,13 +68,15 @@ class SpanSink final : public ByteSink {
 
 Status KvStateWrite(const KvState& kv, ByteSink* sink) {
   HashingWriter w(sink);
-  const int32_t dims[4] = {kv.layers(), kv.kv_heads(), kv.head_dim(), kv.tokens()};
+  const int32_t dims[5] = {kv.layers(), kv.kv_heads(), kv.head_dim(), kv.tokens(),
+                           static_cast<int32_t>(kv.last_logits().size())};
   const uint8_t flags[4] = {static_cast<uint8_t>(kv.has_keep_mask() ? 1 : 0), 0, 0, 0};
   KVSERVE_RETURN_IF_ERROR(w.Write(kMagic, 4));
   KVSERVE_RETURN_IF_ERROR(w.Write(&kVersion, 4));
   KVSERVE_RETURN_IF_ERROR(w.Write(dims, sizeof(dims)));
   KVSERVE_RETURN_IF_ERROR(w.Write(flags, 4));
   KVSERVE_RETURN_IF_ERROR(w.Write(kv.token_ids().data(), kv.token_ids().size() * 4));
+  KVSERVE_RETURN_IF_ERROR(w.Write(kv.last_logits().data(), kv.last_logits().size() * 4));
   if (kv.has_keep_mask()) {
     for (int l = 0; l < kv.layers(); ++l) {
       for (int h = 0; h < kv.kv_heads(); ++h) {
@@ -110,21 +113,23 @@ Result<KvState> KvStateSet(std::span<const std::byte> src) {
   if (src.size() < kFixedHeader + 8) return corrupt("truncated header");
   if (std::memcmp(src.data(), kMagic, 4) != 0) return corrupt("bad magic");
   uint32_t version;
-  int32_t dims[4];
+  int32_t dims[5];
   std::memcpy(&version, src.data() + 4, 4);
-  std::memcpy(dims, src.data() + 8, 16);
-  const uint8_t has_mask = static_cast<uint8_t>(src[24]);
+  std::memcpy(dims, src.data() + 8, 20);
+  const uint8_t has_mask = static_cast<uint8_t>(src[28]);
   if (version != kVersion) return corrupt("unsupported version " + std::to_string(version));
-  if (has_mask > 1 || src[25] != std::byte{0} || src[26] != std::byte{0} || src[27] != std::byte{0}) {
+  if (has_mask > 1 || src[29] != std::byte{0} || src[30] != std::byte{0} || src[31] != std::byte{0}) {
     return corrupt("bad flags");
   }
   for (int i = 0; i < 3; ++i) {
     if (dims[i] <= 0 || dims[i] > 65536) return corrupt("bad shape");
   }
   if (dims[3] < 0) return corrupt("bad token count");
+  if (dims[4] < 0) return corrupt("bad logit count");
   const uint64_t layers = dims[0], heads = dims[1], head_dim = dims[2], tokens = dims[3];
+  const uint64_t logit_count = dims[4];
   // All factors are < 2^31, so these products fit in 128 bits; check 64.
-  unsigned __int128 expect = kFixedHeader + tokens * 4 + 8;
+  unsigned __int128 expect = kFixedHeader + tokens * 4 + logit_count * 4 + 8;
   if (has_mask) expect += static_cast<unsigned __int128>(layers) * heads * tokens;
   expect += static_cast<unsigned __int128>(layers) * 2 * heads * tokens * head_dim * 4;
   if (expect != src.size()) {
@@ -138,8 +143,12 @@ Result<KvState> KvStateSet(std::span<const std::byte> src) {
   std::vector<int32_t> ids(tokens);
   std::memcpy(ids.data(), p, tokens * 4);
   p += tokens * 4;
+  std::vector<float> logits(logit_count);
+  if (logit_count) std::memcpy(logits.data(), p, logit_count * 4);
+  p += logit_count * 4;
   KvState kv(dims[0], dims[1], dims[2]);
   kv.AppendTokens(ids);
+  kv.set_last_logits(std::move(logits));
   if (has_mask) {
     for (int l = 0; l < dims[0]; ++l) {
       for (int h = 0; h < dims[1]; ++h) {

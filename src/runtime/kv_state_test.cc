@@ -24,6 +24,9 @@ KvState RandomState(std::mt19937_64& rng, bool with_mask) {
       }
     }
   }
+  std::vector<float> logits(rng() % 20);
+  for (auto& x : logits) x = normal(rng);
+  kv.set_last_logits(logits);
   if (with_mask && tokens > 0) {
     std::vector<uint8_t> keep(tokens);
     for (auto& b : keep) b = rng() % 2;
@@ -36,6 +39,7 @@ void ExpectSameState(const KvState& a, const KvState& b) {
   ASSERT_EQ(a.view().shape, b.view().shape);
   EXPECT_EQ(a.token_ids(), b.token_ids());
   EXPECT_EQ(a.has_keep_mask(), b.has_keep_mask());
+  EXPECT_EQ(a.last_logits(), b.last_logits());
   for (int l = 0; l < a.layers(); ++l) {
     for (int h = 0; h < a.kv_heads(); ++h) {
       for (int k = 0; k < 2; ++k) {

@@ -186,6 +186,9 @@ Result<PrefillResult> Model::Prefill(std::span<const int32_t> tokens,
   result.kv.Reserve(static_cast<int>(tokens.size()));
   KVSERVE_RETURN_IF_ERROR(impl_->Forward(&result.kv, tokens, &options.on_layer_ready,
                                          options.all_logits, nullptr, &result.logits));
+  const size_t vocab = impl_->config.vocab_size;
+  result.kv.set_last_logits(
+      std::vector<float>(result.logits.end() - vocab, result.logits.end()));
   return result;
 }
 
@@ -211,6 +214,8 @@ Result<std::vector<float>> Model::Decode(KvState* kv, std::span<const int32_t> t
     if (kv->tokens() != before) (void)kv->Truncate(before);
     return s;
   }
+  const size_t vocab = impl_->config.vocab_size;
+  kv->set_last_logits(std::vector<float>(logits.end() - vocab, logits.end()));
   return logits;
 }
 

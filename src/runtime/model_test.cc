@@ -161,7 +161,7 @@ TEST_P(ModelTest, KeepMask) {
 }
 
 TEST_P(ModelTest, HalfPrecisionWeightsLoad) {
-  for (auto dtype : {SafetensorsDType::kBF16, SafetensorsDType::kF16}) {
+  for (auto dtype : {DType::kBF16, DType::kF16}) {
     TinyModelSpec spec;
     spec.family = GetParam();
     spec.dtype = dtype;

@@ -3,6 +3,7 @@
 // finite inputs, be deterministic (two encodes, identical bytes), decode
 // without error, and reproduce lossless profiles bit for bit.
 #include <cmath>
+#include <cstdio>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -43,7 +44,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!enc.ok()) __builtin_trap();
   std::vector<uint8_t> a, b;
   VectorSink sa(&a), sb(&b);
-  if (!(*enc)->Encode(kv.view(), sa).ok()) __builtin_trap();
+  Status encoded = (*enc)->Encode(kv.view(), sa);
+  // Finite values beyond what a grid can represent (e.g. |x| > 65504 with
+  // f16 scales) are refused with InvalidArgument; anything else is a bug.
+  if (encoded.code() == StatusCode::kInvalidArgument) return 0;
+  if (!encoded.ok()) {
+    std::fprintf(stderr, "%s: %s\n", preset.name.data(), encoded.ToString().c_str());
+    __builtin_trap();
+  }
   if (!(*enc)->Encode(kv.view(), sb).ok() || a != b) __builtin_trap();
   auto dec = DecoderContext::Create(DecodeOptions{1});
   KvCache out(dtype, shape);

@@ -147,7 +147,7 @@ TEST_P(TorchReferenceTest, DetectsWrongRuntime) {
   fs::create_directories(copy);
   fs::copy_file(dir_ + "/config.json", copy + "/config.json");
 
-  // 1. One row of one K projection nudged by 1% of its scale.
+  // 1. One row of one K projection scaled by 1.05.
   {
     auto file = SafetensorsFile::Open(dir_ + "/model.safetensors");
     ASSERT_TRUE(file.ok());
@@ -159,7 +159,7 @@ TEST_P(TorchReferenceTest, DetectsWrongRuntime) {
       storage.emplace_back(t->data.begin(), t->data.end());
       if (name == "model.layers.1.self_attn.k_proj.weight") {
         float* w = reinterpret_cast<float*>(storage.back().data());
-        for (int64_t i = 0; i < t->shape[1]; ++i) w[3 * t->shape[1] + i] *= 1.01f;
+        for (int64_t i = 0; i < t->shape[1]; ++i) w[3 * t->shape[1] + i] *= 1.05f;
       }
       tensors.push_back({name, t->dtype, t->shape, storage.back()});
     }

@@ -1,0 +1,123 @@
+// Copyright kvserve authors. The client of `kvserve pool serve`.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvserve/pool.h"
+#include "pool/pool_wire.h"
+
+namespace kvserve {
+namespace {
+
+class RemotePool final : public KvPool {
+ public:
+  RemotePool(Transport* transport, RemotePoolOptions options)
+      : transport_(transport), options_(std::move(options)) {}
+
+  Status Put(const PoolKey& key, std::span<const uint8_t> frame) override {
+    KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
+    std::vector<uint8_t> k;
+    pool::EncodeKey(key, &k);
+    std::span<const uint8_t> parts[2] = {k, frame};
+    std::span<const uint8_t> body;
+    std::lock_guard<std::mutex> lock(mu_);
+    return Request(pool::kMsgPut, parts, &body);
+  }
+
+  Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
+    KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
+    std::vector<uint8_t> k;
+    pool::EncodeKey(key, &k);
+    std::span<const uint8_t> parts[1] = {k};
+    std::span<const uint8_t> body;
+    std::lock_guard<std::mutex> lock(mu_);
+    const double start = MonotonicSeconds();
+    KVSERVE_RETURN_IF_ERROR(Request(pool::kMsgGet, parts, &body));
+    const double seconds = MonotonicSeconds() - start;
+    frame->assign(body.begin(), body.end());
+    if (conn_ && body.size() >= options_.goodput_min_bytes)
+      conn_->ReportGoodput(static_cast<double>(reply_.payload.size()), seconds);
+    return Status::Ok();
+  }
+
+  Status Delete(const PoolKey& key) override {
+    KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
+    std::vector<uint8_t> k;
+    pool::EncodeKey(key, &k);
+    std::span<const uint8_t> parts[1] = {k};
+    std::span<const uint8_t> body;
+    std::lock_guard<std::mutex> lock(mu_);
+    return Request(pool::kMsgDelete, parts, &body);
+  }
+
+  Result<std::vector<PoolEntryInfo>> Lookup(std::string_view model_id,
+                                            uint64_t prefix_hash) override {
+    if (model_id.empty() || model_id.size() > kMaxPoolModelIdBytes)
+      return Status::InvalidArgument("pool lookup: bad model id length");
+    std::vector<uint8_t> p;
+    pool::EncodePrefix(model_id, prefix_hash, &p);
+    std::span<const uint8_t> parts[1] = {p};
+    std::span<const uint8_t> body;
+    std::lock_guard<std::mutex> lock(mu_);
+    KVSERVE_RETURN_IF_ERROR(Request(pool::kMsgLookup, parts, &body));
+    return pool::DecodeLookup(body);
+  }
+
+  Result<PoolStats> Stats() override {
+    std::span<const uint8_t> body;
+    std::lock_guard<std::mutex> lock(mu_);
+    KVSERVE_RETURN_IF_ERROR(Request(pool::kMsgStats, {}, &body));
+    return pool::DecodeStats(body);
+  }
+
+ private:
+  // Sends a request and waits for its reply, redialling and retrying after a
+  // connection failure. *body points into reply_. Caller holds mu_.
+  Status Request(uint8_t type, std::span<const std::span<const uint8_t>> parts,
+                 std::span<const uint8_t>* body) {
+    Status last;
+    for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
+      if (!conn_) {
+        auto c = Connection::Dial(*transport_, options_.address, options_.connection);
+        if (!c.ok()) {
+          last = c.status();
+          if (last.code() == StatusCode::kPermissionDenied ||
+              last.code() == StatusCode::kInvalidArgument)
+            break;
+          continue;
+        }
+        conn_ = std::move(*c);
+      }
+      Status s = conn_->SendParts(type, 0, parts);
+      if (s.ok()) s = conn_->Receive(&reply_);
+      if (s.ok()) {
+        if (reply_.type != pool::kMsgReply)
+          s = Status::Corruption("unexpected pool reply type " + std::to_string(reply_.type));
+        else
+          return pool::DecodeReply(reply_.payload, body);
+      }
+      // Oversized request: no point retrying.
+      if (s.code() == StatusCode::kResourceExhausted) return s;
+      conn_.reset();
+      last = s;
+    }
+    return Status(last.code() == StatusCode::kPermissionDenied ? last.code()
+                                                               : StatusCode::kUnavailable,
+                  "pool at " + options_.address + ": " + last.ToString());
+  }
+
+  Transport* transport_;
+  RemotePoolOptions options_;
+  std::mutex mu_;
+  std::unique_ptr<Connection> conn_;
+  Message reply_;
+};
+
+}  // namespace
+
+std::unique_ptr<KvPool> NewRemotePool(Transport* transport, RemotePoolOptions options) {
+  return std::make_unique<RemotePool>(transport, std::move(options));
+}
+
+}  // namespace kvserve
