@@ -416,6 +416,7 @@ struct PolicyResult {
   double regret_seconds = 0.0;  // mean latency minus the oracle's
   int64_t slo_violations = 0;
   int64_t slower_than_raw = 0;
+  double worst_vs_raw = 0.0;     // max over requests of latency / raw - 1
   int64_t floor_violations = 0;  // requests served below their quality floor
   int64_t requests = 0;
   std::vector<double> latency_seconds;  // per request, in arrival order

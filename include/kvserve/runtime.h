@@ -278,6 +278,11 @@ std::string RandomModelConfigJson(const RandomModelSpec& spec);
 // IOError on failure.
 Status WriteRandomModel(const std::string& dir, const RandomModelSpec& spec);
 
+// Benchmark helpers: the fp32 GEMM rate (GFLOP/s, best of `repeats`) of the
+// BLAS the runtime uses, on n x n x n products; and that BLAS's description.
+double MeasureSgemmGflops(int n, int repeats);
+std::string BlasDescription();
+
 struct HeadCalibrationOptions {
   int sink_tokens = 4;
   int recent_tokens = 64;

@@ -196,8 +196,8 @@ struct ConnectionOptions {
   double shape_bytes_per_second = 0.0;
   // Token bucket depth in bytes; 0 = max(16 KiB, 2 ms at the rate).
   double shape_burst_bytes = 0.0;
-  // Receives goodput samples (FrameSender transfers and users calling
-  // ReportGoodput). May be empty.
+  // Receives goodput samples: FrameSender transfers, large RemotePool Gets,
+  // and users calling ReportGoodput (docs/transport.md §5). May be empty.
   GoodputCallback goodput;
 };
 

@@ -156,9 +156,12 @@ class Decoder(_kvserve.Decoder):
 
     def decode(self, frame: Any, out: Any = None, keep_mask: bool = False,
                framework: Optional[str] = None) -> Any:
+        dtype = None
         if out is None:
             out = empty_like_frame(self.header(frame), framework=framework)
-        mask = super().decode(frame, out, keep_mask)
+        if str(getattr(out, "dtype", "")) in ("uint16", "int16"):  # numpy bf16 bits
+            dtype = self.header(frame).dtype
+        mask = super().decode(frame, out, keep_mask, dtype)
         return (out, mask) if keep_mask else out
 
 

@@ -325,9 +325,9 @@ class Decoder {
     return context_->info();
   }
 
-  py::object Decode(py::handle frame, py::handle out, bool keep_mask) {
+  py::object Decode(py::handle frame, py::handle out, bool keep_mask, py::handle dtype) {
     HeldBytes bytes(frame, "frame");
-    KvLayout layout = ImportKv(out, /*writable=*/true, std::nullopt, "out");
+    KvLayout layout = ImportKv(out, /*writable=*/true, DTypeFromPython(dtype), "out");
     std::vector<uint8_t> mask;
     Status status;
     if (layout.whole) {
@@ -510,7 +510,8 @@ void RegisterCodec(py::module_& m) {
   py::class_<Decoder>(m, "Decoder")
       .def(py::init<int>(), py::arg("threads") = 0)
       .def("header", &Decoder::Header, py::arg("frame"))
-      .def("decode", &Decoder::Decode, py::arg("frame"), py::arg("out"), py::arg("keep_mask") = false)
+      .def("decode", &Decoder::Decode, py::arg("frame"), py::arg("out"), py::arg("keep_mask") = false,
+           py::arg("dtype") = py::none())
       .def("start", &Decoder::Start, py::arg("data"))
       .def("decode_record", &Decoder::DecodeRecord, py::arg("data"), py::arg("out"))
       .def_property_readonly("info", &Decoder::info);

@@ -105,7 +105,7 @@ class ZeroCopyTest(unittest.TestCase):
         self.assertEqual(layout["strides"], tuple(s // 2 for s in kv.strides))
 
     def test_no_copy_of_the_input(self):
-        # 96 MiB of f16; a copy would show as >= 96 MiB of extra peak memory.
+        # 48 MiB of f16; a copy would show as >= 48 MiB of extra peak memory.
         shape = (8, 4, 3072, 128)
         kv = kvserve.synthesize_kv(shape, dtype="f16", seed=9)
         view = kv[:, :, :, :, :]  # a view, same memory

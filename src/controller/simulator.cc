@@ -79,7 +79,10 @@ PolicyResult Summarise(std::string name, std::vector<double> latency,
     const SimulatedWorkload& w = options.workloads[requests[i].workload];
     sum += latency[i];
     if (latency[i] > w.slo_seconds) ++r.slo_violations;
-    if (!raw.empty() && latency[i] > raw[i] * (1.0 + options.raw_tolerance)) ++r.slower_than_raw;
+    if (!raw.empty()) {
+      if (latency[i] > raw[i] * (1.0 + options.raw_tolerance)) ++r.slower_than_raw;
+      r.worst_vs_raw = std::max(r.worst_vs_raw, latency[i] / raw[i] - 1.0);
+    }
     if (table.Quality(chosen[i], requests[i].table_workload) < w.quality_min) ++r.floor_violations;
   }
   r.mean_seconds = latency.empty() ? 0.0 : sum / static_cast<double>(latency.size());

@@ -52,3 +52,8 @@ std::string BlasDescription() {
 }
 
 }  // namespace kvserve::runtime
+
+namespace kvserve {
+double MeasureSgemmGflops(int n, int repeats) { return runtime::MeasureSgemmGflops(n, repeats); }
+std::string BlasDescription() { return runtime::BlasDescription(); }
+}  // namespace kvserve

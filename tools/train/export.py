@@ -62,3 +62,40 @@ def save_hf(model, out_dir, dtype=torch.bfloat16, shard_bytes=14_500_000):
     json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False},
               open(os.path.join(out_dir, "generation_config.json"), "w"), indent=1)
     return [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)]
+
+
+def read_safetensors(path):
+    """{name: torch tensor} from one .safetensors file (BF16/F16/F32)."""
+    import numpy as np
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, m in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = m["data_offsets"]
+        buf = raw[base + a:base + b]
+        if m["dtype"] == "BF16":
+            t = torch.from_numpy((np.frombuffer(buf, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).copy())
+        elif m["dtype"] == "F16":
+            t = torch.from_numpy(np.frombuffer(buf, dtype=np.float16).astype(np.float32))
+        else:
+            t = torch.from_numpy(np.frombuffer(buf, dtype=np.float32).copy())
+        out[name] = t.reshape(m["shape"])
+    return out
+
+
+def load_model(model_dir):
+    """Our Qwen2 module (float32) from an HF-layout directory written by save_hf."""
+    import glob
+    from model import Config, Qwen2
+    cfgj = json.load(open(os.path.join(model_dir, "config.json")))
+    m = Qwen2(Config(**{k: cfgj[k] for k in Config.__dataclass_fields__}))
+    sd = {}
+    for f in sorted(glob.glob(os.path.join(model_dir, "*.safetensors"))):
+        sd.update(read_safetensors(f))
+    missing, unexpected = m.load_state_dict(sd, strict=False)
+    assert not unexpected and all(k.startswith("rope_") for k in missing), (missing, unexpected)
+    return m.eval()

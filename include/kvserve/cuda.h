@@ -1,0 +1,168 @@
+// Copyright kvserve authors. The CUDA backend: device-resident encoding and
+// decoding of KV caches into frames that are byte-identical to the CPU
+// reference's (docs/format.md; docs/cuda.md has the design and the limits).
+//
+// Everything here is stream-ordered. The caller owns every device buffer:
+// the KV cache (a KvView / MutableKvView whose `data` is a device pointer),
+// the frame buffer, and a workspace whose size is queried up front. No call
+// below allocates device memory, and no call synchronises with the host
+// except the ones whose contract says so (Create, Check). Errors found by
+// kernels (a non-finite KV value, a corrupt frame) are recorded in the
+// workspace and reported by Check, which synchronises the stream.
+//
+// What runs on the GPU: every transform (identity, delta, hadamard, affine),
+// every quantizer mode (uniform, kivi, layermix, mixhq, tokenmix, duo, raw),
+// the pack and rans codecs, record assembly and the XXH3 record checksums.
+// Not supported (NotSupported from Create): the zstd and lz4 codecs, and
+// head_dim other than 32, 64, 128 or 256.
+//
+// Thread safety: an Encoder or Decoder is not thread-safe; use one per
+// stream. Different objects may be used concurrently.
+#ifndef KVSERVE_CUDA_H_
+#define KVSERVE_CUDA_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvserve/codec.h"
+#include "kvserve/kv.h"
+#include "kvserve/profile.h"
+#include "kvserve/status.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*; no CUDA header needed here.
+
+namespace kvserve::cuda {
+
+using Stream = CUstream_st*;
+
+// True when the CUDA runtime reports at least one device. Never fails.
+bool Available();
+// Name of device 0 ("NVIDIA H200"), or "" when none.
+std::string DeviceName();
+
+// Why a profile/shape cannot run on the GPU: OK when it can; NotSupported
+// naming the reason (zstd/lz4 codec, head_dim) otherwise; InvalidArgument
+// when the profile or shape is invalid for the CPU encoder too.
+Status CheckSupported(const Profile& profile, const KvShape& shape);
+
+// Encodes caches of one (profile, shape, dtype) into frames. The plan (chunk
+// records, segment layout, frame header) is built once by Create; Encode and
+// the layer entry points only launch kernels.
+class Encoder {
+ public:
+  // Builds the plan and uploads it (this call synchronises: it allocates the
+  // plan's device tables and pinned header bytes). `head_scores` is required
+  // for mixhq and duo, exactly as for the CPU encoder. NotSupported when
+  // CheckSupported fails.
+  static Result<std::unique_ptr<Encoder>> Create(const Profile& profile, const KvShape& shape,
+                                                 DType dtype,
+                                                 const HeadScores* head_scores = nullptr);
+  virtual ~Encoder() = default;
+
+  // Bytes of device workspace Encode and the layer entry points need; the
+  // pointer passed must be 256-byte aligned (cudaMalloc's are).
+  virtual uint64_t WorkspaceBytes() const = 0;
+  // An upper bound on the frame size: the frame buffer must hold this many
+  // bytes. For pack profiles it is the exact size.
+  virtual uint64_t MaxFrameBytes() const = 0;
+  // True when the frame size is known without encoding (pack codec).
+  virtual bool FrameSizeIsStatic() const = 0;
+  // Bytes of the frame header (the records start there).
+  virtual uint64_t HeaderBytes() const = 0;
+
+  // Encodes the whole cache `kv` (device pointer, any strides, the shape and
+  // dtype given to Create) into `frame` (device, MaxFrameBytes() capacity).
+  // The frame's size is written to the device word `frame_bytes` (may be
+  // null). Stream-ordered; returns InvalidArgument for mismatched arguments
+  // and the launch error if a launch fails. Value errors (non-finite input)
+  // surface through Check.
+  virtual Status Encode(const KvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
+                        Stream stream) = 0;
+
+  // Layer-at-a-time encoding, for overlapping with prefill: Begin writes the
+  // frame header; EncodeLayer(l) encodes the records of layer l, reading only
+  // layer l of `kv`; layers must come in order 0, 1, ..., layers-1 (the
+  // record offsets of a rans frame depend on the layers before); Finish
+  // writes the frame size to `frame_bytes`. The bytes equal Encode's. The
+  // same workspace and frame must be passed to every call of one frame.
+  virtual Status Begin(void* workspace, uint8_t* frame, Stream stream) = 0;
+  virtual Status EncodeLayer(int layer, const KvView& kv, void* workspace, uint8_t* frame,
+                             Stream stream) = 0;
+  virtual Status Finish(void* workspace, uint64_t* frame_bytes, Stream stream) = 0;
+
+  // Synchronises `stream` and returns the first error the kernels recorded
+  // in `workspace` since the last Encode/Begin (OK if none), and resets it.
+  virtual Status Check(void* workspace, Stream stream) = 0;
+
+  virtual const Profile& profile() const = 0;
+};
+
+// Decodes frames of one header (profile, shape, dtype, quantizer state).
+class Decoder {
+ public:
+  // Parses and verifies the frame header at the front of `header` (host
+  // bytes; the header is small and the receiver holds it before the records
+  // arrive) and builds the decode plan (synchronises, as Encoder::Create).
+  // Corruption for a bad header; NotSupported as CheckSupported.
+  static Result<std::unique_ptr<Decoder>> Create(std::span<const uint8_t> header);
+  virtual ~Decoder() = default;
+
+  virtual uint64_t WorkspaceBytes() const = 0;
+  virtual uint64_t HeaderBytes() const = 0;
+  virtual const FrameInfo& info() const = 0;
+
+  // Decodes the frame `frame` (device pointer, 16-byte aligned, `frame_bytes`
+  // long; records in any order) into `out` (device pointer, any strides, the
+  // frame's shape and dtype). `keep_mask`, if non-null, is a device array of
+  // layers*2*kv_heads*tokens bytes ([layer][kind][head][token]) that receives
+  // 0 for pruned tokens and 1 otherwise. Stream-ordered; corruption surfaces
+  // through Check (out is then unspecified).
+  virtual Status Decode(const uint8_t* frame, uint64_t frame_bytes, const MutableKvView& out,
+                        uint8_t* keep_mask, void* workspace, Stream stream) = 0;
+
+  // As Encoder::Check.
+  virtual Status Check(void* workspace, Stream stream) = 0;
+};
+
+// One row of the benchmark table (docs/benchmarks.md "CUDA (H200)").
+struct BenchRow {
+  std::string preset;     // preset name or spec
+  std::string stage;      // "pipeline", or a stage name for per-stage rows
+  int tokens = 0;
+  uint64_t input_bytes = 0;   // logical bytes of the cache
+  uint64_t frame_bytes = 0;
+  double encode_us = 0;       // median
+  double decode_us = 0;       // median
+  double encode_gbps = 0;     // input_bytes / encode time
+  double decode_gbps = 0;
+  double sp_gbps = 0;         // 1 / (1/enc + 1/dec)
+  double ratio = 0;           // input / frame
+  bool ok = true;             // GPU frame == CPU frame where checked
+  std::string note;
+};
+
+struct BenchOptions {
+  std::vector<std::string> presets;  // empty: every GPU-supported preset
+  std::vector<int> tokens = {1024, 8192, 32768};
+  int layers = 32, kv_heads = 8, head_dim = 128;  // Llama-3.1-8B
+  DType dtype = DType::kBF16;
+  int repeats = 20;
+  bool stages = true;          // per-stage rows for the headline profiles
+  bool verify_with_cpu = true; // compare GPU frame bytes with the CPU encoder (1K tokens)
+};
+
+// Runs the H200 benchmark: a synthetic Llama-shaped cache per token count,
+// every preset encoded and decoded on device 0, timed with CUDA events
+// (median of `repeats`), plus a "d2d-copy" yardstick row (cudaMemcpy
+// device-to-device of the cache, reported as bytes copied / time). Returns
+// the rows; NotSupported when no GPU is present.
+Result<std::vector<BenchRow>> RunBench(const BenchOptions& options);
+// The rows as a Markdown table (the format docs/benchmarks.md records).
+std::string FormatBenchTable(const std::vector<BenchRow>& rows);
+
+}  // namespace kvserve::cuda
+
+#endif  // KVSERVE_CUDA_H_

@@ -1,0 +1,347 @@
+// Copyright kvserve authors. BuildPlan: the CPU reference's chunk plan and
+// quantizer run plans (src/pipeline/frame_format.cc, src/quantizers/*),
+// flattened into descriptor tables for the kernels.
+#include "cuda/plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "pipeline/frame_format.h"
+#include "pipeline/stages.h"
+#include "quantizers/quantizers.h"
+#include "transforms/hadamard.h"
+
+namespace kvserve::cuda {
+namespace {
+
+uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+struct RunSpec {
+  int begin, end, levels;
+};
+
+// The runs of one head of a coded chunk, exactly as the CPU quantizer's
+// PlanChunk (src/quantizers/*_quantizer.cc) lists them.
+struct ModePlan {
+  QuantAxis axis;
+  int group;
+};
+
+ModePlan AxisFor(const Profile& p, int kind) {
+  const int group = static_cast<int>(p.Get(ParamId::kGroup));
+  const bool key = kind == 0;
+  switch (p.quantizer()) {
+    case QuantizerType::kUniform:
+    case QuantizerType::kLayerMix:
+      return {static_cast<QuantAxis>(p.Get(key ? ParamId::kAxisKey : ParamId::kAxisValue)), group};
+    case QuantizerType::kKivi:
+    case QuantizerType::kMixHQ:
+      return key ? ModePlan{QuantAxis::kChannel, group} : ModePlan{QuantAxis::kToken, 0};
+    default:
+      return {QuantAxis::kToken, group};
+  }
+}
+
+void HeadRuns(const Profile& p, const KvShape& shape, std::span<const uint8_t> state, int layer,
+              int kind, int head, int token_begin, int tokens, std::vector<RunSpec>* out) {
+  out->clear();
+  auto get = [&](ParamId id) { return static_cast<int>(p.Get(id)); };
+  const bool key = kind == 0;
+  const int kind_levels = key ? quantizers::LevelsFor(get(ParamId::kBitsKey), get(ParamId::kLevelsKey))
+                              : quantizers::LevelsFor(get(ParamId::kBitsValue), get(ParamId::kLevelsValue));
+  auto append = [&](auto levels_of) {
+    int begin = 0, levels = levels_of(0);
+    for (int t = 1; t <= tokens; ++t) {
+      const int l = t < tokens ? levels_of(t) : -1;
+      if (l != levels) {
+        out->push_back({begin, t, levels});
+        begin = t;
+        levels = l;
+      }
+    }
+  };
+  const int64_t recent_begin = int64_t{shape.tokens} - get(ParamId::kRecent);
+  const int sinks = get(ParamId::kSinks);
+  switch (p.quantizer()) {
+    case QuantizerType::kUniform:
+    case QuantizerType::kKivi:
+      out->push_back({0, tokens, kind_levels});
+      return;
+    case QuantizerType::kLayerMix:
+      out->push_back({0, tokens, 1 << quantizers::LayerMixBits(get(ParamId::kBitsFirst),
+                                                               get(ParamId::kBitsLast), layer,
+                                                               shape.layers)});
+      return;
+    case QuantizerType::kMixHQ:
+      out->push_back({0, tokens, 1 << state[static_cast<size_t>(layer) * shape.kv_heads + head]});
+      return;
+    case QuantizerType::kTokenMix: {
+      const int high = 1 << get(ParamId::kBitsHigh), low = 1 << get(ParamId::kBitsLow);
+      append([&](int t) {
+        const int64_t abs = int64_t{token_begin} + t;
+        return (abs < sinks || abs >= recent_begin) ? high : low;
+      });
+      return;
+    }
+    case QuantizerType::kDuo: {
+      const bool keep_all = state[static_cast<size_t>(layer) * shape.kv_heads + head] != 0;
+      append([&](int t) {
+        const int64_t abs = int64_t{token_begin} + t;
+        return (keep_all || abs < sinks || abs >= recent_begin) ? kind_levels : 0;
+      });
+      return;
+    }
+    case QuantizerType::kRaw:
+      return;
+  }
+}
+
+}  // namespace
+
+Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype,
+                       std::span<const uint8_t> state, bool for_decode) {
+  KVSERVE_RETURN_IF_ERROR(profile.Validate());
+  if (profile.codec() != CodecType::kPack && profile.codec() != CodecType::kRans)
+    return Status::NotSupported("the CUDA backend runs the pack and rans codecs only, not " +
+                                std::string(CodecName(profile.codec())));
+  const int D = shape.head_dim;
+  if (D != 32 && D != 64 && D != 128 && D != 256)
+    return Status::NotSupported("the CUDA backend needs head_dim 32, 64, 128 or 256, got " +
+                                std::to_string(D));
+  if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.tokens <= 0 ||
+      static_cast<uint32_t>(shape.layers) > pipeline::kMaxLayers ||
+      static_cast<uint32_t>(shape.kv_heads) > pipeline::kMaxKvHeads ||
+      static_cast<uint32_t>(shape.tokens) > pipeline::kMaxTokens)
+    return Status::InvalidArgument("KV shape outside the frame format's limits");
+
+  // The CPU quantizer validates the config against the shape and the state,
+  // and defines coded_tokens.
+  auto quantizer = pipeline::CreateQuantizerForDecode(profile, shape, state);
+  if (!quantizer.ok()) return quantizer.status();
+
+  Plan plan;
+  plan.profile = profile;
+  plan.shape = shape;
+  plan.dtype = dtype;
+  plan.state.assign(state.begin(), state.end());
+  const int chunk = static_cast<int>(profile.Get(ParamId::kChunkTokens));
+  const int coded = std::clamp((*quantizer)->CodedTokens(shape.tokens), 0, shape.tokens);
+  plan.coded_tokens = coded;
+  const int es = static_cast<int>(DTypeSize(dtype));
+  const bool f32_scale = profile.Get(ParamId::kScaleDType) == static_cast<int64_t>(ScaleDType::kF32);
+  const bool sym = profile.Get(ParamId::kSymmetric) != 0;
+  const uint32_t param_bytes_per_group = (sym ? 1u : 2u) * (f32_scale ? 4u : 2u);
+  const bool rans = profile.codec() == CodecType::kRans;
+  const bool affine = profile.transform() == TransformType::kAffine;
+
+  FrameConsts& c = plan.consts;
+  c.layers = shape.layers;
+  c.kv_heads = shape.kv_heads;
+  c.tokens = shape.tokens;
+  c.head_dim = D;
+  c.dtype = static_cast<int>(dtype);
+  c.elem_bytes = es;
+  c.transform = static_cast<int>(profile.transform());
+  c.anchor = profile.transform() == TransformType::kDelta ? static_cast<int>(profile.Get(ParamId::kAnchor)) : 0;
+  c.symmetric = sym ? 1 : 0;
+  c.scale_f32 = f32_scale ? 1 : 0;
+  c.codec = static_cast<int>(profile.codec());
+  c.table_bits = static_cast<int>(profile.Get(ParamId::kTableBits));
+  c.chunk_tokens = chunk;
+  c.coded_tokens = coded;
+  c.sign_words = (D + 63) / 64;
+  c.hadamard_scale = transforms::HadamardScale(D);
+
+  if (profile.transform() == TransformType::kHadamard) {
+    const uint64_t seed = static_cast<uint64_t>(profile.Get(ParamId::kSeed));
+    plan.sign_words.reserve(static_cast<size_t>(shape.layers) * 2 * shape.kv_heads * c.sign_words);
+    for (int l = 0; l < shape.layers; ++l)
+      for (int k = 0; k < 2; ++k)
+        for (int h = 0; h < shape.kv_heads; ++h)
+          for (int w = 0; w < c.sign_words; ++w)
+            plan.sign_words.push_back(transforms::HadamardSignWord(
+                seed, l, k == 0 ? KvKind::kKey : KvKind::kValue, h, w));
+  }
+
+  // Frame header, as the CPU encoder writes it.
+  pipeline::FrameHeader header;
+  header.dtype = dtype;
+  header.shape = shape;
+  header.chunk_tokens = static_cast<uint32_t>(chunk);
+  header.coded_tokens = static_cast<uint32_t>(coded);
+  const std::vector<pipeline::ChunkSlot> slots = pipeline::PlanChunks(shape, chunk, coded);
+  header.record_count = static_cast<uint32_t>(slots.size());
+  header.profile_spec = profile.ToString();
+  header.state = plan.state;
+  pipeline::WriteFrameHeader(header, &plan.header);
+
+  std::vector<RunSpec> head_runs;
+  uint64_t sym_ws = 0, slot_ws = 0, params_ws = 0, affine_ws = 0;
+  uint64_t offset = plan.header.size();
+  uint64_t max_offset = plan.header.size();
+  const int64_t per_layer = slots.size() / shape.layers;
+  for (size_t r = 0; r < slots.size(); ++r) {
+    const pipeline::ChunkSlot& slot = slots[r];
+    if (static_cast<int64_t>(r) % per_layer == 0) {
+      plan.layer_records.push_back(static_cast<int64_t>(r));
+      plan.layer_segments.push_back(static_cast<int64_t>(plan.segments.size()));
+      plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
+      plan.layer_raw_tiles.push_back(static_cast<int64_t>(plan.raw_tiles.size()));
+    }
+    RecordDesc rec{};
+    rec.type = static_cast<uint8_t>(slot.type);
+    rec.kind = static_cast<uint8_t>(slot.kind);
+    rec.layer = slot.layer;
+    rec.token_begin = slot.token_begin;
+    rec.tokens = slot.tokens;
+    rec.first_segment = static_cast<int32_t>(plan.segments.size());
+    uint64_t coded_static = 0, coded_max = 0;
+    if (slot.type == pipeline::RecordType::kRaw) {
+      rec.first_run = -1;
+      rec.num_runs = 0;
+      rec.num_segments = 1;
+      rec.static_bytes = 20 + 10 + 4;
+      SegmentDesc seg{};
+      seg.record = static_cast<int32_t>(r);
+      seg.run = -1;
+      seg.levels = 256;
+      seg.bits = 8;
+      seg.count = static_cast<uint64_t>(shape.kv_heads) * slot.tokens * D * es;
+      seg.packed_bytes = seg.count;
+      seg.hdr_rel = 20;
+      seg.index_in_record = 0;
+      if (rans) {
+        seg.sym_ws = sym_ws;
+        sym_ws = AlignUp(sym_ws + seg.count, 16);
+        seg.slot_ws = slot_ws;
+        slot_ws = AlignUp(slot_ws + 1 + seg.packed_bytes, 16);
+      }
+      coded_static += seg.packed_bytes;
+      coded_max += seg.packed_bytes + (rans ? 1 : 0);
+      plan.total_symbols += seg.count;
+      plan.segments.push_back(seg);
+      for (int h = 0; h < shape.kv_heads; ++h)
+        for (int t = 0; t < slot.tokens; t += kTileRows)
+          plan.raw_tiles.push_back({static_cast<int32_t>(r), h, t, std::min(t + kTileRows, slot.tokens)});
+    } else {
+      const ModePlan mp = AxisFor(profile, slot.kind);
+      rec.first_run = static_cast<int32_t>(plan.runs.size());
+      rec.side_bytes = affine ? static_cast<uint32_t>(8 * shape.kv_heads * D) : 0;
+      uint32_t params_rel = 0;
+      std::vector<SegmentDesc> segs;
+      for (int h = 0; h < shape.kv_heads; ++h) {
+        HeadRuns(profile, shape, state, slot.layer, slot.kind, h, slot.token_begin, slot.tokens,
+                 &head_runs);
+        for (const RunSpec& rs : head_runs) {
+          RunDesc run{};
+          run.record = static_cast<int32_t>(r);
+          run.head = h;
+          run.begin = rs.begin;
+          run.tokens = rs.end - rs.begin;
+          run.levels = rs.levels;
+          run.bits = rs.levels > 0 ? pipeline::BitsForLevels(rs.levels) : 0;
+          run.axis = static_cast<int32_t>(mp.axis);
+          if (mp.axis == QuantAxis::kToken) {
+            run.group = (mp.group == 0 || mp.group >= D) ? D : mp.group;
+            run.ngroups = run.tokens * (D / run.group);
+          } else {
+            run.group = mp.group == 0 ? run.tokens : mp.group;
+            run.ngroups = (run.tokens + run.group - 1) / run.group * D;
+          }
+          run.params_rel = params_rel;
+          run.segment = -1;
+          const int run_index = static_cast<int>(plan.runs.size());
+          if (rs.levels > 0) {
+            params_rel += static_cast<uint32_t>(run.ngroups) * param_bytes_per_group;
+            SegmentDesc seg{};
+            seg.record = static_cast<int32_t>(r);
+            seg.run = run_index;
+            seg.levels = rs.levels;
+            seg.bits = run.bits;
+            seg.count = static_cast<uint64_t>(run.tokens) * D;
+            seg.packed_bytes = (seg.count * run.bits + 7) / 8;
+            seg.index_in_record = static_cast<uint32_t>(segs.size());
+            run.segment = rec.first_segment + static_cast<int32_t>(segs.size());
+            if (rans) {
+              seg.sym_ws = sym_ws;
+              sym_ws = AlignUp(sym_ws + seg.count, 16);
+              seg.slot_ws = slot_ws;
+              slot_ws = AlignUp(slot_ws + 1 + seg.packed_bytes, 16);
+            }
+            coded_static += seg.packed_bytes;
+            coded_max += seg.packed_bytes + (rans ? 1 : 0);
+            plan.total_symbols += seg.count;
+            segs.push_back(seg);
+          }
+          // Tiles: one token group per tile on the channel axis, kTileRows
+          // rows on the token axis (and for pruned runs).
+          const int rows = (rs.levels > 0 && mp.axis == QuantAxis::kChannel) ? run.group : kTileRows;
+          for (int t = 0; t < run.tokens; t += rows)
+            plan.tiles.push_back({run_index, h, t, std::min(t + rows, run.tokens)});
+          plan.runs.push_back(run);
+        }
+      }
+      rec.num_runs = static_cast<int32_t>(plan.runs.size()) - rec.first_run;
+      rec.num_segments = static_cast<uint16_t>(segs.size());
+      rec.params_bytes = params_rel;
+      const uint32_t body_static = 4 + rec.side_bytes + 4 + rec.params_bytes + 2;
+      for (SegmentDesc& s : segs) s.hdr_rel = 20 + body_static + 10 * s.index_in_record;
+      rec.static_bytes = 20 + body_static + 10 * rec.num_segments + 4;
+      if (rans) {
+        rec.params_ws = params_ws;
+        params_ws = AlignUp(params_ws + rec.side_bytes + rec.params_bytes, 16);
+      }
+      if (affine) {
+        rec.affine_ws = affine_ws;
+        affine_ws += static_cast<uint64_t>(8) * shape.kv_heads * D;  // 2*H*D f32
+      }
+      plan.segments.insert(plan.segments.end(), segs.begin(), segs.end());
+    }
+    rec.static_offset = offset;
+    // Static segment offsets (exact for pack).
+    uint64_t prior = 0;
+    for (int s = rec.first_segment; s < rec.first_segment + rec.num_segments; ++s) {
+      SegmentDesc& seg = plan.segments[s];
+      seg.static_coded_offset = offset + seg.hdr_rel + 10 + prior;
+      prior += seg.packed_bytes;
+    }
+    offset += rec.static_bytes + coded_static;
+    max_offset += rec.static_bytes + coded_max;
+    plan.records.push_back(rec);
+  }
+  plan.layer_records.push_back(static_cast<int64_t>(plan.records.size()));
+  plan.layer_segments.push_back(static_cast<int64_t>(plan.segments.size()));
+  plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
+  plan.layer_raw_tiles.push_back(static_cast<int64_t>(plan.raw_tiles.size()));
+  plan.static_sizes = !rans;
+  plan.direct = !rans;
+  plan.static_frame_bytes = offset;
+  plan.max_frame_bytes = rans ? max_offset : offset;
+
+  // Workspace.
+  WorkspaceLayout& ws = plan.ws;
+  const uint64_t S = plan.segments.size(), R = plan.records.size();
+  uint64_t at = 0;
+  ws.error = at;
+  at += kWsAlign;
+  ws.seg_len = at;
+  at = AlignUp(at + 4 * S, kWsAlign);
+  ws.seg_off = at;
+  at = AlignUp(at + 8 * S, kWsAlign);
+  ws.rec_off = at;
+  at = AlignUp(at + 8 * R, kWsAlign);
+  ws.rec_aux = at;
+  at = AlignUp(at + (for_decode ? 16 * R : 0), kWsAlign);
+  ws.symbols = at;
+  at = AlignUp(at + (rans ? sym_ws : 0), kWsAlign);
+  ws.slots = at;
+  at = AlignUp(at + (rans && !for_decode ? slot_ws : 0), kWsAlign);
+  ws.params = at;
+  at = AlignUp(at + (rans && !for_decode ? params_ws : 0), kWsAlign);
+  ws.affine = at;
+  at = AlignUp(at + (affine && !for_decode ? affine_ws : 0), kWsAlign);
+  ws.total = at;
+  return plan;
+}
+
+}  // namespace kvserve::cuda

@@ -1,0 +1,147 @@
+// Copyright kvserve authors. The frame plan the CUDA kernels execute: plain
+// descriptor tables, built once on the host from (profile, shape, dtype,
+// quantizer state) by BuildPlan and uploaded to the device. Everything a
+// frame's layout depends on except codec output sizes is fixed here, so the
+// kernels only compute values. Internal; shared by .cc and .cu files.
+//
+// Order: records in plan order (format.md §4, layer-major); each coded
+// record's runs by head, then token; codec segments = the non-pruned runs of
+// coded records and the single segment of each raw record, in record order.
+// So the records, runs, segments and tiles of one layer are contiguous.
+#ifndef KVSERVE_CUDA_PLAN_H_
+#define KVSERVE_CUDA_PLAN_H_
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvserve/codec.h"
+#include "kvserve/kv.h"
+#include "kvserve/profile.h"
+#include "kvserve/status.h"
+
+namespace kvserve::cuda {
+
+inline constexpr int kTileRows = 32;  // token-axis tile height (rows per block)
+inline constexpr uint64_t kWsAlign = 256;
+
+struct RecordDesc {
+  uint8_t type;             // 1 coded, 2 raw
+  uint8_t kind;             // 0 K, 1 V
+  uint16_t num_segments;    // codec segments in the record
+  int32_t layer;
+  int32_t token_begin;      // absolute
+  int32_t tokens;
+  int32_t first_run;        // coded: first run index; raw: -1
+  int32_t num_runs;
+  int32_t first_segment;
+  uint32_t side_bytes;      // affine: 8 * heads * head_dim, else 0
+  uint32_t params_bytes;
+  uint32_t static_bytes;    // record size with every coded_len = 0
+  uint32_t pad0;
+  uint64_t static_offset;   // frame offset when every size is static (pack)
+  uint64_t params_ws;       // workspace offset of side + params (staged path)
+  uint64_t affine_ws;       // workspace offset of f32 shift[H][D], scale[H][D]
+};
+
+struct RunDesc {
+  int32_t record;
+  int32_t head;
+  int32_t begin;            // chunk-relative first token
+  int32_t tokens;
+  int32_t levels;           // 0 = pruned
+  int32_t bits;             // BitsForLevels(levels)
+  int32_t axis;             // QuantAxis: 0 token, 1 channel
+  int32_t group;            // effective: token axis channels/group, channel axis tokens/group
+  int32_t ngroups;
+  uint32_t params_rel;      // offset of the run's scales within the record's params
+  int32_t segment;          // codec segment, -1 when pruned
+  int32_t pad0;
+};
+
+struct SegmentDesc {
+  int32_t record;
+  int32_t run;              // -1 for a raw record's segment
+  int32_t levels;
+  int32_t bits;
+  uint64_t count;           // symbols
+  uint64_t packed_bytes;    // ceil(count * bits / 8)
+  uint64_t sym_ws;          // workspace offset of its u8 symbols (staged path)
+  uint64_t slot_ws;         // workspace offset of its coded slot (rans), 1 + packed_bytes long
+  uint32_t hdr_rel;         // segment header offset in its record if earlier coded_len were 0
+  uint32_t index_in_record;
+  uint64_t static_coded_offset;  // frame offset of its coded bytes when sizes are static
+};
+
+// A block's share of a run (coded) or of one head of a raw record.
+struct TileDesc {
+  int32_t run;              // coded tiles: run index; raw tiles: record index
+  int32_t head;             // raw tiles only
+  int32_t row_begin;        // run-relative (coded) / record-relative (raw)
+  int32_t row_end;
+};
+
+// Per-frame constants, passed to kernels by value.
+struct FrameConsts {
+  int32_t layers, kv_heads, tokens, head_dim;
+  int32_t dtype;            // DType
+  int32_t elem_bytes;
+  int32_t transform;        // TransformType
+  int32_t anchor;           // delta: effective anchor interval (0 = chunk)
+  int32_t symmetric;
+  int32_t scale_f32;        // 0 f16, 1 f32
+  int32_t codec;            // CodecType (pack or rans)
+  int32_t table_bits;
+  int32_t chunk_tokens;
+  int32_t coded_tokens;
+  int32_t sign_words;       // hadamard: u64 sign words per (layer, kind, head)
+  float hadamard_scale;
+};
+
+// Workspace layout (offsets from the workspace base).
+struct WorkspaceLayout {
+  uint64_t error = 0;       // 64 bytes: code, index, detail, flags; + running total
+  uint64_t seg_len = 0;     // u32 per segment: coded_len (rans)
+  uint64_t seg_off = 0;     // u64 per segment: encode: coded start in ws; decode: frame offset
+  uint64_t rec_off = 0;     // u64 per record: frame offset
+  uint64_t rec_aux = 0;     // decode: u64 per record x2: side / params frame offsets
+  uint64_t symbols = 0;     // u8 symbols
+  uint64_t slots = 0;       // rans coded slots (encode)
+  uint64_t params = 0;      // side + params staging (encode, rans)
+  uint64_t affine = 0;      // f32 affine side values (encode)
+  uint64_t total = 0;
+};
+
+struct Plan {
+  FrameConsts consts{};
+  Profile profile;
+  KvShape shape;
+  DType dtype = DType::kBF16;
+  int coded_tokens = 0;
+  std::vector<uint8_t> header;          // serialized frame header incl. checksum
+  std::vector<uint8_t> state;           // quantizer state
+  std::vector<RecordDesc> records;
+  std::vector<RunDesc> runs;
+  std::vector<SegmentDesc> segments;
+  std::vector<TileDesc> tiles;          // coded tiles, incl. pruned runs
+  std::vector<TileDesc> raw_tiles;
+  std::vector<uint64_t> sign_words;     // [layer][kind][head][word]
+  // Per layer: [begin, end) indices into records/runs/segments/tiles/raw_tiles.
+  std::vector<int64_t> layer_records, layer_segments, layer_tiles, layer_raw_tiles;
+  bool static_sizes = false;            // pack codec: every offset known here
+  bool direct = false;                  // pack: kernels write codes into the frame
+  uint64_t static_frame_bytes = 0;      // valid when static_sizes
+  uint64_t max_frame_bytes = 0;
+  uint64_t total_symbols = 0;
+  WorkspaceLayout ws;
+};
+
+// Builds the plan. `state` is the quantizer state (mixhq bits / duo flags),
+// empty for other modes. For `for_decode` the workspace layout is the
+// decoder's. NotSupported for codecs/shapes the GPU does not run.
+Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype,
+                       std::span<const uint8_t> state, bool for_decode);
+
+}  // namespace kvserve::cuda
+
+#endif  // KVSERVE_CUDA_PLAN_H_
