@@ -219,8 +219,10 @@ int RunBench(const PoolArgs& a) {
   };
   if (a.json) {
     fmt::print("{{\"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, \"put_gbps\": {:.4f}, "
-               "\"get_gbps\": {:.4f}}}\n",
-               value.size(), a.count, a.shape_gbps, median(put_gbps), median(get_gbps));
+               "\"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, \"get_gbps_max\": {:.4f}}}\n",
+               value.size(), a.count, a.shape_gbps, median(put_gbps), median(get_gbps),
+               *std::max_element(put_gbps.begin(), put_gbps.end()),
+               *std::max_element(get_gbps.begin(), get_gbps.end()));
   } else {
     fmt::print("put_gbps {:.4f}\nget_gbps {:.4f}\n", median(put_gbps), median(get_gbps));
   }

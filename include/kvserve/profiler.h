@@ -1,0 +1,421 @@
+// Copyright kvserve authors. The offline profiler (paper §5.2): which
+// compression profiles maximise the compression ratio under a quality floor
+// for a workload, found with few evaluations of the expensive quality black
+// box, and distilled into the profile tables the online controller reads.
+//
+// Parts, each in its own file under src/profiler/:
+//   StrategySpace      the candidate profiles, from a JSON file
+//                      (configs/strategy_space.json; docs/profiling.md §Space).
+//   Evaluator          quality of a profile on one workload (the black box).
+//   CodecMeter         compression ratio and codec throughput (cheap: encode a
+//                      cached KV cache).
+//   ResultsDb          SQLite store of every evaluation, so a run resumes
+//                      after an interruption and never pays twice.
+//   Searcher           Bayesian engine (Alg. 1), random and exhaustive search
+//                      behind one interface.
+//   Pareto / tables    the non-dominated set in (quality up, CR up, codec
+//                      seconds per byte down) -> controller profile tables.
+//   GroundTruth        a recorded table of every configuration of a space with
+//                      its quality and codec metrics, for ablations and tests.
+//
+// Quality numbers carry their provenance: an Evaluator says whether it is a
+// proxy (e.g. reconstruction fidelity of a synthetic KV cache) or a task
+// metric, and the proxy label travels into the results database, the ground
+// truth files and the reports. Proxy numbers are never task quality.
+//
+// Errors: every fallible function returns Status or Result<T>; nothing throws
+// across this API. Thread safety is stated per class.
+#ifndef KVSERVE_PROFILER_H_
+#define KVSERVE_PROFILER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvserve/codec.h"
+#include "kvserve/controller.h"
+#include "kvserve/kv.h"
+#include "kvserve/profile.h"
+#include "kvserve/status.h"
+
+namespace kvserve {
+
+// ---------------------------------------------------------------------------
+// Strategy space.
+
+// A finite set of valid, distinct profiles. JSON format (docs/profiling.md):
+//   {"format": "kvserve-strategy-space", "version": 1,
+//    "transforms": {"identity": {}, "hadamard": {"seed": [7]}, ...},
+//    "quantizers": {"kivi": {"k": [2, 3, 4], "group": {"min": 32, "max": 128,
+//                            "pow2": true}, "transforms": ["identity", ...],
+//                            "codecs": [...]}, ...},
+//    "codecs": {"pack": {}, "rans": {"table": [12]}, ...},
+//    "pipeline": {"chunk": [256]},
+//    "include": ["kivi-2", "cachegen", ...]}
+// The space is the Cartesian product, per quantizer, of its transforms
+// (default: all listed), its parameter grids, its codecs (default: all) and
+// the pipeline grid, minus combinations Profile::Validate() rejects, plus the
+// "include" specs/presets. A parameter listed under a component applies only
+// when that component is chosen (conditional parameters). Numeric values are
+// a list of integers (words for axis_k/axis_v/scale) or {"min","max"} with
+// "step" or "pow2": true. Every value must lie inside the parameter's bounds
+// (AllParams()) and the parameter must apply to the component
+// (ParamApplies()); otherwise InvalidArgument naming the component and key.
+//
+// Thread safety: immutable after construction.
+class StrategySpace {
+ public:
+  static Result<StrategySpace> FromJson(std::string_view json);
+  // Reads and parses `path`. IOError when it cannot be read.
+  static Result<StrategySpace> Load(const std::string& path);
+  // A space of explicit profiles (tests, ad-hoc lists). InvalidArgument if
+  // one is invalid; duplicates are dropped.
+  static Result<StrategySpace> FromProfiles(std::vector<Profile> profiles);
+
+  const std::vector<Profile>& profiles() const { return profiles_; }
+  int size() const { return static_cast<int>(profiles_.size()); }
+  // Index of the profile equal to `profile`, or -1.
+  int IndexOf(const Profile& profile) const;
+  // Combinations of the product rejected by Profile::Validate().
+  int rejected() const { return rejected_; }
+
+ private:
+  std::vector<Profile> profiles_;
+  int rejected_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Measurements.
+
+// Cheap per-profile metrics, measured by encoding (and decoding) a KV cache.
+struct CodecMetrics {
+  double compression_ratio = 1.0;                // logical bytes / frame bytes
+  double encode_bytes_per_second = 0.0;          // over logical (uncompressed) bytes
+  double decode_bytes_per_second = 0.0;
+  double overhead_seconds = 0.0;                 // fixed per-request cost t0; 0 = not measured
+  // 1/s_p = 1/s_enc + 1/s_dec (round-trip codec seconds per byte).
+  double CodecSecondsPerByte() const {
+    return 1.0 / encode_bytes_per_second + 1.0 / decode_bytes_per_second;
+  }
+};
+
+// Quality of one profile on one workload, relative to uncompressed (1 =
+// indistinguishable), with a 95% confidence half-width (0 when exact).
+struct QualityEstimate {
+  double quality = 0.0;
+  double ci_half_width = 0.0;
+  int samples = 0;
+};
+
+// The expensive black box: quality of a profile on one workload and sample
+// set. Implementations: the task evaluator (quality issue), the
+// reconstruction proxy (MakeReconstructionProxyEvaluator), a recorded ground
+// truth (GroundTruth::MakeEvaluator), a database cache (MakeCachingEvaluator).
+// Thread safety: not required; the searchers call it from one thread.
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  // Identity stored with every result, e.g. "proxy:reconstruction-snr".
+  // Results of different evaluators are never mixed.
+  virtual std::string name() const = 0;
+  // True when quality is a proxy rather than a task metric.
+  virtual bool is_proxy() const = 0;
+  // Quality of `profile`. Errors are propagated by the searchers unchanged.
+  virtual Result<QualityEstimate> Evaluate(const Profile& profile) = 0;
+};
+
+// Measures CodecMetrics of a profile. Not thread-safe.
+class CodecMeter {
+ public:
+  virtual ~CodecMeter() = default;
+  virtual Result<CodecMetrics> Measure(const Profile& profile) = 0;
+};
+
+// The label every proxy quality number carries.
+inline constexpr std::string_view kReconstructionProxyLabel =
+    "proxy: reconstruction SNR, not task accuracy";
+
+// Encoding, decoding and reconstruction error of one profile on a KV cache.
+struct KvMeasurement {
+  CodecMetrics codec;
+  // Proxy quality: 1 - NMSE, NMSE = ||x - x'||^2 / ||x||^2 per K and V,
+  // averaged over K and V, clamped to [0, 1]. Pruned tokens count as zeros.
+  // This is kReconstructionProxyLabel, not task quality.
+  double proxy_quality = 0.0;
+  double snr_db = 0.0;  // -10 log10(mean NMSE)
+};
+
+// Encodes `kv` with `profile` (threads = 1, `repeats` timed runs, fastest
+// kept), decodes it and compares. `head_scores` is required by mixhq and duo.
+// InvalidArgument for an invalid profile; errors of the codec otherwise.
+Result<KvMeasurement> MeasureOnKv(const Profile& profile, const KvView& kv,
+                                  const HeadScores* head_scores, int repeats = 1);
+
+// A CodecMeter and a proxy Evaluator on one cached KV cache. The caller
+// keeps `kv` (and `head_scores`) alive for the object's lifetime.
+std::unique_ptr<CodecMeter> MakeKvCodecMeter(const KvView& kv, const HeadScores* head_scores,
+                                             int repeats = 1);
+std::unique_ptr<Evaluator> MakeReconstructionProxyEvaluator(const KvView& kv,
+                                                            const HeadScores* head_scores);
+
+// Synthetic KV variants that stand in for workloads until real KV dumps and
+// the task evaluator exist: "synth-smooth" (strongly correlated tokens, few
+// outliers), "synth-outlier" (weak correlation, heavy key outliers),
+// "synth-unseen" (a third mix, never profiled). NotFound for other names.
+Result<SynthOptions> SynthWorkloadOptions(std::string_view workload);
+std::vector<std::string> SynthWorkloadNames();
+
+// ---------------------------------------------------------------------------
+// Results database.
+
+// Key of one evaluation. `evaluator` keeps proxy and task numbers apart.
+struct EvaluationKey {
+  std::string model;       // model directory or name
+  std::string workload;
+  std::string spec;        // canonical profile spec
+  std::string sample_set;  // e.g. "seed=1,n=100" or a KV file digest
+  std::string evaluator;   // Evaluator::name()
+};
+
+struct EvaluationRecord {
+  EvaluationKey key;
+  std::optional<QualityEstimate> quality;
+  std::optional<CodecMetrics> codec;
+};
+
+// SQLite store of evaluations (one row per key). Each Put commits on its own,
+// so a run killed at any point keeps everything it finished. Not thread-safe;
+// one object per thread (SQLite handles concurrent processes).
+class ResultsDb {
+ public:
+  // Opens or creates the database at `path` (":memory:" for a private one).
+  // IOError when it cannot be opened; Corruption when it is not ours.
+  static Result<std::unique_ptr<ResultsDb>> Open(const std::string& path);
+  ~ResultsDb();
+  ResultsDb(const ResultsDb&) = delete;
+  ResultsDb& operator=(const ResultsDb&) = delete;
+
+  // Stores the quality (codec) half of a row, keeping the other half.
+  [[nodiscard]] Status PutQuality(const EvaluationKey& key, const QualityEstimate& quality);
+  [[nodiscard]] Status PutCodec(const EvaluationKey& key, const CodecMetrics& codec);
+  // The row for `key`; NotFound when absent.
+  Result<EvaluationRecord> Get(const EvaluationKey& key);
+  // Every row with this model, workload, sample set and evaluator (spec
+  // ignored), in insertion order.
+  Result<std::vector<EvaluationRecord>> List(const EvaluationKey& scope);
+
+ private:
+  struct Impl;
+  explicit ResultsDb(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Wraps `inner`: returns a stored quality for (scope + spec) when the
+// database has one, else calls `inner` and stores the result before
+// returning it. scope.spec and scope.evaluator are ignored (the evaluator
+// name is inner's). `reused` (optional) counts the calls answered from the
+// database. `db` and `inner` must outlive the wrapper.
+std::unique_ptr<Evaluator> MakeCachingEvaluator(Evaluator* inner, ResultsDb* db,
+                                                EvaluationKey scope, int* reused = nullptr);
+
+// ---------------------------------------------------------------------------
+// Search.
+
+// One candidate: a profile of the space with its cheap metrics.
+struct Candidate {
+  Profile profile;
+  CodecMetrics codec;
+};
+
+struct SearchProblem {
+  std::vector<Candidate> candidates;
+  double quality_min = 0.97;  // feasible iff quality >= quality_min
+  int budget = 80;            // maximum evaluations
+  uint64_t seed = 1;
+};
+
+struct Observation {
+  int candidate = 0;  // index into SearchProblem::candidates
+  QualityEstimate quality;
+  bool feasible = false;
+};
+
+struct SearchProgress {
+  int iteration = 0;                // evaluations so far (1-based after the first)
+  int candidate = 0;                // just evaluated
+  double quality = 0.0;
+  bool feasible = false;
+  double best_feasible_cr = 0.0;    // 0 until something is feasible
+  int remaining = 0;                // candidates neither evaluated nor pruned
+};
+using ProgressFn = std::function<void(const SearchProgress&)>;
+
+struct SearchTrace {
+  std::vector<Observation> observations;  // in evaluation order
+  int best_feasible = -1;  // candidate index of the max-CR feasible observation, or -1
+  std::string stop_reason; // "budget", "space exhausted", "early stop: ..."
+  // Candidates feasible in the trace (the paper's F), by candidate index.
+  std::vector<int> Feasible() const;
+};
+
+// Search strategies behind one interface. Deterministic: the same problem
+// (including seed) and the same evaluator answers give the same trace.
+class Searcher {
+ public:
+  virtual ~Searcher() = default;
+  virtual std::string name() const = 0;
+  // Runs until the budget, an exhausted space or an early stop. Returns the
+  // evaluator's first error, InvalidArgument for an empty problem.
+  virtual Result<SearchTrace> Search(const SearchProblem& problem, Evaluator& evaluator,
+                                     const ProgressFn& progress = {}) = 0;
+};
+
+enum class ExplorationSchedule : uint8_t {
+  kDecay = 0,     // lambda_t = lambda0 * decay^t (the paper)
+  kConstant = 1,  // lambda_t = lambda0 (ablation "w/o decay")
+  kNone = 2,      // lambda_t = 0 (ablation "w/o exploration")
+};
+
+// Options of the Bayesian engine (paper Alg. 1); docs/profiling.md explains
+// each default.
+struct BayesOptions {
+  // One-hot categorical + min-max numeric features (paper line 1). false:
+  // raw features (category index, raw parameter values): ablation "w/o Enc".
+  bool encoding = true;
+  ExplorationSchedule exploration = ExplorationSchedule::kDecay;
+  double lambda0 = 0.5;
+  double lambda_decay = 0.85;
+  // Bi-directional pruning. Feasible c: drop candidates with
+  // CR < CR(c) (1 - epsilon): they cannot beat c. Clearly infeasible c
+  // (quality < quality_min - infeasible_margin): drop the candidates of the
+  // same family (same components and non-bit parameters) whose every bit
+  // width is <= c's and whose CR > CR(c) (1 + epsilon): under the
+  // monotonicity assumption (docs/profiling.md: quality does not rise when a
+  // bit width falls, all else fixed) they are infeasible too.
+  bool pruning = true;
+  double prune_epsilon = 0.02;
+  double infeasible_margin = 0.02;
+  // Early stop after `patience` consecutive evaluations that do not raise
+  // the best feasible CR (the space running empty always stops).
+  bool early_stopping = true;
+  int patience = 30;
+  int initial_random = 6;
+  // GP hyperparameter optimisation: objective evaluations per fit.
+  int hyper_evaluations = 40;
+};
+
+std::unique_ptr<Searcher> MakeBayesSearcher(const BayesOptions& options = {});
+// Uniform sampling without replacement, seeded.
+std::unique_ptr<Searcher> MakeRandomSearcher();
+// Every candidate in index order (the budget still applies).
+std::unique_ptr<Searcher> MakeExhaustiveSearcher();
+
+// ---------------------------------------------------------------------------
+// Ground truth.
+
+// A recorded evaluation of every profile of a space on one workload
+// (configs/ground_truth/<workload>.json, format in docs/profiling.md). Lets
+// searches and ablations run in seconds without the expensive evaluator.
+struct GroundTruthRow {
+  std::string spec;
+  double quality = 0.0;
+  CodecMetrics codec;
+};
+
+class GroundTruth {
+ public:
+  static Result<GroundTruth> FromJson(std::string_view json);
+  static Result<GroundTruth> Load(const std::string& path);
+  std::string ToJson() const;
+
+  std::string workload;
+  std::string quality_kind;     // kReconstructionProxyLabel or the task metric's name
+  std::string evaluator;        // Evaluator::name() of the producer
+  std::string source;           // KV source, machine, command: free text
+  std::vector<GroundTruthRow> rows;
+
+  // Candidates (profiles with codec metrics) in row order. Corruption if a
+  // spec does not parse.
+  Result<std::vector<Candidate>> Candidates() const;
+  // Evaluator answering from the rows (exact specs); NotFound for others.
+  // The object must outlive it.
+  std::unique_ptr<Evaluator> MakeEvaluator() const;
+  // Index of the max-CR row with quality >= quality_min, or -1.
+  int BestFeasible(double quality_min) const;
+};
+
+// Measures every profile of `space` on `kv` (MeasureOnKv) and returns the
+// table. `progress` (optional) is called after each row with (done, total).
+Result<GroundTruth> GenerateGroundTruth(const StrategySpace& space, const KvView& kv,
+                                        const HeadScores* head_scores, std::string workload,
+                                        std::string source,
+                                        const std::function<void(int, int)>& progress = {});
+
+// ---------------------------------------------------------------------------
+// Pareto frontier and profile tables.
+
+struct ParetoPoint {
+  double quality = 0.0;                 // higher is better
+  double compression_ratio = 0.0;       // higher is better
+  double codec_seconds_per_byte = 0.0;  // lower is better (1/s_p)
+};
+
+// True when `a` is at least as good as `b` in all three and better in one.
+bool Dominates(const ParetoPoint& a, const ParetoPoint& b);
+// Indices of the non-dominated points, ascending. Equal points are all kept.
+std::vector<int> NonDominated(std::span<const ParetoPoint> points);
+
+// One row destined for a profile table.
+struct TableEntry {
+  Profile profile;
+  CodecMetrics codec;
+  std::map<std::string, double> quality;  // workload -> relative quality
+};
+
+// The Pareto set of `entries` for `workload` among those with
+// quality[workload] >= quality_min, as a controller ProfileTable (format of
+// kvserve/controller.h) whose rows carry every quality they have. Rows with
+// CR <= 1 are dropped (never useful to the controller). InvalidArgument if
+// no entry is feasible.
+Result<ProfileTable> BuildParetoTable(std::span<const TableEntry> entries,
+                                      std::string_view workload, double quality_min);
+
+// ---------------------------------------------------------------------------
+// Ablation (paper Fig. 16 left).
+
+struct AblationVariant {
+  std::string name;        // "full", "w/o encoding", ..., "random search"
+  std::optional<BayesOptions> bayes;  // nullopt: random search
+};
+// The standard variants: full, w/o encoding, w/o exploration decay
+// (constant lambda), w/o exploration (lambda 0), w/o pruning, w/o early
+// stopping, random search.
+std::vector<AblationVariant> StandardAblationVariants();
+
+struct AblationCell {
+  std::string variant;
+  std::string workload;
+  int seeds = 0;
+  int reached = 0;               // seeds whose best CR >= (1 - tolerance) optimum
+  double mean_evaluations = 0;   // evaluations used (until stop)
+  double mean_to_reach = 0;      // evaluations until reached (over reached seeds)
+  double mean_best_cr = 0;
+  double min_best_cr = 0;
+  double optimum_cr = 0;
+};
+
+// Runs every variant on every ground truth for seeds 1..seeds.
+Result<std::vector<AblationCell>> RunAblation(std::span<const GroundTruth> truths,
+                                              std::span<const AblationVariant> variants,
+                                              double quality_min, int budget, int seeds,
+                                              double tolerance = 0.02);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_PROFILER_H_

@@ -1,0 +1,351 @@
+// Copyright kvserve authors. cuda::Encoder and cuda::Decoder: own the plan's
+// device tables and the pinned frame header, check arguments, and launch the
+// kernel sequences of encode.cu / decode.cu on the caller's stream.
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+#include "cuda/common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/plan.h"
+#include "cuda/rows.cuh"
+#include "kvserve/cuda.h"
+#include "pipeline/frame_format.h"
+#include "pipeline/stages.h"
+
+namespace kvserve::cuda {
+
+namespace {
+
+Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::Ok();
+  return Status::Internal(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+Status Upload(const std::vector<T>& v, T** out) {
+  *out = nullptr;
+  if (v.empty()) return Status::Ok();
+  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMalloc(reinterpret_cast<void**>(out), v.size() * sizeof(T)),
+                                     "cudaMalloc plan table"));
+  return CudaStatus(cudaMemcpy(*out, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice),
+                    "upload plan table");
+}
+
+// Owns the device copy of a plan's tables.
+class PlanTables {
+ public:
+  ~PlanTables() {
+    cudaFree(records_);
+    cudaFree(runs_);
+    cudaFree(segments_);
+    cudaFree(tiles_);
+    cudaFree(raw_tiles_);
+    cudaFree(sign_words_);
+  }
+  Status Init(const Plan& plan) {
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.records, &records_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.runs, &runs_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.segments, &segments_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.tiles, &tiles_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_tiles, &raw_tiles_));
+    return Upload(plan.sign_words, &sign_words_);
+  }
+  DeviceTables tables() const {
+    return DeviceTables{records_, runs_, segments_, tiles_, raw_tiles_, sign_words_};
+  }
+
+ private:
+  RecordDesc* records_ = nullptr;
+  RunDesc* runs_ = nullptr;
+  SegmentDesc* segments_ = nullptr;
+  TileDesc* tiles_ = nullptr;
+  TileDesc* raw_tiles_ = nullptr;
+  uint64_t* sign_words_ = nullptr;
+};
+
+int ElementsPerLane(int head_dim) { return head_dim / 32; }
+
+// A device view of `data` with `strides`; vec_ok when each lane's E
+// elements are contiguous and aligned for one vector access.
+DeviceView MakeDeviceView(const void* data, DType dtype, const KvShape& shape, const KvStrides& s) {
+  DeviceView v{};
+  v.data = static_cast<uint8_t*>(const_cast<void*>(data));
+  v.layer = s.layer;
+  v.kind = s.kind;
+  v.head = s.head;
+  v.token = s.token;
+  v.dim = s.dim;
+  v.dtype = static_cast<int>(dtype);
+  v.elem_bytes = static_cast<int>(DTypeSize(dtype));
+  const int64_t vec = int64_t{ElementsPerLane(shape.head_dim)};
+  const uint64_t vec_bytes = static_cast<uint64_t>(vec) * v.elem_bytes;
+  v.vec_ok = s.dim == 1 && reinterpret_cast<uintptr_t>(data) % vec_bytes == 0 &&
+             (shape.layers == 1 || s.layer % vec == 0) && s.kind % vec == 0 &&
+             (shape.kv_heads == 1 || s.head % vec == 0) && (shape.tokens == 1 || s.token % vec == 0);
+  return v;
+}
+
+Status CheckView(const void* data, DType dtype, const KvShape& shape, const KvStrides& strides,
+                 const Plan& plan) {
+  if (data == nullptr) return Status::InvalidArgument("KV view has no data");
+  if (!(shape == plan.shape) || dtype != plan.dtype)
+    return Status::InvalidArgument("KV view shape/dtype differ from the plan's");
+  if (strides.layer < 0 || strides.kind < 0 || strides.head < 0 || strides.token < 0 || strides.dim < 0)
+    return Status::InvalidArgument("KV view strides must be non-negative");
+  if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) != 0)
+    return Status::InvalidArgument("KV view data must be aligned to its element size");
+  return Status::Ok();
+}
+
+Status ReadDeviceError(void* workspace, const Plan& plan, Stream stream) {
+  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+  uint32_t words[4] = {};
+  uint8_t* err = static_cast<uint8_t*>(workspace) + plan.ws.error;
+  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(words, err, sizeof(words), cudaMemcpyDeviceToHost),
+                                     "read device error"));
+  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemset(err, 0, sizeof(words)), "reset device error"));
+  const std::string where = " (record " + std::to_string(words[kErrIndex]) + ", check " +
+                            std::to_string(words[kErrDetail]) + ")";
+  switch (words[kErrCode]) {
+    case kDevOk:
+      return Status::Ok();
+    case kDevNonFinite:
+      return Status::InvalidArgument("KV values must be finite (found NaN or infinity)" + where);
+    case kDevGridRange:
+      return Status::InvalidArgument("value range too large to quantise; use scale=f32" + where);
+    case kDevCorrupt:
+      return Status::Corruption("malformed frame" + where);
+    default:
+      return Status::Internal("device kernel invariant failed" + where);
+  }
+}
+
+class EncoderImpl final : public Encoder {
+ public:
+  ~EncoderImpl() override { cudaFreeHost(header_); }
+
+  Status Init(Plan plan) {
+    plan_ = std::move(plan);
+    KVSERVE_RETURN_IF_ERROR(tables_.Init(plan_));
+    KVSERVE_RETURN_IF_ERROR(
+        CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&header_), plan_.header.size()),
+                   "cudaMallocHost header"));
+    std::memcpy(header_, plan_.header.data(), plan_.header.size());
+    return Status::Ok();
+  }
+
+  uint64_t WorkspaceBytes() const override { return plan_.ws.total; }
+  uint64_t MaxFrameBytes() const override { return plan_.max_frame_bytes; }
+  bool FrameSizeIsStatic() const override { return plan_.static_sizes; }
+  uint64_t HeaderBytes() const override { return plan_.header.size(); }
+  const Profile& profile() const override { return plan_.profile; }
+
+  Status Encode(const KvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
+                Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckView(kv.data, kv.dtype, kv.shape, kv.strides, plan_));
+    KVSERVE_RETURN_IF_ERROR(Begin(workspace, frame, stream));
+    const PlanRange all{0,
+                        static_cast<int64_t>(plan_.records.size()),
+                        0,
+                        static_cast<int64_t>(plan_.segments.size()),
+                        0,
+                        static_cast<int64_t>(plan_.tiles.size()),
+                        0,
+                        static_cast<int64_t>(plan_.raw_tiles.size())};
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), View(kv), all, stream));
+    next_layer_ = plan_.shape.layers;
+    return Finish(workspace, frame_bytes, stream);
+  }
+
+  Status Begin(void* workspace, uint8_t* frame, Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckBuffers(workspace, frame));
+    active_ = false;
+    KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(frame, header_, plan_.header.size(),
+                                                       cudaMemcpyHostToDevice, stream),
+                                       "copy frame header"));
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeBegin(Launch(workspace, frame), plan_.header.size(), stream));
+    next_layer_ = 0;
+    active_ = true;
+    return Status::Ok();
+  }
+
+  Status EncodeLayer(int layer, const KvView& kv, void* workspace, uint8_t* frame,
+                     Stream stream) override {
+    if (!active_) return Status::InvalidArgument("EncodeLayer called before Begin");
+    if (layer != next_layer_)
+      return Status::InvalidArgument("the CUDA encoder takes layers in order: expected layer " +
+                                     std::to_string(next_layer_) + ", got " + std::to_string(layer));
+    KVSERVE_RETURN_IF_ERROR(CheckView(kv.data, kv.dtype, kv.shape, kv.strides, plan_));
+    KVSERVE_RETURN_IF_ERROR(CheckBuffers(workspace, frame));
+    const PlanRange r{plan_.layer_records[layer],   plan_.layer_records[layer + 1],
+                      plan_.layer_segments[layer],  plan_.layer_segments[layer + 1],
+                      plan_.layer_tiles[layer],     plan_.layer_tiles[layer + 1],
+                      plan_.layer_raw_tiles[layer], plan_.layer_raw_tiles[layer + 1]};
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), View(kv), r, stream));
+    ++next_layer_;
+    return Status::Ok();
+  }
+
+  Status Finish(void* workspace, uint64_t* frame_bytes, Stream stream) override {
+    if (!active_) return Status::InvalidArgument("Finish called before Begin");
+    active_ = false;
+    if (next_layer_ != plan_.shape.layers)
+      return Status::InvalidArgument("Finish: layer " + std::to_string(next_layer_) +
+                                     " was not encoded");
+    return LaunchEncodeFinish(Launch(workspace, nullptr), plan_.static_frame_bytes, frame_bytes,
+                              stream);
+  }
+
+  Status Check(void* workspace, Stream stream) override {
+    return ReadDeviceError(workspace, plan_, stream);
+  }
+
+ private:
+  Status CheckBuffers(void* workspace, uint8_t* frame) const {
+    if (frame == nullptr) return Status::InvalidArgument("frame buffer is null");
+    if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
+      return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
+    return Status::Ok();
+  }
+  EncodeLaunch Launch(void* workspace, uint8_t* frame) const {
+    EncodeLaunch e;
+    e.consts = plan_.consts;
+    e.tables = tables_.tables();
+    e.layout = &plan_.ws;
+    e.workspace = static_cast<uint8_t*>(workspace);
+    e.frame = frame;
+    e.direct = plan_.direct;
+    e.static_sizes = plan_.static_sizes;
+    return e;
+  }
+  DeviceView View(const KvView& kv) const {
+    return MakeDeviceView(kv.data, kv.dtype, kv.shape, kv.strides);
+  }
+
+  Plan plan_;
+  PlanTables tables_;
+  uint8_t* header_ = nullptr;
+  int next_layer_ = 0;
+  bool active_ = false;
+};
+
+class DecoderImpl final : public Decoder {
+ public:
+  Status Init(Plan plan, size_t header_bytes) {
+    plan_ = std::move(plan);
+    header_bytes_ = header_bytes;
+    info_.version = pipeline::kFrameVersion;
+    info_.dtype = plan_.dtype;
+    info_.shape = plan_.shape;
+    info_.profile = plan_.profile;
+    info_.chunk_count = plan_.records.size();
+    return tables_.Init(plan_);
+  }
+
+  uint64_t WorkspaceBytes() const override { return plan_.ws.total; }
+  uint64_t HeaderBytes() const override { return header_bytes_; }
+  const FrameInfo& info() const override { return info_; }
+
+  Status Decode(const uint8_t* frame, uint64_t frame_bytes, const MutableKvView& out,
+                uint8_t* keep_mask, void* workspace, Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckView(out.data, out.dtype, out.shape, out.strides, plan_));
+    if (frame == nullptr || reinterpret_cast<uintptr_t>(frame) % 16 != 0)
+      return Status::InvalidArgument("frame must be a 16-byte aligned device pointer");
+    if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
+      return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
+    if (frame_bytes < header_bytes_) return Status::Corruption("frame shorter than its header");
+    DecodeLaunch d;
+    d.consts = plan_.consts;
+    d.tables = tables_.tables();
+    d.layout = &plan_.ws;
+    d.workspace = static_cast<uint8_t*>(workspace);
+    d.frame = frame;
+    d.frame_bytes = frame_bytes;
+    d.header_bytes = header_bytes_;
+    d.num_records = static_cast<int64_t>(plan_.records.size());
+    d.num_segments = static_cast<int64_t>(plan_.segments.size());
+    d.num_tiles = static_cast<int64_t>(plan_.tiles.size());
+    d.num_raw_tiles = static_cast<int64_t>(plan_.raw_tiles.size());
+    d.records_per_layer = static_cast<int>(plan_.records.size() / plan_.shape.layers);
+    d.keep_mask = keep_mask;
+    return LaunchDecode(d, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), stream);
+  }
+
+  Status Check(void* workspace, Stream stream) override {
+    return ReadDeviceError(workspace, plan_, stream);
+  }
+
+ private:
+  Plan plan_;
+  PlanTables tables_;
+  size_t header_bytes_ = 0;
+  FrameInfo info_;
+};
+
+}  // namespace
+
+bool Available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+std::string DeviceName() {
+  if (!Available()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
+  return prop.name;
+}
+
+Status CheckSupported(const Profile& profile, const KvShape& shape) {
+  KVSERVE_RETURN_IF_ERROR(profile.Validate());
+  if (profile.codec() != CodecType::kPack && profile.codec() != CodecType::kRans)
+    return Status::NotSupported("the CUDA backend runs the pack and rans codecs only, not " +
+                                std::string(CodecName(profile.codec())));
+  const int d = shape.head_dim;
+  if (d != 32 && d != 64 && d != 128 && d != 256)
+    return Status::NotSupported("the CUDA backend needs head_dim 32, 64, 128 or 256");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Encoder>> Encoder::Create(const Profile& profile, const KvShape& shape,
+                                                 DType dtype, const HeadScores* head_scores) {
+  KVSERVE_RETURN_IF_ERROR(CheckSupported(profile, shape));
+  if (!Available()) return Status::NotSupported("no CUDA device");
+  // The quantizer state (mixhq bits, duo flags) exactly as the CPU encoder
+  // derives it.
+  KVSERVE_ASSIGN_OR_RETURN(auto quantizer,
+                           pipeline::CreateQuantizerForEncode(profile, shape, head_scores));
+  std::vector<uint8_t> state;
+  pipeline::ByteWriter writer(&state);
+  quantizer->SerializeState(writer);
+  KVSERVE_ASSIGN_OR_RETURN(Plan plan, BuildPlan(profile, shape, dtype, state, /*for_decode=*/false));
+  auto impl = std::make_unique<EncoderImpl>();
+  KVSERVE_RETURN_IF_ERROR(impl->Init(std::move(plan)));
+  return std::unique_ptr<Encoder>(std::move(impl));
+}
+
+Result<std::unique_ptr<Decoder>> Decoder::Create(std::span<const uint8_t> header) {
+  if (!Available()) return Status::NotSupported("no CUDA device");
+  pipeline::FrameHeader h;
+  KVSERVE_ASSIGN_OR_RETURN(size_t used, pipeline::ReadFrameHeader(header, &h));
+  auto profile = Profile::Parse(h.profile_spec);
+  if (!profile.ok())
+    return Status::Corruption("frame names an invalid profile: " + profile.status().message());
+  if (static_cast<uint32_t>(profile->Get(ParamId::kChunkTokens)) != h.chunk_tokens)
+    return Status::Corruption("frame chunk size disagrees with its profile");
+  KVSERVE_RETURN_IF_ERROR(CheckSupported(*profile, h.shape));
+  auto plan = BuildPlan(*profile, h.shape, h.dtype, h.state, /*for_decode=*/true);
+  if (!plan.ok()) {
+    if (plan.status().code() == StatusCode::kNotSupported) return plan.status();
+    return Status::Corruption("frame header: " + plan.status().message());
+  }
+  if (static_cast<uint32_t>(plan->coded_tokens) != h.coded_tokens)
+    return Status::Corruption("frame coded_tokens disagrees with its profile");
+  auto impl = std::make_unique<DecoderImpl>();
+  KVSERVE_RETURN_IF_ERROR(impl->Init(std::move(plan).value(), used));
+  return std::unique_ptr<Decoder>(std::move(impl));
+}
+
+}  // namespace kvserve::cuda
