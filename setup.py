@@ -27,12 +27,15 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build_dir = Path(os.environ.get("KVSERVE_CMAKE_BUILD_DIR", ROOT / "build" / "pip"))
         configure = [
-            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-            "-DKVSERVE_PYTHON=ON", "-DKVSERVE_BUILD_TESTS=OFF", "-DKVSERVE_BUILD_BENCH=OFF",
+            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-DKVSERVE_PYTHON=ON",
             f"-DPython3_EXECUTABLE={sys.executable}",
-        ] + shlex.split(os.environ.get("KVSERVE_CMAKE_ARGS", ""))
-        if subprocess.call(["ninja", "--version"], stdout=subprocess.DEVNULL) == 0:
-            configure += ["-G", "Ninja"] if not (build_dir / "CMakeCache.txt").exists() else []
+        ]
+        if not (build_dir / "CMakeCache.txt").exists():  # a fresh tree; else keep its settings
+            configure += ["-DCMAKE_BUILD_TYPE=Release", "-DKVSERVE_BUILD_TESTS=OFF",
+                          "-DKVSERVE_BUILD_BENCH=OFF"]
+            if subprocess.call(["ninja", "--version"], stdout=subprocess.DEVNULL) == 0:
+                configure += ["-G", "Ninja"]
+        configure += shlex.split(os.environ.get("KVSERVE_CMAKE_ARGS", ""))
         subprocess.check_call(configure)
         build = ["cmake", "--build", str(build_dir), "--target", "kvserve_python"]
         if os.environ.get("KVSERVE_BUILD_JOBS"):
@@ -44,4 +47,9 @@ class CMakeBuild(build_ext):
         self.copy_file(str(built), str(target))
 
 
-setup(ext_modules=[CMakeExtension("kvserve._kvserve")], cmdclass={"build_ext": CMakeBuild})
+# Keep setuptools' own outputs out of the CMake build directory and the source root.
+SETUPTOOLS_DIR = ROOT / "build" / "setuptools"
+SETUPTOOLS_DIR.mkdir(parents=True, exist_ok=True)
+setup(ext_modules=[CMakeExtension("kvserve._kvserve")], cmdclass={"build_ext": CMakeBuild},
+      options={"build": {"build_base": str(SETUPTOOLS_DIR)},
+               "egg_info": {"egg_base": str(SETUPTOOLS_DIR)}})

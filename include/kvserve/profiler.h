@@ -41,6 +41,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/controller.h"
 #include "kvserve/kv.h"
+#include "kvserve/kv_file.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
 
@@ -415,6 +416,10 @@ Result<std::vector<AblationCell>> RunAblation(std::span<const GroundTruth> truth
                                               std::span<const AblationVariant> variants,
                                               double quality_min, int budget, int seeds,
                                               double tolerance = 0.02);
+
+// A Markdown table of `cells` (one row per variant and workload).
+std::string AblationMarkdown(std::span<const AblationCell> cells, int budget,
+                             double tolerance = 0.02);
 
 }  // namespace kvserve
 

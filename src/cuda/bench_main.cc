@@ -1,1 +1,65 @@
-int main() { return 0; }
+// Copyright kvserve authors. kvserve_cuda_bench: runs kvserve::cuda::RunBench
+// and prints the Markdown table docs/benchmarks.md records.
+//
+//   kvserve_cuda_bench [--tokens 1024,8192,32768] [--repeats 20]
+//                      [--presets kivi-2,kvserve-h2r] [--no-verify] [--out FILE]
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kvserve/cuda.h"
+
+namespace {
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  kvserve::cuda::BenchOptions options;
+  std::string out_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--tokens" && has_value) {
+      options.tokens.clear();
+      for (const std::string& t : Split(argv[++i])) options.tokens.push_back(std::atoi(t.c_str()));
+    } else if (arg == "--repeats" && has_value) {
+      options.repeats = std::atoi(argv[++i]);
+    } else if (arg == "--presets" && has_value) {
+      options.presets = Split(argv[++i]);
+    } else if (arg == "--no-verify") {
+      options.verify_with_cpu = false;
+    } else if (arg == "--out" && has_value) {
+      out_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--tokens N,..] [--repeats N] [--presets a,b] [--no-verify] [--out FILE]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  auto rows = kvserve::cuda::RunBench(options);
+  if (!rows.ok()) {
+    std::fprintf(stderr, "bench: %s\n", rows.status().ToString().c_str());
+    return rows.status().code() == kvserve::StatusCode::kNotSupported ? 0 : 1;
+  }
+  const std::string table = "device: " + kvserve::cuda::DeviceName() + "\n\n" +
+                            kvserve::cuda::FormatBenchTable(*rows);
+  std::fputs(table.c_str(), stdout);
+  if (!out_path.empty()) {
+    if (FILE* f = std::fopen(out_path.c_str(), "w")) {
+      std::fputs(table.c_str(), f);
+      std::fclose(f);
+    }
+  }
+  return 0;
+}

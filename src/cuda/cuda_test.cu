@@ -1,2 +1,507 @@
+// Copyright kvserve authors. Consistency of the CUDA backend with the CPU
+// reference: for every GPU-supported preset and for random profiles drawn
+// from the parameter table, GPU frame bytes == CPU frame bytes, and the CPU
+// decoding of the GPU frame == the GPU decoding of the CPU frame, bit for bit
+// (values and keep masks). Plus the shared host/device pieces (XXH3, grid
+// params) against libxxhash and the CPU quantizer, which run without a GPU.
+// GPU tests skip cleanly when no device is present.
 #include <gtest/gtest.h>
-TEST(Cuda, Placeholder) {}
+#include <xxhash.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/grid.cuh"
+#include "cuda/xxh3.cuh"
+#include "kvserve/codec.h"
+#include "kvserve/cuda.h"
+#include "kvserve/kv.h"
+#include "kvserve/kv_file.h"
+#include "kvserve/profile.h"
+#include "quantizers/grid_kernels.h"
+
+namespace kvserve::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU()                                      \
+  do {                                                          \
+    if (!Available()) GTEST_SKIP() << "no CUDA device present"; \
+  } while (0)
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+const uint8_t kHostSecret[192] = KVSERVE_XXH3_SECRET;
+
+// ------------------------------------------------------------ host checks
+
+TEST(CudaHost, Xxh3MatchesLibxxhashForEveryLengthClass) {
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> buf(70000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  const xxh3::Secret secret{kHostSecret};
+  for (size_t len = 0; len <= 2100; ++len)
+    ASSERT_EQ(xxh3::Hash64(buf.data() + (len % 7), len, secret), XXH3_64bits(buf.data() + (len % 7), len))
+        << len;
+  for (size_t len : {4095, 4096, 4097, 65536, 69999})
+    ASSERT_EQ(xxh3::Hash64(buf.data(), len, secret), XXH3_64bits(buf.data(), len)) << len;
+}
+
+TEST(CudaHost, GridParamsMatchCpuQuantizer) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (int i = 0; i < 200000; ++i) {
+    const int levels = 2 + static_cast<int>(rng() % 255);
+    const bool sym = rng() & 1, f16 = rng() & 1;
+    const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 30);
+    float a = u(rng) * mag, b = u(rng) * mag;
+    if (rng() % 8 == 0) b = a;
+    if (a > b) std::swap(a, b);
+    quantizers::GridParams ref;
+    const Status st = quantizers::ComputeGridParams(
+        {levels, sym, f16 ? ScaleDType::kF16 : ScaleDType::kF32}, a, b, &ref);
+    float scale = -1, zero = -1;
+    const uint32_t code = GridParamsFor(levels, sym, f16, a, b, &scale, &zero);
+    ASSERT_EQ(st.ok(), code == kDevOk) << a << " " << b;
+    if (!st.ok()) continue;
+    ASSERT_EQ(FloatBits(scale), FloatBits(ref.scale)) << levels << " " << a << " " << b;
+    ASSERT_EQ(FloatBits(zero), FloatBits(ref.zero)) << levels << " " << a << " " << b;
+  }
+}
+
+TEST(CudaHost, UnsupportedProfilesAreReported) {
+  const KvShape shape{2, 2, 64, 128};
+  EXPECT_EQ(CheckSupported(*Profile::Parse("zstd"), shape).code(), StatusCode::kNotSupported);
+  EXPECT_EQ(CheckSupported(*Profile::Parse("lz4"), shape).code(), StatusCode::kNotSupported);
+  EXPECT_EQ(CheckSupported(*Profile::Parse("kivi-2"), KvShape{2, 2, 64, 96}).code(),
+            StatusCode::kNotSupported);
+  EXPECT_TRUE(CheckSupported(*Profile::Parse("kvserve-h2r"), shape).ok());
+}
+
+// ------------------------------------------------------------ GPU helpers
+
+template <typename T = uint8_t>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) {
+    if (cudaMalloc(reinterpret_cast<void**>(&ptr), n == 0 ? 1 : n) != cudaSuccess) ptr = nullptr;
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+// A host KV cache in one of several layouts, with the structure of a real
+// one (channel offsets, outlier channels, AR(1) along tokens).
+struct HostCache {
+  KvShape shape;
+  DType dtype;
+  KvStrides strides;
+  std::vector<uint8_t> bytes;  // the whole (possibly padded) buffer
+  KvView view() const { return KvView{bytes.data(), dtype, shape, strides}; }
+};
+
+HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int layout) {
+  HostCache c{shape, dtype, {}, {}};
+  const int64_t D = shape.head_dim, T = shape.tokens, H = shape.kv_heads, L = shape.layers;
+  int64_t total = 0;
+  switch (layout) {
+    case 1:  // token-major, as a paged engine stores a layer: [layer][token][kind][head][dim]
+      c.strides.dim = 1;
+      c.strides.head = D;
+      c.strides.kind = H * D;
+      c.strides.token = 2 * H * D;
+      c.strides.layer = T * 2 * H * D;
+      total = L * c.strides.layer;
+      break;
+    case 2:  // padded rows (dim stride 1, token stride D + 8)
+      c.strides.dim = 1;
+      c.strides.token = D + 8;
+      c.strides.head = (D + 8) * T;
+      c.strides.kind = c.strides.head * H;
+      c.strides.layer = c.strides.kind * 2;
+      total = L * c.strides.layer;
+      break;
+    case 3:  // dim not contiguous: [layer][kind][head][dim][token]
+      c.strides.token = 1;
+      c.strides.dim = T;
+      c.strides.head = D * T;
+      c.strides.kind = H * D * T;
+      c.strides.layer = 2 * H * D * T;
+      total = L * c.strides.layer;
+      break;
+    default:
+      c.strides = KvStrides::Contiguous(shape);
+      total = shape.NumElements();
+  }
+  const size_t es = DTypeSize(dtype);
+  c.bytes.assign(static_cast<size_t>(total) * es, 0xA5);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 3);
+  for (int l = 0; l < L; ++l)
+    for (int k = 0; k < 2; ++k)
+      for (int h = 0; h < H; ++h) {
+        std::vector<float> mean(D), scale(D), prev(D, 0.f);
+        for (int d = 0; d < D; ++d) {
+          mean[d] = k == 0 ? normal(rng) * 2.f : 0.f;
+          scale[d] = (rng() % 16 == 0) ? 8.f : 1.f;
+        }
+        for (int t = 0; t < T; ++t)
+          for (int d = 0; d < D; ++d) {
+            prev[d] = 0.8f * prev[d] + 0.3f * normal(rng);
+            float x = magnitude * (mean[d] + scale[d] * prev[d]);
+            if (rng() % 97 == 0) x = 0.0f;
+            if (rng() % 211 == 0) x = -0.0f;
+            const int64_t e = l * c.strides.layer + k * c.strides.kind + h * c.strides.head +
+                              t * c.strides.token + d * c.strides.dim;
+            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + e * es), dtype);
+          }
+      }
+  return c;
+}
+
+std::vector<uint8_t> CpuEncode(const Profile& p, const KvView& kv, const HeadScores* scores) {
+  EncodeOptions opt;
+  opt.head_scores = scores;
+  auto enc = EncoderContext::Create(p, opt);
+  EXPECT_TRUE(enc.ok()) << enc.status().ToString();
+  std::vector<uint8_t> out;
+  VectorSink sink(&out);
+  const Status st = (*enc)->Encode(kv, sink);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return out;
+}
+
+struct GpuFrame {
+  Status status;
+  std::vector<uint8_t> bytes;
+};
+
+GpuFrame GpuEncode(const Profile& p, const HostCache& cache, const HeadScores* scores,
+                   bool by_layer = false) {
+  GpuFrame r;
+  auto enc = Encoder::Create(p, cache.shape, cache.dtype, scores);
+  if (!enc.ok()) {
+    r.status = enc.status();
+    return r;
+  }
+  DeviceBuffer<> in(cache.bytes.size()), ws((*enc)->WorkspaceBytes()),
+      frame((*enc)->MaxFrameBytes());
+  DeviceBuffer<uint64_t> size(8);
+  (void)cudaMemcpy(in.ptr, cache.bytes.data(), cache.bytes.size(), cudaMemcpyHostToDevice);
+  KvView dv = cache.view();
+  dv.data = in.ptr;
+  cudaStream_t stream = nullptr;
+  if (by_layer) {
+    r.status = (*enc)->Begin(ws.ptr, frame.ptr, stream);
+    for (int l = 0; l < cache.shape.layers && r.status.ok(); ++l)
+      r.status = (*enc)->EncodeLayer(l, dv, ws.ptr, frame.ptr, stream);
+    if (r.status.ok()) r.status = (*enc)->Finish(ws.ptr, size.ptr, stream);
+  } else {
+    r.status = (*enc)->Encode(dv, ws.ptr, frame.ptr, size.ptr, stream);
+  }
+  if (!r.status.ok()) return r;
+  r.status = (*enc)->Check(ws.ptr, stream);
+  if (!r.status.ok()) return r;
+  uint64_t n = 0;
+  (void)cudaMemcpy(&n, size.ptr, 8, cudaMemcpyDeviceToHost);
+  EXPECT_LE(n, (*enc)->MaxFrameBytes());
+  r.bytes.resize(n);
+  (void)cudaMemcpy(r.bytes.data(), frame.ptr, n, cudaMemcpyDeviceToHost);
+  return r;
+}
+
+struct Decoded {
+  Status status;
+  std::vector<uint8_t> values;  // contiguous
+  std::vector<uint8_t> mask;
+};
+
+Decoded GpuDecode(const std::vector<uint8_t>& frame, const KvShape& shape, DType dtype) {
+  Decoded r;
+  auto dec = Decoder::Create(frame);
+  if (!dec.ok()) {
+    r.status = dec.status();
+    return r;
+  }
+  const size_t out_bytes = static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype);
+  const size_t mask_bytes = static_cast<size_t>(shape.layers) * 2 * shape.kv_heads * shape.tokens;
+  DeviceBuffer<> f(frame.size()), ws((*dec)->WorkspaceBytes()), out(out_bytes), mask(mask_bytes);
+  (void)cudaMemcpy(f.ptr, frame.data(), frame.size(), cudaMemcpyHostToDevice);
+  (void)cudaMemset(out.ptr, 0x5A, out_bytes);
+  (void)cudaMemset(mask.ptr, 7, mask_bytes);
+  MutableKvView view{out.ptr, dtype, shape, KvStrides::Contiguous(shape)};
+  r.status = (*dec)->Decode(f.ptr, frame.size(), view, mask.ptr, ws.ptr, nullptr);
+  if (r.status.ok()) r.status = (*dec)->Check(ws.ptr, nullptr);
+  if (!r.status.ok()) return r;
+  r.values.resize(out_bytes);
+  r.mask.resize(mask_bytes);
+  (void)cudaMemcpy(r.values.data(), out.ptr, out_bytes, cudaMemcpyDeviceToHost);
+  (void)cudaMemcpy(r.mask.data(), mask.ptr, mask_bytes, cudaMemcpyDeviceToHost);
+  return r;
+}
+
+Decoded CpuDecode(const std::vector<uint8_t>& frame, const KvShape& shape, DType dtype) {
+  Decoded r;
+  auto dec = DecoderContext::Create();
+  r.values.assign(static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype), 0x5A);
+  std::vector<uint8_t> mask;
+  MutableKvView view{r.values.data(), dtype, shape, KvStrides::Contiguous(shape)};
+  r.status = (*dec)->Decode(frame, view, &mask);
+  r.mask = mask;
+  return r;
+}
+
+size_t FirstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return i;
+  return a.size() == b.size() ? SIZE_MAX : n;
+}
+
+// The whole consistency property for one (profile, cache).
+void CheckConsistent(const Profile& p, const HostCache& cache, const std::string& label) {
+  SCOPED_TRACE(label + " " + p.ToString() + " shape " + std::to_string(cache.shape.layers) + "x" +
+               std::to_string(cache.shape.kv_heads) + "x" + std::to_string(cache.shape.tokens) + "x" +
+               std::to_string(cache.shape.head_dim) + " dtype " + std::string(DTypeName(cache.dtype)));
+  const HeadScores scores = SynthesizeHeadScores(cache.shape.layers, cache.shape.kv_heads, 3);
+  const std::vector<uint8_t> cpu = CpuEncode(p, cache.view(), &scores);
+  const GpuFrame gpu = GpuEncode(p, cache, &scores);
+  ASSERT_TRUE(gpu.status.ok()) << gpu.status.ToString();
+  ASSERT_EQ(gpu.bytes.size(), cpu.size());
+  const size_t diff = FirstDifference(gpu.bytes, cpu);
+  ASSERT_EQ(diff, SIZE_MAX) << "frames differ at byte " << diff;
+  const Decoded on_gpu = GpuDecode(cpu, cache.shape, cache.dtype);
+  ASSERT_TRUE(on_gpu.status.ok()) << on_gpu.status.ToString();
+  const Decoded on_cpu = CpuDecode(gpu.bytes, cache.shape, cache.dtype);
+  ASSERT_TRUE(on_cpu.status.ok()) << on_cpu.status.ToString();
+  const size_t vdiff = FirstDifference(on_gpu.values, on_cpu.values);
+  ASSERT_EQ(vdiff, SIZE_MAX) << "decoded values differ at byte " << vdiff;
+  ASSERT_EQ(on_gpu.mask, on_cpu.mask);
+}
+
+std::vector<std::string> GpuPresets() {
+  std::vector<std::string> names;
+  for (const Preset& p : Presets()) {
+    auto profile = Profile::Parse(p.spec);
+    if (profile.ok() && CheckSupported(*profile, KvShape{1, 1, 1, 128}).ok())
+      names.emplace_back(p.name);
+  }
+  return names;
+}
+
+// ------------------------------------------------------------ GPU tests
+
+__global__ void HashKernel(const uint8_t* buf, const uint64_t* lens, int n, uint64_t* out_warp,
+                           uint64_t* out_scalar) {
+  const uint8_t secret_bytes[192] = KVSERVE_XXH3_SECRET;
+  __shared__ uint8_t s_secret[192];
+  for (int i = threadIdx.x; i < 192; i += blockDim.x) s_secret[i] = secret_bytes[i];
+  __syncthreads();
+  const xxh3::Secret secret{s_secret};
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const uint64_t h = xxh3::WarpHash64(buf + (i % 13), lens[i], secret);
+    if (threadIdx.x == 0) {
+      out_warp[i] = h;
+      out_scalar[i] = xxh3::Hash64(buf + (i % 13), lens[i], secret);
+    }
+  }
+}
+
+TEST(CudaDevice, WarpXxh3MatchesLibxxhash) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  std::vector<uint8_t> buf(40000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  std::vector<uint64_t> lens;
+  for (uint64_t l = 0; l < 2600; ++l) lens.push_back(l);
+  for (uint64_t l : {4095, 4096, 4097, 8191, 30000, 39980}) lens.push_back(l);
+  DeviceBuffer<> dbuf(buf.size());
+  DeviceBuffer<uint64_t> dlens(8 * lens.size()), dw(8 * lens.size()), ds(8 * lens.size());
+  CUDA_OK(cudaMemcpy(dbuf.ptr, buf.data(), buf.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dlens.ptr, lens.data(), 8 * lens.size(), cudaMemcpyHostToDevice));
+  HashKernel<<<64, 32>>>(dbuf.ptr, dlens.ptr, static_cast<int>(lens.size()), dw.ptr, ds.ptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint64_t> w(lens.size()), s(lens.size());
+  CUDA_OK(cudaMemcpy(w.data(), dw.ptr, 8 * lens.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(s.data(), ds.ptr, 8 * lens.size(), cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const uint64_t ref = XXH3_64bits(buf.data() + (i % 13), lens[i]);
+    ASSERT_EQ(w[i], ref) << "warp, len " << lens[i];
+    ASSERT_EQ(s[i], ref) << "scalar, len " << lens[i];
+  }
+}
+
+TEST(CudaDevice, EveryGpuPresetIsByteIdentical) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(21);
+  const std::vector<KvShape> shapes = {{2, 2, 700, 128}, {3, 2, 130, 64}, {1, 3, 37, 256}, {2, 1, 300, 32}};
+  for (const std::string& name : GpuPresets()) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const DType dtype = static_cast<DType>(i % 3);
+      const HostCache cache = MakeCache(rng, shapes[i], dtype, static_cast<int>(i % 4));
+      CheckConsistent(*Profile::Parse(name), cache, "preset " + name);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// A random valid spec string drawn from the parameter table.
+std::string RandomSpec(std::mt19937& rng) {
+  auto pick = [&](std::initializer_list<const char*> v) {
+    return std::string(*(v.begin() + rng() % v.size()));
+  };
+  auto chance = [&](int pct) { return static_cast<int>(rng() % 100) < pct; };
+  const std::string t = pick({"identity", "delta", "hadamard", "affine"});
+  const std::string q = pick({"uniform", "kivi", "layermix", "mixhq", "tokenmix", "duo", "raw", "kivi", "uniform"});
+  const std::string c = pick({"pack", "rans", "rans"});
+  std::vector<std::string> tp, qp, cp;
+  int chunk_value = 256;
+  if (chance(60)) chunk_value = std::stoi(pick({"16", "32", "64", "128", "512", "48", "96", "200", "1024"}));
+  if (t == "hadamard" && chance(50)) tp.push_back("seed=" + std::to_string(rng() % 2147483647u));
+  if (t == "delta" && chance(70)) tp.push_back("anchor=" + std::to_string(1 + rng() % chunk_value));
+  if (q != "raw") {
+    const bool bits_kv = q == "uniform" || q == "kivi" || q == "duo";
+    if (bits_kv) {
+      if (chance(40)) qp.push_back("k=" + std::to_string(1 + rng() % 8));
+      else if (chance(25)) qp.push_back("levels_k=" + std::to_string(2 + rng() % 255));
+      if (chance(40)) qp.push_back("v=" + std::to_string(1 + rng() % 8));
+      else if (chance(25)) qp.push_back("levels_v=" + std::to_string(2 + rng() % 255));
+    }
+    if (chance(50)) qp.push_back("group=" + pick({"0", "1", "2", "4", "8", "16", "64", "128", "256"}));
+    if ((q == "uniform" || q == "layermix") && chance(50)) qp.push_back("axis_k=" + pick({"token", "channel"}));
+    if ((q == "uniform" || q == "layermix") && chance(50)) qp.push_back("axis_v=" + pick({"token", "channel"}));
+    if (chance(30)) qp.push_back("sym=1");
+    if (chance(40)) qp.push_back("residual=" + pick({"0", "1", "5", "64", "128", "300"}));
+    if ((q == "tokenmix" || q == "duo") && chance(60)) qp.push_back("sinks=" + std::to_string(rng() % 40));
+    if ((q == "tokenmix" || q == "duo") && chance(60)) qp.push_back("recent=" + std::to_string(rng() % 300));
+    if (q == "mixhq" || q == "tokenmix") {
+      const int low = 1 + rng() % 8, high = low + rng() % (9 - low);
+      if (chance(60)) {
+        qp.push_back("high=" + std::to_string(high));
+        qp.push_back("low=" + std::to_string(low));
+      }
+    }
+    if ((q == "mixhq" || q == "duo") && chance(50)) qp.push_back("heads=" + std::to_string(rng() % 101));
+    if (chance(40)) qp.push_back("scale=" + pick({"f16", "f32"}));
+    if (q == "layermix" && chance(60)) {
+      qp.push_back("first=" + std::to_string(1 + rng() % 8));
+      qp.push_back("last=" + std::to_string(1 + rng() % 8));
+    }
+  }
+  if (c == "rans" && chance(60)) cp.push_back("table=" + std::to_string(8 + rng() % 8));
+  auto comp = [](const std::string& name, const std::vector<std::string>& ps) {
+    std::string s = name;
+    if (!ps.empty()) {
+      s += "(";
+      for (size_t i = 0; i < ps.size(); ++i) s += (i ? "," : "") + ps[i];
+      s += ")";
+    }
+    return s;
+  };
+  std::string spec = comp(t, tp) + "+" + comp(q, qp) + "+" + comp(c, cp);
+  if (chunk_value != 256) spec += "+pipeline(chunk=" + std::to_string(chunk_value) + ")";
+  return spec;
+}
+
+TEST(CudaDevice, RandomProfilesAreByteIdentical) {
+  SKIP_WITHOUT_GPU();
+  int wanted = 240;
+  if (const char* env = std::getenv("KVSERVE_CUDA_TEST_PROFILES")) wanted = std::atoi(env);
+  std::mt19937 rng(1234);
+  int tested = 0, attempts = 0;
+  while (tested < wanted && attempts < 100 * wanted) {
+    ++attempts;
+    const std::string spec = RandomSpec(rng);
+    auto profile = Profile::Parse(spec);
+    if (!profile.ok()) continue;
+    static const int kDims[] = {32, 64, 128, 128, 128, 256};
+    KvShape shape{1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3),
+                  1 + static_cast<int>(rng() % 700), kDims[rng() % 6]};
+    // Shapes the CPU encoder rejects (e.g. a channel group not dividing
+    // head_dim) are not consistency cases.
+    const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 3);
+    EncodeOptions opt;
+    opt.head_scores = &scores;
+    auto cpu = EncoderContext::Create(*profile, opt);
+    if (!cpu.ok()) continue;
+    CountingSink counting;
+    const DType dtype = static_cast<DType>(rng() % 3);
+    const HostCache cache = MakeCache(rng, shape, dtype, static_cast<int>(rng() % 4));
+    if (!(*cpu)->Encode(cache.view(), counting).ok()) continue;
+    CheckConsistent(*profile, cache, "random #" + std::to_string(tested));
+    if (HasFatalFailure()) return;
+    ++tested;
+  }
+  EXPECT_EQ(tested, wanted);
+  std::printf("random profiles tested: %d (of %d drawn)\n", tested, attempts);
+}
+
+TEST(CudaDevice, LayerAtATimeEqualsWholeFrame) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(3);
+  const HostCache cache = MakeCache(rng, KvShape{4, 2, 333, 128}, DType::kBF16, 1);
+  for (const char* spec : {"kivi-2", "kvserve-h2r", "cachegen"}) {
+    const Profile p = *Profile::Parse(spec);
+    const GpuFrame whole = GpuEncode(p, cache, nullptr);
+    const GpuFrame layered = GpuEncode(p, cache, nullptr, /*by_layer=*/true);
+    ASSERT_TRUE(whole.status.ok() && layered.status.ok()) << spec;
+    EXPECT_EQ(whole.bytes, layered.bytes) << spec;
+  }
+}
+
+TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4);
+  const HostCache cache = MakeCache(rng, KvShape{2, 2, 300, 64}, DType::kF16, 0);
+  for (const char* spec : {"kivi-4", "kvserve-h4r"}) {
+    const Profile p = *Profile::Parse(spec);
+    const GpuFrame g = GpuEncode(p, cache, nullptr);
+    ASSERT_TRUE(g.status.ok());
+    const Decoded ref = CpuDecode(g.bytes, cache.shape, cache.dtype);
+    ASSERT_TRUE(ref.status.ok());
+    // Swap the first two records: still a valid frame.
+    auto info = InspectFrame(g.bytes);
+    ASSERT_TRUE(info.ok());
+    const ChunkEntry a = info->chunks[0], b = info->chunks[1];
+    std::vector<uint8_t> swapped(g.bytes.begin(), g.bytes.begin() + a.offset);
+    swapped.insert(swapped.end(), g.bytes.begin() + b.offset, g.bytes.begin() + b.offset + b.size);
+    swapped.insert(swapped.end(), g.bytes.begin() + a.offset, g.bytes.begin() + a.offset + a.size);
+    swapped.insert(swapped.end(), g.bytes.begin() + b.offset + b.size, g.bytes.end());
+    const Decoded d = GpuDecode(swapped, cache.shape, cache.dtype);
+    ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+    EXPECT_EQ(d.values, ref.values) << spec;
+    // Any flipped byte after the header is caught (checksums) without a crash.
+    const size_t header = g.bytes.size() - std::accumulate(info->chunks.begin(), info->chunks.end(), size_t{0},
+                                                           [](size_t s, const ChunkEntry& c) { return s + c.size; });
+    for (int k = 0; k < 20; ++k) {
+      std::vector<uint8_t> bad = g.bytes;
+      const size_t at = header + rng() % (bad.size() - header);
+      bad[at] ^= static_cast<uint8_t>(1u << (rng() % 8));
+      const Decoded e = GpuDecode(bad, cache.shape, cache.dtype);
+      EXPECT_EQ(e.status.code(), StatusCode::kCorruption) << spec << " byte " << at;
+    }
+    std::vector<uint8_t> truncated(g.bytes.begin(), g.bytes.end() - 5);
+    EXPECT_EQ(GpuDecode(truncated, cache.shape, cache.dtype).status.code(), StatusCode::kCorruption);
+  }
+}
+
+TEST(CudaDevice, NonFiniteInputIsRejected) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  HostCache cache = MakeCache(rng, KvShape{1, 2, 300, 128}, DType::kF32, 0);
+  const float nan = std::nanf("");
+  std::memcpy(cache.bytes.data() + 4 * 1000, &nan, 4);
+  const GpuFrame g = GpuEncode(*Profile::Parse("kivi-2"), cache, nullptr);
+  EXPECT_EQ(g.status.code(), StatusCode::kInvalidArgument) << g.status.ToString();
+  const GpuFrame raw = GpuEncode(*Profile::Parse("none"), cache, nullptr);
+  EXPECT_TRUE(raw.status.ok());  // raw regions are bytes, never checked
+}
+
+}  // namespace
+}  // namespace kvserve::cuda

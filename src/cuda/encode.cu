@@ -44,7 +44,7 @@ struct EncArgs {
 };
 
 KV_DEV uint32_t* ErrorBlock(const EncArgs& a) { return reinterpret_cast<uint32_t*>(a.ws + a.L.error); }
-KV_DEV uint64_t* RunningTotal(uint8_t* ws, const WorkspaceLayout& L) {
+KV_HD uint64_t* RunningTotal(uint8_t* ws, const WorkspaceLayout& L) {
   return reinterpret_cast<uint64_t*>(ws + L.error + 32);
 }
 

@@ -87,7 +87,6 @@ Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot
     scratch.side.clear();
     ByteWriter side(&scratch.side);
     KVSERVE_RETURN_IF_ERROR(stages.transform->Forward(info, x, side));
-    scratch.quantized.Clear();
     KVSERVE_RETURN_IF_ERROR(stages.quantizer->Quantize(info, x, &scratch.quantized));
     const auto& q = scratch.quantized;
     if (q.segments.size() > kMaxSegments)

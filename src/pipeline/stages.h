@@ -141,7 +141,8 @@ class Quantizer {
   // Number of leading tokens of every (layer, kind) that are coded; the rest
   // are kept raw. Depends only on the profile and total_tokens.
   virtual int CodedTokens(int total_tokens) const = 0;
-  // Quantizes `x` (already transformed). Deterministic.
+  // Quantizes `x` (already transformed) into `out`, replacing its contents
+  // (implementations may reuse out's buffers). Deterministic.
   virtual Status Quantize(const ChunkInfo& info, const ChunkTensor& x,
                           QuantizedChunk* out) const = 0;
   // Reconstructs `x` from `in`, which came off the wire: any inconsistency

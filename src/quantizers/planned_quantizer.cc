@@ -39,23 +39,27 @@ Status PlannedQuantizer::Quantize(const ChunkInfo& info, const ChunkTensor& x,
   }
   ChunkPlan plan;
   PlanChunk(info, &plan);
-  out->Clear();
+  // Segment buffers are reused from the previous chunk (same size in the
+  // steady state), so the hot path neither allocates nor zero-fills.
+  out->params.clear();
   ByteWriter params(&out->params);
-  std::vector<GridParams> grid;
+  thread_local std::vector<GridParams> grid;
+  size_t used = 0;
   for (const TokenRun& run : plan.runs) {
     if (run.levels == 0) continue;
     const RunShape rs{run.end - run.begin, info.head_dim, plan.axis, plan.group};
     const GridSpec spec = SpecFor(run.levels);
     grid.resize(rs.NumGroups());
-    CodeSegment segment;
+    if (used == out->segments.size()) out->segments.emplace_back();
+    CodeSegment& segment = out->segments[used++];
     segment.levels = static_cast<uint16_t>(run.levels);
     segment.symbols.resize(static_cast<size_t>(rs.tokens) * rs.dim);
     KVSERVE_RETURN_IF_ERROR(QuantizeRun(spec, rs, x.row(run.head, run.begin),
                                         static_cast<size_t>(x.dim), segment.symbols.data(),
                                         grid.data()));
     WriteGridParams(spec, grid.data(), grid.size(), params);
-    out->segments.push_back(std::move(segment));
   }
+  out->segments.resize(used);
   return Status::Ok();
 }
 

@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -17,6 +20,22 @@
 
 namespace kvserve::cli {
 namespace {
+
+// Seconds of CPU time this process has used (user + system).
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_utime.tv_usec * 1e-6 + u.ru_stime.tv_sec +
+         u.ru_stime.tv_usec * 1e-6;
+}
+
+// The 1-minute load average, or -1 where /proc/loadavg is unavailable.
+double LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  in >> load;
+  return in ? load : -1;
+}
 
 struct BenchArgs {
   std::string shape = "llama3-8b";
@@ -101,6 +120,9 @@ int RunBench(const BenchArgs& a) {
     scores = SynthesizeHeadScores(view.shape.layers, view.shape.kv_heads, a.seed);
   }
 
+  const double load_before = LoadAverage();
+  const double wall_start = NowSeconds();
+  const double cpu_start = ProcessCpuSeconds();
   Progress("bench", "memcpy yardstick: {} over {} threads", HumanBytes(bytes), threads);
   double memcpy_seconds = MeasureMemcpySeconds(cache.bytes(), cache.size_bytes(), threads, a.repeat);
 
@@ -132,6 +154,10 @@ int RunBench(const BenchArgs& a) {
   memcpy_seconds = std::min(
       memcpy_seconds, MeasureMemcpySeconds(cache.bytes(), cache.size_bytes(), threads, a.repeat));
   const double memcpy_rate = GBPerSecond(bytes, memcpy_seconds);
+  // How much of the machine the run got: on a shared machine the codec
+  // figures (long, CPU-bound) suffer more than memcpy (short, memory-bound).
+  const double cores_used = (ProcessCpuSeconds() - cpu_start) / (NowSeconds() - wall_start);
+  const double load_after = LoadAverage();
 
   if (a.json) {
     nlohmann::json j{{"source", source},
@@ -144,7 +170,10 @@ int RunBench(const BenchArgs& a) {
                      {"threads", threads},
                      {"repeat", a.repeat},
                      {"device", a.device},
-                     {"memcpy_gbps", memcpy_rate}};
+                     {"memcpy_gbps", memcpy_rate},
+                     {"cores_used", cores_used},
+                     {"load_average_before", load_before},
+                     {"load_average_after", load_after}};
     for (const auto& r : rows)
       j["results"].push_back({{"preset", r.name},
                               {"spec", r.spec},
@@ -171,6 +200,9 @@ int RunBench(const BenchArgs& a) {
   }
   fmt::print("{:<{}} {:>8} {:>9.3f}  (same {} bytes, {} threads, best of {})\n", "memcpy", w, "",
              memcpy_rate, bytes, threads, a.repeat);
+  fmt::print("machine: this run averaged {:.2f} busy cores of {} threads; 1-min load average {:.2f} "
+             "before, {:.2f} after\n",
+             cores_used, threads, load_before, load_after);
   return 0;
 }
 

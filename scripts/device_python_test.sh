@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds the kvserve Python module on the GPU machine and runs the Python
+# tests there, including the transformers DynamicCache test
+# (python/tests/test_hf.py) with the project's shipped model (models/*/ or
+# $KVSERVE_HF_MODEL). Output goes to $OUT (log + hf_results.json).
+#
+# The GPU image has python3 (3.12, torch, transformers, pybind11), cmake and
+# ninja, but not the Debian -dev packages the library links (zstd, lz4,
+# xxhash, fmt, nlohmann-json, eigen, dlpack). Two steps:
+#
+#   here (Debian 12, once):   scripts/device_python_test.sh prepare
+#       downloads those .deb files into .devdeps/ (ignored via .git/info/exclude)
+#   device run:               bash scripts/device_python_test.sh     with carry [".devdeps"]
+#       unpacks them under /tmp/devdeps (never into /), builds into
+#       build-device/, runs the tests.
+#
+# If the C++ quality evaluator (`kvserve quality`) is built there and
+# $KVSERVE_QUALITY_ARGS is set (e.g. "--workload qa --samples 50"), its
+# result for the same profile is passed to the test, which then requires the
+# two confidence intervals to overlap.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+DEBS=(libzstd-dev libzstd1 liblz4-dev liblz4-1 libxxhash-dev libxxhash0 libfmt-dev libfmt9
+      nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev)
+
+if [ "${1:-}" = "prepare" ]; then
+  mkdir -p .devdeps
+  grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git/info/exclude
+  (cd .devdeps && apt-get download "${DEBS[@]}")
+  du -sh .devdeps
+  exit 0
+fi
+
+OUT="${OUT:-$ROOT/out/device-python}"
+mkdir -p "$OUT"
+LOG="$OUT/python_device_test.log"
+exec > >(tee "$LOG") 2>&1
+PY="${PYTHON:-python3}"
+echo "== machine"; uname -a; nproc; nvidia-smi -L 2>/dev/null || true
+"$PY" -c 'import sys, torch, numpy; print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available()); print("numpy", numpy.__version__)'
+"$PY" -c 'import transformers; print("transformers", transformers.__version__)' || echo "transformers: missing"
+
+CMAKE_EXTRA=()
+if [ -d .devdeps ] && ls .devdeps/*.deb >/dev/null 2>&1; then
+  echo "== unpacking .devdeps into /tmp/devdeps"
+  rm -rf /tmp/devdeps && mkdir -p /tmp/devdeps
+  for f in .devdeps/*.deb; do dpkg -x "$f" /tmp/devdeps || exit 1; done
+  D=/tmp/devdeps/usr
+  # The .pc files say prefix=/usr (and zstd's libdir lacks the multiarch dir).
+  for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc "$D"/share/pkgconfig/*.pc; do
+    [ -f "$pc" ] || continue
+    sed -i -e "s|^prefix=/usr\$|prefix=$D|" \
+           -e 's|^libdir=${exec_prefix}/lib$|libdir=${exec_prefix}/lib/x86_64-linux-gnu|' "$pc"
+  done
+  export PKG_CONFIG_PATH="$D/lib/x86_64-linux-gnu/pkgconfig:$D/share/pkgconfig"
+  export LD_LIBRARY_PATH="$D/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+  CMAKE_EXTRA+=("-DCMAKE_PREFIX_PATH=$D;$D/lib/x86_64-linux-gnu/cmake;$D/share"
+                "-DCMAKE_INCLUDE_PATH=$D/include" "-DCMAKE_LIBRARY_PATH=$D/lib/x86_64-linux-gnu")
+fi
+PYBIND11_DIR="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null || true)"
+[ -n "$PYBIND11_DIR" ] && CMAKE_EXTRA+=("-Dpybind11_DIR=$PYBIND11_DIR")
+
+echo "== build"
+BUILD=build-device
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSERVE_PYTHON=ON \
+  -DKVSERVE_BUILD_TESTS=OFF -DKVSERVE_BUILD_BENCH=OFF -DPython3_EXECUTABLE="$(command -v "$PY")" \
+  "${CMAKE_EXTRA[@]}" || { echo "cmake configure failed (run 'prepare' here and carry .devdeps)"; exit 1; }
+ninja -C "$BUILD" kvserve_python || exit 1
+ninja -C "$BUILD" kvserve >/dev/null 2>&1 || echo "(kvserve CLI not built; no C++ quality reference)"
+export PYTHONPATH="$ROOT/$BUILD/python"
+export KVSERVE_TEST_OUT="$OUT"
+
+if [ -n "${KVSERVE_QUALITY_ARGS:-}" ] && [ -x "$BUILD/tools/kvserve/kvserve" ]; then
+  MODEL="${KVSERVE_HF_MODEL:-$(dirname "$(ls models/*/config.json 2>/dev/null | head -1)")}"
+  echo "== C++ quality reference: kvserve quality --model $MODEL --profile ${KVSERVE_HF_PROFILE:-kivi-4} $KVSERVE_QUALITY_ARGS"
+  # Expected to print JSON with the relative quality and its 95% CI half-width.
+  if "$BUILD/tools/kvserve/kvserve" quality --model "$MODEL" --profile "${KVSERVE_HF_PROFILE:-kivi-4}" \
+       $KVSERVE_QUALITY_ARGS --json > "$OUT/cpp_quality.json"; then
+    "$PY" - "$OUT/cpp_quality.json" "$OUT/quality_reference.json" <<'EOF'
+import json, sys
+q = json.load(open(sys.argv[1]))
+mean = q.get("relative_quality", q.get("mean"))
+ci = q.get("ci95", q.get("ci95_half_width"))
+if isinstance(ci, list):
+    ci = (ci[1] - ci[0]) / 2
+json.dump({"mean": mean, "ci95": ci, "source": q}, open(sys.argv[2], "w"))
+EOF
+    export KVSERVE_QUALITY_REFERENCE="$OUT/quality_reference.json"
+  fi
+fi
+
+echo "== python tests"
+PYTHONUNBUFFERED=1 "$PY" -m unittest discover -s python/tests -v
+rc=$?
+echo "== exit $rc"
+exit $rc
