@@ -29,7 +29,11 @@ import subprocess
 import sys
 import time
 
-import kvserve
+# python/ (this script's folder) holds the package's sources without the
+# built extension: import the built package from PYTHONPATH instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+import kvserve  # noqa: E402
 
 
 def find_cli() -> str:
@@ -62,6 +66,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="encodes per round (best kept)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating CLI / Python rounds")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--input", choices=["torch", "numpy"], default="torch",
+                        help="hand the cache to encode as a torch tensor (DLPack) or a numpy array (buffer protocol)")
     parser.add_argument("--json", action="store_true", help="print a JSON report")
     args = parser.parse_args()
     args.cli = args.cli or find_cli()
@@ -72,12 +78,12 @@ def main() -> None:
     tokens = int(round(args.gib * (1 << 30) / (layers * 2 * kv_heads * head_dim * elem)))
 
     array = kvserve.synthesize_kv(args.shape, tokens=tokens, dtype=args.dtype, seed=args.seed)
-    try:
+    if args.input == "torch":
         kv = kvserve.as_torch(array)  # DLPack path, zero copy
         source = f"torch.{str(kv.dtype).split('.')[-1]} tensor via DLPack"
-    except ImportError:
+    else:
         kv = array
-        source = "numpy array via the buffer protocol"
+        source = f"numpy {array.dtype} array via the buffer protocol"
     profile = kvserve.Profile(args.profile)
     scores = None
     if profile.quantizer in ("mixhq", "duo"):

@@ -186,7 +186,7 @@ KV_HD uint64_t Hash64(const uint8_t* in, uint64_t len, const Secret& s) {
   return MergeAccs(acc, s, len);
 }
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(KVSERVE_SIM)
 // Warp-cooperative XXH3_64bits: every lane of the (full) warp calls it with
 // the same arguments and gets the hash. Uses ReadLE64 byte loads, so `in`
 // may have any alignment.

@@ -1,0 +1,152 @@
+// Copyright kvserve authors. `kvserve quality`: task quality of compression
+// profiles through the real prefill -> encode -> decode -> decode-steps path,
+// relative to the uncompressed ("none") run on the same samples.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli_util.h"
+#include "command.h"
+#include "kvserve/quality.h"
+#include "kvserve/runtime.h"
+
+namespace kvserve::cli {
+namespace {
+
+struct QualityArgs {
+  std::string model, workload, eval_dir = "data/eval";
+  std::vector<std::string> profiles;
+  int samples = 0;
+  uint64_t seed = 0;
+  std::string cache_dir = ".cache/kvserve-quality";
+  std::string head_scores;
+  std::string wire_dtype = "f16";
+  int threads = 0;
+  int codec_threads = 1;
+  int bootstrap = 1000;
+  bool json = false, per_sample = false, quiet = false;
+};
+
+std::string Pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%", 100 * v) : "n/a"; }
+
+int RunQuality(const QualityArgs& a) {
+  constexpr const char* kCmd = "quality";
+  auto path = ResolveWorkloadPath(a.workload, a.eval_dir);
+  if (!path.ok()) return ReportError(kCmd, path.status());
+  auto samples = LoadWorkload(*path);
+  if (!samples.ok()) return ReportError(kCmd, samples.status());
+  auto dtype = ParseDType(a.wire_dtype);
+  if (!dtype.ok()) return ReportError(kCmd, dtype.status());
+  std::vector<Profile> profiles;
+  for (const std::string& spec : SplitProfileList(a.profiles)) {
+    auto p = ResolveProfile(spec);
+    if (!p.ok()) return ReportError(kCmd, p.status());
+    profiles.push_back(*p);
+  }
+  if (profiles.empty()) return ReportError(kCmd, Status::InvalidArgument("no --profile given"));
+  const double t0 = NowSeconds();
+  auto ev = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
+  if (!ev.ok()) return ReportError(kCmd, ev.status());
+  const ModelConfig& c = (*ev)->model().config();
+  if (!a.quiet) {
+    Progress(kCmd, "loaded {} ({} layers) in {:.2f} s; workload {} ({} samples)", a.model,
+             c.layers, NowSeconds() - t0, *path, samples->size());
+  }
+  const KvShape shape{c.layers, c.kv_heads, 1, c.head_dim};
+  nlohmann::json out = nlohmann::json::array();
+  for (const Profile& profile : profiles) {
+    if (NeedsHeadScores(profile) && a.head_scores.empty()) {
+      return ReportError(kCmd, Status::InvalidArgument(
+                                   "profile '" + profile.ToString() +
+                                   "' needs per-head retrieval scores: pass --head-scores FILE "
+                                   "(`kvserve head-scores --model DIR` on training-split prompts "
+                                   "writes one)"));
+    }
+    auto scores = LoadHeadScoresFor(profile, a.head_scores, shape);
+    if (!scores.ok()) return ReportError(kCmd, scores.status());
+    QualityOptions o;
+    o.samples = a.samples;
+    o.seed = a.seed;
+    o.cache_dir = a.cache_dir;
+    o.wire_dtype = *dtype;
+    o.head_scores = scores->get();
+    o.codec_threads = a.codec_threads;
+    o.bootstrap_resamples = a.bootstrap;
+    if (!a.quiet) o.progress = [](const std::string& line) { Progress(kCmd, "{}", line); };
+    auto r = (*ev)->Evaluate(*samples, profile, o);
+    if (!r.ok()) return ReportError(kCmd, r.status());
+    if (a.json) {
+      out.push_back(nlohmann::json::parse(r->ToJson(a.per_sample)));
+      continue;
+    }
+    const bool ppl = r->metric == QualityMetric::kPerplexity;
+    fmt::print("workload {}  profile {}  samples {}/{}{}\n", r->workload, r->profile,
+               r->samples_scored, r->samples_total, r->subset ? " (random subset)" : "");
+    if (ppl) {
+      fmt::print("  perplexity        {:.3f} (none {:.3f})\n", r->metric_value,
+                 r->baseline_metric_value);
+    } else {
+      fmt::print("  exact match       {} (none {})\n", Pct(r->metric_value),
+                 Pct(r->baseline_metric_value));
+    }
+    fmt::print("  relative quality  {}  95% CI [{}, {}]{}\n", Pct(r->relative),
+               Pct(r->relative_ci.low), Pct(r->relative_ci.high),
+               ppl ? "  (mean ppl_none/ppl)" : "");
+    fmt::print("  token accuracy    {} (none {}), relative {} [{}, {}]\n", Pct(r->token_accuracy),
+               Pct(r->baseline_token_accuracy), Pct(r->relative_token_accuracy),
+               Pct(r->relative_token_accuracy_ci.low), Pct(r->relative_token_accuracy_ci.high));
+    fmt::print("  CR                {:.2f} (aggregate {:.2f}, vs {})\n", r->cr_mean,
+               r->cr_aggregate, DTypeName(*dtype));
+    fmt::print("  encode / decode   {:.2f} / {:.2f} ms per sample\n", r->encode_ms_mean,
+               r->decode_ms_mean);
+    fmt::print("  prefills {} (cache hits {}), {:.2f} s\n", r->prefills, r->prefill_cache_hits,
+               r->seconds);
+  }
+  if (a.json) fmt::print("{}\n", out.size() == 1 ? out[0].dump(2) : out.dump(2));
+  return 0;
+}
+
+RunFn SetupQuality(CLI::App& sub) {
+  auto a = std::make_shared<QualityArgs>();
+  sub.description(
+      "Task quality of compression profiles on an eval workload, through the real PD path: "
+      "prefill once per sample (KV cached on disk under --cache-dir), cast to the wire dtype, "
+      "encode, decode, import (pruned tokens masked from attention), then score the answer "
+      "teacher-forced (exact match = greedy decode reproduces the answer; token accuracy; "
+      "perplexity for prose). Quality is relative to the 'none' profile on the same samples, "
+      "with a 95% paired-bootstrap CI. Workloads: a JSONL file or a name in --eval-dir "
+      "(qa, math, code, prose, multihop, unseen; built by scripts/data/build_all.sh).");
+  sub.add_option("-m,--model", a->model, "model directory")->required();
+  sub.add_option("-w,--workload", a->workload, "workload file or name")->required();
+  sub.add_option("-p,--profile", a->profiles, "profile spec(s) or preset name(s), comma-separated")
+      ->required();
+  sub.add_option("-n,--samples", a->samples, "random subset of N samples (0 = all)")
+      ->capture_default_str();
+  sub.add_option("--seed", a->seed, "subset and bootstrap seed")->capture_default_str();
+  sub.add_option("--cache-dir", a->cache_dir, "prefill KV cache directory ('' = none)")
+      ->capture_default_str();
+  sub.add_option("--head-scores", a->head_scores, "head-score JSON (mixhq, duo)");
+  sub.add_option("--eval-dir", a->eval_dir, "where workload names are looked up")
+      ->capture_default_str();
+  sub.add_option("--wire-dtype", a->wire_dtype, "dtype the KV is sent in (f16, bf16, f32)")
+      ->capture_default_str();
+  sub.add_option("--threads", a->threads, "runtime threads (0 = all cores)")->capture_default_str();
+  sub.add_option("--codec-threads", a->codec_threads, "encoder/decoder threads")
+      ->capture_default_str();
+  sub.add_option("--bootstrap", a->bootstrap, "bootstrap resamples")->capture_default_str();
+  sub.add_flag("--json", a->json, "print the report as JSON");
+  sub.add_flag("--per-sample", a->per_sample, "with --json: include per-sample scores");
+  sub.add_flag("-q,--quiet", a->quiet, "no progress lines");
+  return [a] { return RunQuality(*a); };
+}
+
+}  // namespace
+
+KVSERVE_COMMAND(quality, "Task quality of profiles on an eval workload (relative to none)",
+                SetupQuality);
+
+}  // namespace kvserve::cli
