@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/kv_file.h"
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
 #include "kvserve/runtime.h"
@@ -94,6 +95,16 @@ struct SampleScore {
   double encode_seconds = 0, decode_seconds = 0;
 };
 
+// The output of a prefill as the prefill node sends it: the KV cast to the
+// wire dtype, the token ids (BOS included) and the last token's logits.
+// On disk (the prefill cache) it is a KV file (kv_file.h) whose metadata
+// holds the token ids, the logits and an XXH3 checksum of all three.
+struct PrefilledSample {
+  KvCache kv;
+  std::vector<int32_t> token_ids;
+  std::vector<float> last_logits;
+};
+
 struct QualityOptions {
   int samples = 0;        // random subset size; 0 = all
   uint64_t seed = 0;      // subset and bootstrap seed
@@ -149,14 +160,16 @@ class QualityEvaluator {
   Result<QualityReport> Evaluate(const std::vector<EvalSample>& samples, const Profile& profile,
                                  const QualityOptions& options);
 
-  // The prefilled KV of `sample` (BOS prepended): from the cache when
-  // present, else prefilled (and stored when cache_dir is non-empty).
-  Result<KvState> PrefillSample(const EvalSample& sample, const std::string& cache_dir);
+  // The prefilled KV of `sample` (BOS prepended) in `wire_dtype`: from the
+  // cache when present and intact, else prefilled (and stored when
+  // cache_dir is non-empty).
+  Result<PrefilledSample> PrefillSample(const EvalSample& sample, const std::string& cache_dir,
+                                        DType wire_dtype = DType::kF16);
 
-  // Scores one sample: a copy of `prefilled` goes through the wire dtype and
-  // `profile`'s encode/decode, is imported (keep-mask where tokens were
-  // pruned) and the answer is scored teacher-forced.
-  Result<SampleScore> ScoreSample(const EvalSample& sample, const KvState& prefilled,
+  // Scores one sample: `prefilled` goes through `profile`'s encode/decode,
+  // is imported (keep-mask where tokens were pruned) and the answer is
+  // scored teacher-forced.
+  Result<SampleScore> ScoreSample(const EvalSample& sample, const PrefilledSample& prefilled,
                                   const Profile& profile, const QualityOptions& options);
 
   // Prefills run / cache hits since Create.

@@ -81,6 +81,68 @@ Result<std::string> Fingerprint(const std::string& dir) {
   return Hex64(h);
 }
 
+std::string JoinIds(const std::vector<int32_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out;
+}
+
+std::string ToHex(const std::vector<float>& v) {
+  static const char* kDigits = "0123456789abcdef";
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  std::string out(v.size() * 8, '0');
+  for (size_t i = 0; i < v.size() * 4; ++i) {
+    out[2 * i] = kDigits[p[i] >> 4];
+    out[2 * i + 1] = kDigits[p[i] & 15];
+  }
+  return out;
+}
+
+bool FromHex(const std::string& s, std::vector<float>* v) {
+  if (s.size() % 8 != 0) return false;
+  v->assign(s.size() / 8, 0.0f);
+  auto* p = reinterpret_cast<uint8_t*>(v->data());
+  auto nibble = [](char ch) -> int {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < s.size() / 2; ++i) {
+    const int hi = nibble(s[2 * i]), lo = nibble(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    p[i] = static_cast<uint8_t>(hi << 4 | lo);
+  }
+  return true;
+}
+
+uint64_t CacheChecksum(const PrefilledSample& p) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  XXH3_64bits_update(state, p.kv.bytes(), p.kv.size_bytes());
+  XXH3_64bits_update(state, p.token_ids.data(), p.token_ids.size() * sizeof(int32_t));
+  XXH3_64bits_update(state, p.last_logits.data(), p.last_logits.size() * sizeof(float));
+  const uint64_t h = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return h;
+}
+
+// A cached prefill, verified against what it must hold.
+Result<PrefilledSample> LoadCached(const std::string& path, const KvShape& shape, DType dtype,
+                                   const std::vector<int32_t>& tokens, int vocab) {
+  KvFileMetadata meta;
+  KVSERVE_ASSIGN_OR_RETURN(KvCache kv, LoadKvFile(path, &meta));
+  PrefilledSample out;
+  out.kv = std::move(kv);
+  out.token_ids = tokens;
+  if (out.kv.shape() != shape || out.kv.dtype() != dtype || meta["token_ids"] != JoinIds(tokens) ||
+      !FromHex(meta["last_logits"], &out.last_logits) ||
+      out.last_logits.size() != static_cast<size_t>(vocab) ||
+      meta["checksum"] != Hex64(CacheChecksum(out))) {
+    return Status::Corruption(path + ": stale or corrupt prefill cache entry");
+  }
+  return out;
+}
+
 int32_t ArgMax(const float* row, int n) {
   int32_t best = 0;
   for (int i = 1; i < n; ++i) {
@@ -171,8 +233,9 @@ Result<std::unique_ptr<QualityEvaluator>> QualityEvaluator::Create(const std::st
 const Model& QualityEvaluator::model() const { return *model_; }
 const std::string& QualityEvaluator::model_fingerprint() const { return fingerprint_; }
 
-Result<KvState> QualityEvaluator::PrefillSample(const EvalSample& sample,
-                                                const std::string& cache_dir) {
+Result<PrefilledSample> QualityEvaluator::PrefillSample(const EvalSample& sample,
+                                                        const std::string& cache_dir,
+                                                        DType wire_dtype) {
   const ModelConfig& c = model_->config();
   std::vector<int32_t> tokens;
   if (c.bos_token_id >= 0) tokens.push_back(c.bos_token_id);
@@ -191,60 +254,69 @@ Result<KvState> QualityEvaluator::PrefillSample(const EvalSample& sample,
         "sample {}: {} prompt + {} answer tokens exceed the model's context ({})", sample.id,
         tokens.size(), sample.answer_ids.size(), c.max_position_embeddings));
   }
+  const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(tokens.size()), c.head_dim};
   fs::path file;
   if (!cache_dir.empty()) {
     file = fs::path(cache_dir) / fingerprint_ /
-           (SafeId(sample.id) + "-" + Hex64(HashIds(tokens, 0)) + ".kvst");
+           fmt::format("{}-{}.{}.safetensors", SafeId(sample.id), Hex64(HashIds(tokens, 0)),
+                       DTypeName(wire_dtype));
     std::error_code ec;
     if (fs::is_regular_file(file, ec)) {
-      auto kv = ImportKV(file.string());
-      if (kv.ok() && kv->token_ids() == tokens && kv->layers() == c.layers &&
-          kv->kv_heads() == c.kv_heads && kv->head_dim() == c.head_dim &&
-          kv->last_logits().size() == static_cast<size_t>(c.vocab_size)) {
+      auto loaded = LoadCached(file.string(), shape, wire_dtype, tokens, c.vocab_size);
+      if (loaded.ok()) {
         ++cache_hits_;
-        return std::move(kv).value();
+        return std::move(loaded).value();
       }
       // Unreadable or stale: recompute and overwrite below.
     }
   }
   KVSERVE_ASSIGN_OR_RETURN(PrefillResult pre, model_->Prefill(tokens));
   ++prefills_;
+  PrefilledSample out;
+  out.token_ids = tokens;
+  out.last_logits = pre.kv.last_logits();
+  // The KV as the prefill node would send it: cast to the wire dtype.
+  const KvView f32 = pre.kv.view();
+  out.kv = KvCache(wire_dtype, f32.shape);
+  {
+    const MutableKvView dst = out.kv.mutable_view();
+    const size_t es = DTypeSize(wire_dtype);
+    for (int l = 0; l < shape.layers; ++l)
+      for (int k = 0; k < 2; ++k)
+        for (int h = 0; h < shape.kv_heads; ++h)
+          for (int t = 0; t < shape.tokens; ++t) {
+            const float* src = reinterpret_cast<const float*>(f32.At(l, k, h, t, 0));
+            std::byte* o = dst.At(l, k, h, t, 0);
+            for (int d = 0; d < shape.head_dim; ++d) StoreFromFloat(src[d], o + d * es, wire_dtype);
+          }
+  }
   if (!file.empty()) {
     std::error_code ec;
     fs::create_directories(file.parent_path(), ec);
     if (ec) return Status::IOError(file.parent_path().string() + ": " + ec.message());
+    KvFileMetadata meta = {{"source", "kvserve quality prefill cache"},
+                           {"sample", sample.id},
+                           {"token_ids", JoinIds(out.token_ids)},
+                           {"last_logits", ToHex(out.last_logits)},
+                           {"checksum", Hex64(CacheChecksum(out))}};
     const std::string tmp = file.string() + ".tmp";
-    KVSERVE_RETURN_IF_ERROR(ExportKV(pre.kv, tmp));
+    KVSERVE_RETURN_IF_ERROR(SaveKvFile(tmp, out.kv.view(), meta));
     fs::rename(tmp, file, ec);
     if (ec) return Status::IOError(file.string() + ": " + ec.message());
   }
-  return std::move(pre.kv);
+  return out;
 }
 
 Result<SampleScore> QualityEvaluator::ScoreSample(const EvalSample& sample,
-                                                  const KvState& prefilled,
+                                                  const PrefilledSample& prefilled,
                                                   const Profile& profile,
                                                   const QualityOptions& options) {
   const ModelConfig& c = model_->config();
   SampleScore score;
   score.id = sample.id;
-  // The KV as the prefill node would send it: cast to the wire dtype.
-  const KvView f32 = prefilled.view();
-  KvCache wire(options.wire_dtype, f32.shape);
-  {
-    const MutableKvView dst = wire.mutable_view();
-    const int64_t dim = f32.shape.head_dim;
-    for (int l = 0; l < f32.shape.layers; ++l)
-      for (int k = 0; k < 2; ++k)
-        for (int h = 0; h < f32.shape.kv_heads; ++h)
-          for (int t = 0; t < f32.shape.tokens; ++t) {
-            const float* src = reinterpret_cast<const float*>(f32.At(l, k, h, t, 0));
-            std::byte* out = dst.At(l, k, h, t, 0);
-            const size_t es = DTypeSize(options.wire_dtype);
-            for (int64_t d = 0; d < dim; ++d) StoreFromFloat(src[d], out + d * es, options.wire_dtype);
-          }
-  }
-  score.input_bytes = static_cast<uint64_t>(wire.view().LogicalBytes());
+  const KvView wire = prefilled.kv.view();
+  const DType dtype = wire.dtype;
+  score.input_bytes = static_cast<uint64_t>(wire.LogicalBytes());
 
   EncodeOptions eo;
   eo.threads = options.codec_threads;
@@ -253,21 +325,21 @@ Result<SampleScore> QualityEvaluator::ScoreSample(const EvalSample& sample,
   std::vector<uint8_t> frame;
   VectorSink sink(&frame);
   double t0 = Now();
-  KVSERVE_RETURN_IF_ERROR(encoder->Encode(wire.view(), sink));
+  KVSERVE_RETURN_IF_ERROR(encoder->Encode(wire, sink));
   score.encode_seconds = Now() - t0;
   score.frame_bytes = frame.size();
 
   KVSERVE_ASSIGN_OR_RETURN(auto decoder, DecoderContext::Create(DecodeOptions{options.codec_threads}));
-  KvCache decoded(options.wire_dtype, f32.shape);
+  KvCache decoded(dtype, wire.shape);
   std::vector<uint8_t> mask;
   t0 = Now();
   KVSERVE_RETURN_IF_ERROR(decoder->Decode(frame, decoded.mutable_view(), &mask));
   score.decode_seconds = Now() - t0;
 
   // Import into the runtime; pruned tokens are hidden by the keep-mask.
-  KVSERVE_ASSIGN_OR_RETURN(KvState kv, KvState::FromView(decoded.view(), prefilled.token_ids()));
-  kv.set_last_logits(prefilled.last_logits());
-  const KvShape& s = f32.shape;
+  KVSERVE_ASSIGN_OR_RETURN(KvState kv, KvState::FromView(decoded.view(), prefilled.token_ids));
+  kv.set_last_logits(prefilled.last_logits);
+  const KvShape& s = wire.shape;
   if (std::find(mask.begin(), mask.end(), uint8_t{0}) != mask.end()) {
     std::vector<uint8_t> keep(s.tokens);
     for (int l = 0; l < s.layers; ++l)
@@ -291,7 +363,7 @@ Result<SampleScore> QualityEvaluator::ScoreSample(const EvalSample& sample,
   double nll = 0;
   score.predicted.resize(n);
   for (int i = 0; i < n; ++i) {
-    const float* row = i == 0 ? prefilled.last_logits().data()
+    const float* row = i == 0 ? prefilled.last_logits.data()
                               : logits.data() + static_cast<size_t>(i - 1) * vocab;
     score.predicted[i] = ArgMax(row, vocab);
     correct += score.predicted[i] == ans[i];
@@ -328,7 +400,8 @@ Result<QualityReport> QualityEvaluator::Evaluate(const std::vector<EvalSample>& 
   const std::string wire(DTypeName(options.wire_dtype));
   for (size_t k = 0; k < chosen.size(); ++k) {
     const EvalSample& sample = samples[chosen[k]];
-    KVSERVE_ASSIGN_OR_RETURN(KvState kv, PrefillSample(sample, options.cache_dir));
+    KVSERVE_ASSIGN_OR_RETURN(PrefilledSample kv,
+                             PrefillSample(sample, options.cache_dir, options.wire_dtype));
     // Baseline: the "none" profile through the same path, cached with the KV.
     SampleScore base;
     bool have_base = false;
@@ -336,7 +409,7 @@ Result<QualityReport> QualityEvaluator::Evaluate(const std::vector<EvalSample>& 
     if (!options.cache_dir.empty()) {
       base_file = fs::path(options.cache_dir) / fingerprint_ /
                   fmt::format("{}-{}-{}.{}.none.json", SafeId(sample.id),
-                              Hex64(HashIds(kv.token_ids(), 0)), Hex64(HashIds(sample.answer_ids, 1)),
+                              Hex64(HashIds(kv.token_ids, 0)), Hex64(HashIds(sample.answer_ids, 1)),
                               wire);
       std::ifstream in(base_file);
       if (in) {

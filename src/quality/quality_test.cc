@@ -146,11 +146,13 @@ TEST_F(QualityTest, PrunedKvIsMaskedNotZeroed) {
   auto profile = Profile::Parse("identity+duo(k=8,v=8,sinks=4,recent=8,heads=0)+pack");
   ASSERT_TRUE(profile.ok()) << profile.status().ToString();
   auto samples = Load("ppl.jsonl");
-  auto kv = ev->PrefillSample(samples[0], "");
+  auto pre = ev->PrefillSample(samples[0], "", DType::kF32);
+  ASSERT_TRUE(pre.ok());
+  auto kv = KvState::FromView(pre->kv.view(), pre->token_ids);
   ASSERT_TRUE(kv.ok());
   QualityOptions o;
   o.head_scores = &scores;
-  auto pruned = ev->ScoreSample(samples[0], *kv, *profile, o);
+  auto pruned = ev->ScoreSample(samples[0], *pre, *profile, o);
   ASSERT_TRUE(pruned.ok()) << pruned.status().ToString();
   // References on the f32 KV: the same tokens hidden by the keep-mask, and
   // the same tokens zeroed instead. The evaluator must match the former.
@@ -164,7 +166,7 @@ TEST_F(QualityTest, PrunedKvIsMaskedNotZeroed) {
     EXPECT_TRUE(logits.ok());
     double nll = 0;
     for (size_t i = 0; i < ans.size(); ++i) {
-      const float* row = i == 0 ? kv->last_logits().data() : logits->data() + (i - 1) * vocab;
+      const float* row = i == 0 ? pre->last_logits.data() : logits->data() + (i - 1) * vocab;
       double mx = row[0], sum = 0;
       for (int v = 0; v < vocab; ++v) mx = std::max<double>(mx, row[v]);
       for (int v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
@@ -217,7 +219,7 @@ TEST_F(QualityTest, PrefillCacheIsHitOnSecondRun) {
   }
   // A corrupt cache file is recomputed, not trusted.
   for (const auto& e : fs::recursive_directory_iterator(cache)) {
-    if (e.path().extension() == ".kvst") {
+    if (e.path().extension() == ".safetensors") {
       WriteText(e.path().string(), "garbage");
       break;
     }
