@@ -290,7 +290,7 @@ struct BayesOptions {
   // raw features (category index, raw parameter values): ablation "w/o Enc".
   bool encoding = true;
   ExplorationSchedule exploration = ExplorationSchedule::kDecay;
-  double lambda0 = 0.5;
+  double lambda0 = 0.2;
   double lambda_decay = 0.85;
   // Bi-directional pruning. Feasible c: drop candidates with
   // CR < CR(c) (1 - epsilon): they cannot beat c. Clearly infeasible c
@@ -303,7 +303,8 @@ struct BayesOptions {
   double prune_epsilon = 0.02;
   double infeasible_margin = 0.02;
   // Early stop after `patience` consecutive evaluations that do not raise
-  // the best feasible CR (the space running empty always stops).
+  // the best feasible CR, counted from the first feasible evaluation (the
+  // space running empty always stops).
   bool early_stopping = true;
   int patience = 30;
   int initial_random = 6;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/grid.cuh"
+#include "cuda/rows.cuh"
 #include "cuda/xxh3.cuh"
 #include "kvserve/codec.h"
 #include "kvserve/cuda.h"
@@ -501,6 +502,149 @@ TEST(CudaDevice, NonFiniteInputIsRejected) {
   EXPECT_EQ(g.status.code(), StatusCode::kInvalidArgument) << g.status.ToString();
   const GpuFrame raw = GpuEncode(*Profile::Parse("none"), cache, nullptr);
   EXPECT_TRUE(raw.status.ok());  // raw regions are bytes, never checked
+}
+
+}  // namespace
+}  // namespace kvserve::cuda
+
+// ------------------------------------------------------------ device pieces
+// The building blocks the kernels use, run on the device and compared with
+// their host reference: row loads from a strided view, and grid params.
+namespace kvserve::cuda {
+namespace {
+
+template <int E>
+__global__ void LoadRowsKernel(DeviceView v, int rows, float* out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int r = warp; r < rows; r += blockDim.x / 32) {
+    float x[E];
+    LoadRow<E>(v, 0, 0, 0, r, x);
+    for (int j = 0; j < E; ++j) out[static_cast<int64_t>(r) * 32 * E + lane * E + j] = x[j];
+  }
+}
+
+__global__ void GridKernel(const int* levels, const uint8_t* flags, const float* lo, const float* hi,
+                           int n, uint32_t* out) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    float scale = -1, zero = -1;
+    const uint32_t code = GridParamsFor(levels[i], flags[i] & 1, flags[i] & 2, lo[i], hi[i], &scale, &zero);
+    out[3 * i] = code;
+    out[3 * i + 1] = FloatBits(scale);
+    out[3 * i + 2] = FloatBits(zero);
+  }
+}
+
+TEST(CudaDebug, DeviceRowLoadsMatchHost) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(9);
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const HostCache cache = MakeCache(rng, KvShape{1, 1, 64, 128}, dtype, 0);
+    DeviceBuffer<> in(cache.bytes.size());
+    DeviceBuffer<float> out(64 * 128 * 4);
+    CUDA_OK(cudaMemcpy(in.ptr, cache.bytes.data(), cache.bytes.size(), cudaMemcpyHostToDevice));
+    DeviceView v{};
+    v.data = in.ptr;
+    v.layer = cache.strides.layer;
+    v.kind = cache.strides.kind;
+    v.head = cache.strides.head;
+    v.token = cache.strides.token;
+    v.dim = cache.strides.dim;
+    v.dtype = static_cast<int>(dtype);
+    v.elem_bytes = static_cast<int>(DTypeSize(dtype));
+    for (int vec = 0; vec < 2; ++vec) {
+      v.vec_ok = vec;
+      LoadRowsKernel<4><<<1, 256>>>(v, 64, out.ptr);
+      CUDA_OK(cudaDeviceSynchronize());
+      std::vector<float> got(64 * 128);
+      CUDA_OK(cudaMemcpy(got.data(), out.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+      for (int t = 0; t < 64; ++t)
+        for (int d = 0; d < 128; ++d) {
+          const float ref = LoadAsFloat(reinterpret_cast<const std::byte*>(cache.view().At(0, 0, 0, t, d)), dtype);
+          ASSERT_EQ(FloatBits(got[t * 128 + d]), FloatBits(ref)) << "dtype " << DTypeName(dtype) << " vec " << vec
+                                                                 << " t " << t << " d " << d;
+        }
+    }
+  }
+}
+
+TEST(CudaDebug, DeviceGridParamsMatchHost) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(10);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int n = 100000;
+  std::vector<int> levels(n);
+  std::vector<uint8_t> flags(n);
+  std::vector<float> lo(n), hi(n);
+  for (int i = 0; i < n; ++i) {
+    levels[i] = 2 + static_cast<int>(rng() % 255);
+    flags[i] = static_cast<uint8_t>(rng() % 4);
+    const float mag = std::ldexp(1.0f, static_cast<int>(rng() % 40) - 30);
+    float a = u(rng) * mag, b = u(rng) * mag;
+    if (a > b) std::swap(a, b);
+    lo[i] = a;
+    hi[i] = b;
+  }
+  DeviceBuffer<int> dl(4 * n);
+  DeviceBuffer<uint8_t> df(n);
+  DeviceBuffer<float> dlo(4 * n), dhi(4 * n);
+  DeviceBuffer<uint32_t> dout(12 * n);
+  CUDA_OK(cudaMemcpy(dl.ptr, levels.data(), 4 * n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(df.ptr, flags.data(), n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dlo.ptr, lo.data(), 4 * n, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dhi.ptr, hi.data(), 4 * n, cudaMemcpyHostToDevice));
+  GridKernel<<<64, 256>>>(dl.ptr, df.ptr, dlo.ptr, dhi.ptr, n, dout.ptr);
+  CUDA_OK(cudaDeviceSynchronize());
+  std::vector<uint32_t> out(3 * n);
+  CUDA_OK(cudaMemcpy(out.data(), dout.ptr, 12 * n, cudaMemcpyDeviceToHost));
+  int bad = 0;
+  for (int i = 0; i < n && bad < 10; ++i) {
+    float scale = -1, zero = -1;
+    const uint32_t code = GridParamsFor(levels[i], flags[i] & 1, flags[i] & 2, lo[i], hi[i], &scale, &zero);
+    if (code != out[3 * i] || (code == 0 && (FloatBits(scale) != out[3 * i + 1] || FloatBits(zero) != out[3 * i + 2]))) {
+      ++bad;
+      ADD_FAILURE() << "levels " << levels[i] << " flags " << int(flags[i]) << " lo " << lo[i] << " hi " << hi[i]
+                    << ": host " << code << " " << std::hex << FloatBits(scale) << " " << FloatBits(zero)
+                    << " device " << out[3 * i] << " " << out[3 * i + 1] << " " << out[3 * i + 2] << std::dec;
+    }
+  }
+}
+
+TEST(CudaDebug, EncodeWritesEveryByte) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  const HostCache cache = MakeCache(rng, KvShape{1, 1, 64, 128}, DType::kF32, 0);
+  for (const char* spec : {"identity+kivi(k=2,v=2)+pack", "identity+uniform(axis_k=token,axis_v=token)+pack"}) {
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> cpu = CpuEncode(p, cache.view(), nullptr);
+    auto enc = Encoder::Create(p, cache.shape, cache.dtype, nullptr);
+    ASSERT_TRUE(enc.ok());
+    DeviceBuffer<> in(cache.bytes.size()), ws((*enc)->WorkspaceBytes()), frame((*enc)->MaxFrameBytes());
+    CUDA_OK(cudaMemcpy(in.ptr, cache.bytes.data(), cache.bytes.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(frame.ptr, 0xCD, (*enc)->MaxFrameBytes()));
+    KvView dv = cache.view();
+    dv.data = in.ptr;
+    ASSERT_TRUE((*enc)->Encode(dv, ws.ptr, frame.ptr, nullptr, nullptr).ok());
+    ASSERT_TRUE((*enc)->Check(ws.ptr, nullptr).ok());
+    std::vector<uint8_t> gpu(cpu.size());
+    CUDA_OK(cudaMemcpy(gpu.data(), frame.ptr, gpu.size(), cudaMemcpyDeviceToHost));
+    size_t diffs = 0, poison = 0, first = SIZE_MAX;
+    for (size_t i = 0; i < cpu.size(); ++i)
+      if (gpu[i] != cpu[i]) {
+        ++diffs;
+        poison += gpu[i] == 0xCD;
+        if (first == SIZE_MAX) first = i;
+      }
+    std::string dump;
+    if (first != SIZE_MAX) {
+      char b[16];
+      for (size_t i = first; i < std::min(cpu.size(), first + 24); ++i) {
+        std::snprintf(b, sizeof(b), "%02x/%02x ", gpu[i], cpu[i]);
+        dump += b;
+      }
+    }
+    EXPECT_EQ(diffs, 0u) << spec << ": " << diffs << " bytes differ (" << poison << " never written), first at "
+                         << first << " of " << cpu.size() << ", gpu/cpu: " << dump;
+  }
 }
 
 }  // namespace

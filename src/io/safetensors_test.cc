@@ -81,7 +81,8 @@ TEST(SafetensorsTest, RoundTripRandomTensorsAndMetadata) {
       EXPECT_EQ(slice->dtype, t.dtype);
       EXPECT_EQ(slice->shape, t.shape);
       ASSERT_EQ(slice->data.size(), t.bytes.size());
-      EXPECT_EQ(0, std::memcmp(slice->data.data(), t.bytes.data(), t.bytes.size()));
+      if (!t.bytes.empty())  // memcmp's pointers must be valid even for size 0
+        EXPECT_EQ(0, std::memcmp(slice->data.data(), t.bytes.data(), t.bytes.size()));
     }
     EXPECT_EQ((*file)->Find("missing").status().code(), StatusCode::kNotFound);
   }

@@ -154,7 +154,9 @@ class BayesSearcher final : public Searcher {
       int left = 0;
       for (int i = 0; i < n; ++i) left += alive[i] && !evaluated[i];
       const bool improved = trace.Record(pick, *q, left);
-      failures = improved ? 0 : failures + 1;
+      // Failures count only once something is feasible: before that the
+      // engine is still looking for the feasible region, not refining it.
+      if (trace.best_cr() > 0.0) failures = improved ? 0 : failures + 1;
       if (options_.early_stopping && failures >= options_.patience) {
         return trace.Finish("early stop: " + std::to_string(failures) +
                             " evaluations without a better feasible CR");
