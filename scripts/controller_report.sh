@@ -2,11 +2,11 @@
 # Regenerates the measured section of docs/controller.md (between the
 # GENERATED markers) and docs/controller_latency.svg from seeded, deterministic
 # simulations with the `kvserve` CLI. Usage: scripts/controller_report.sh
-# Env: BUILD_DIR (default build-ctl), KVSERVE_BIN (skip the build).
+# Env: BUILD_DIR (default build/release, as scripts/demo.sh and test.sh build), KVSERVE_BIN (skip the build).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-BUILD=${BUILD_DIR:-$ROOT/build-ctl}
+BUILD=${BUILD_DIR:-$ROOT/build/release}
 if [ -z "${KVSERVE_BIN:-}" ]; then
   [ -f "$BUILD/build.ninja" ] || cmake -S "$ROOT" -B "$BUILD" -G Ninja -DKVSERVE_BUILD_BENCH=OFF >/dev/null
   ninja -C "$BUILD" kvserve >/dev/null

@@ -85,9 +85,38 @@ KV_HD float HalfBitsToFloat(uint16_t h) {
   return ::kvserve::HalfToFloat(h);
 #endif
 }
+// fp32 -> fp16 bits, round-to-nearest-even, in integer arithmetic only (the
+// algorithm of kvserve::FloatToHalf). Not __float2half_rn: with nvcc 13 /
+// sm_90a, storing the bytes of a cvt.rn.f16.f32 result with two u8 stores
+// wrote the low byte of the wrong half of the packed register (seen on the
+// H200: every f16 scale's low byte came out 00 or a neighbour's value), so
+// no .f16 register ever holds a value that is stored as bytes.
+KV_HD uint16_t FloatToHalfBitsInteger(float f) {
+  const uint32_t x = FloatBits(f);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t absx = x & 0x7FFFFFFFu;
+  if (absx >= 0x7F800000u) return static_cast<uint16_t>(sign | 0x7C00u | (absx > 0x7F800000u ? 0x200u : 0u));
+  if (absx >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);
+  if (absx < 0x38800000u) {
+    if (absx < 0x33000000u) return static_cast<uint16_t>(sign);
+    const uint32_t e = absx >> 23;
+    const uint32_t m = (absx & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126 - e;
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  uint32_t r = absx - ((127u - 15u) << 23);
+  const uint32_t rem = r & 0x1FFFu;
+  r >>= 13;
+  if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
+  return static_cast<uint16_t>(sign | r);
+}
 KV_HD uint16_t FloatToHalfBits(float f) {
 #ifdef __CUDA_ARCH__
-  return __half_as_ushort(__float2half_rn(f));
+  return FloatToHalfBitsInteger(f);
 #else
   return ::kvserve::FloatToHalf(f);
 #endif

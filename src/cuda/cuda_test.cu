@@ -74,6 +74,20 @@ TEST(CudaHost, GridParamsMatchCpuQuantizer) {
   }
 }
 
+TEST(CudaHost, IntegerHalfConversionMatchesCpu) {
+  // The device's fp32 -> fp16 conversion (common.cuh) against the CPU's.
+  std::mt19937 rng(13);
+  for (uint32_t e = 0; e < 256; ++e)
+    for (int k = 0; k < 4000; ++k) {
+      uint32_t m = rng() & 0x7FFFFFu;
+      if (k < 8) m = (k & 1) ? 0x7FFFFFu : (k == 2 ? 0x1000u : (k == 4 ? 0x2000u : 0u));
+      const uint32_t bits = ((rng() & 1u) << 31) | (e << 23) | m;
+      const float f = BitsFloat(bits);
+      if (f != f) continue;  // NaN payloads are unspecified
+      ASSERT_EQ(FloatToHalfBitsInteger(f), FloatToHalf(f)) << std::hex << bits;
+    }
+}
+
 TEST(CudaHost, UnsupportedProfilesAreReported) {
   const KvShape shape{2, 2, 64, 128};
   EXPECT_EQ(CheckSupported(*Profile::Parse("zstd"), shape).code(), StatusCode::kNotSupported);

@@ -12,6 +12,7 @@ namespace {
 
 constexpr double kSqrt5 = 2.23606797749979;
 constexpr double kJitter = 1e-8;
+constexpr Eigen::Index kSecondStartBelow = 100;
 
 // Squared scaled distances between rows of a and b (length scales applied).
 Eigen::MatrixXd ScaledSquaredDistances(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b,
@@ -128,8 +129,12 @@ Status GaussianProcess::Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
   initial.log_signal = 0.0;
   initial.log_noise = std::log(0.05);
   std::vector<Eigen::VectorXd> starts;
-  if (start != nullptr && start->log_length.size() == d) starts.push_back(start->Pack());
-  starts.push_back(initial.Pack());
+  const bool warm = start != nullptr && start->log_length.size() == d;
+  if (warm) starts.push_back(start->Pack());
+  // The default start guards against a poor warm start while data are few;
+  // with many observations the previous optimum moves little and a second
+  // start would double the cost of a fit.
+  if (!warm || n < kSecondStartBelow) starts.push_back(initial.Pack());
   hyper_ = GpHyperparameters::Unpack(starts.front());
 
   const Eigen::Index dim = d + 2;

@@ -41,8 +41,8 @@ struct GpOptions {
 class GaussianProcess {
  public:
   // Fits on rows of `x` (n x d) and targets `y` (n). Starts the optimiser at
-  // `start` when given (warm start), and also at a default point; keeps the
-  // better. InvalidArgument for mismatched or empty inputs; Internal if no
+  // `start` when given (warm start), and also at a default point unless a
+  // warm start is given and n >= 100; keeps the best point seen. InvalidArgument for mismatched or empty inputs; Internal if no
   // hyperparameters give a positive-definite covariance.
   [[nodiscard]] Status Fit(const Eigen::MatrixXd& x, const Eigen::VectorXd& y,
                            const GpOptions& options, const GpHyperparameters* start = nullptr);
