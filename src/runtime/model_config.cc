@@ -45,7 +45,7 @@ Status ParseCommonConfig(const nlohmann::json& json, ModelConfig* c,
   for (const char* k : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                         "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
                         "rms_norm_eps", "hidden_act", "rope_scaling", "pretraining_tp",
-                        "layer_types"}) {
+                        "layer_types", "rope_parameters"}) {
     known->insert(k);
   }
   KVSERVE_ASSIGN_OR_RETURN(c->vocab_size, GetPositiveInt(json, "vocab_size", true));
@@ -73,6 +73,30 @@ Status ParseCommonConfig(const nlohmann::json& json, ModelConfig* c,
       return Status::InvalidArgument("config.json: rope_theta must be a positive number");
     }
     c->rope_theta = it->get<double>();
+  }
+  // transformers >= 5 writes {"rope_type": "default", "rope_theta": X}: plain
+  // RoPE is accepted (theta must agree with a top-level rope_theta); any
+  // other rope_type is a scaling variant this runtime refuses.
+  if (auto it = json.find("rope_parameters"); it != json.end() && !it->is_null()) {
+    if (!it->is_object()) return Status::InvalidArgument("config.json: rope_parameters is not an object");
+    for (const auto& [key, value] : it->items()) {
+      if (key == "rope_type") {
+        if (value != "default") {
+          return Status::NotSupported("config.json: rope_parameters.rope_type " + value.dump() +
+                                      " is not supported (only \"default\": plain RoPE)");
+        }
+      } else if (key == "rope_theta") {
+        if (!value.is_number() || value.get<double>() <= 0) {
+          return Status::InvalidArgument("config.json: rope_parameters.rope_theta must be positive");
+        }
+        if (json.contains("rope_theta") && json["rope_theta"] != value) {
+          return Status::InvalidArgument("config.json: rope_parameters.rope_theta disagrees with rope_theta");
+        }
+        c->rope_theta = value.get<double>();
+      } else {
+        return Status::NotSupported("config.json: rope_parameters." + key + " is not supported");
+      }
+    }
   }
   if (auto it = json.find("rms_norm_eps"); it != json.end()) {
     if (!it->is_number() || it->get<double>() <= 0) {

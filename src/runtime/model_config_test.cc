@@ -42,6 +42,8 @@ TEST(ModelConfigTest, UnsupportedOptionsAreClearErrors) {
       {"llama", "num_key_value_heads", 4, StatusCode::kInvalidArgument},  // 6 % 4 != 0
       {"llama", "vocab_size", -3, StatusCode::kInvalidArgument},
       {"gpt2", "model_type", "gpt2", StatusCode::kNotSupported},
+      {"qwen2", "rope_parameters", {{"rope_type", "yarn"}, {"factor", 4.0}},
+       StatusCode::kNotSupported},
   };
   for (const Case& c : cases) {
     TinyModelSpec spec;
@@ -57,6 +59,23 @@ TEST(ModelConfigTest, UnsupportedOptionsAreClearErrors) {
   auto json = TinyConfigJson(TinyModelSpec{});
   json.erase("hidden_size");
   EXPECT_EQ(ParseModelConfig(json.dump()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// transformers >= 5 writes plain RoPE as rope_parameters; its theta is used
+// and must agree with a top-level rope_theta.
+TEST(ModelConfigTest, RopeParametersDefaultIsPlainRope) {
+  for (const char* family : {"llama", "qwen2"}) {
+    TinyModelSpec spec;
+    spec.family = family;
+    auto json = TinyConfigJson(spec);
+    json.erase("rope_theta");
+    json["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 12345.0}};
+    auto parsed = ParseModelConfig(json.dump());
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(parsed->rope_theta, 12345.0);
+    json["rope_theta"] = 999.0;
+    EXPECT_EQ(ParseModelConfig(json.dump()).status().code(), StatusCode::kInvalidArgument);
+  }
 }
 
 TEST(ModelConfigTest, FlopsGrowWithContext) {
