@@ -179,9 +179,9 @@ TEST(Pipeline, ResidualTokensAreExact) {
   }
 }
 
-// Layer-at-a-time encoding, in a random layer order, produces the same
-// bytes as encoding the whole cache... once records are put in plan order;
-// with in-order layers the frames are identical.
+// Layer-at-a-time encoding (Begin / EncodeLayer in layer order / Finish)
+// writes exactly the bytes of a one-shot Encode, and a receiver decoding
+// records one at a time, in reverse order, gets a one-shot decode's values.
 TEST(Pipeline, StreamingEqualsOneShot) {
   std::mt19937 rng(11);
   for (const char* spec : {"kivi-2", "cachegen", "hadamard(seed=3)+kivi(k=4,v=2,group=32,residual=64)+rans"}) {
