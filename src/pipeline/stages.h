@@ -68,6 +68,7 @@ class ByteWriter {
   // x86-64 and aarch64 are little-endian. resize + memcpy rather than
   // insert: this runs once per scale/zero point on the encode hot path.
   void Put(const void* p, size_t n) {
+    if (n == 0) return;  // p may be null (an empty section); memcpy forbids that
     const size_t at = out_->size();
     out_->resize(at + n);
     std::memcpy(out_->data() + at, p, n);
