@@ -96,11 +96,14 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 def code_set(rng, n, docs):
     """Line completion: prompt = a held-out file's lines up to line i (500-3500 tokens) plus the
-    indentation and first word of line i; answer = the rest of line i. Candidate lines: 12-80
-    characters of code (no comment, docstring or blank line) whose rest (>= 5 characters) already
-    occurs in the prompt, i.e. completable from context (tests retrieval from code context)."""
+    indentation and the first 1-3 words of line i; answer = the rest of line i. Candidate lines:
+    12-80 characters of code (no comment, docstring or blank line) that occur verbatim earlier in
+    the prompt, cut at the shortest head (1-3 words) such that every earlier line beginning with
+    that head is this very line, i.e. the completion is determined by the context (tests retrieval
+    from code context). Run 3 made the task unambiguous this way (run 2 cut after the first word
+    even when several earlier lines began with it)."""
     files = [d for d in docs if d["source"] == "pystd" and d["split"] == "heldout"]
-    first = re.compile(r"^\s*[A-Za-z_][A-Za-z_0-9.]*")
+    word = re.compile(r"\s*[A-Za-z_][A-Za-z_0-9]*|\s*\S")
     out = []
     tries = 0
     while len(out) < n and tries < 200 * n:
@@ -121,17 +124,27 @@ def code_set(rng, n, docs):
             continue
         i = rng.choice(cands)
         line = lines[i].rstrip()
-        m = first.match(line)
-        if not m:
-            continue
-        head, rest = line[:m.end()], line[m.end():]
         keep = lines[:i]
         while keep and len(enc("\n".join(keep) + "\n")) > 3500:
             keep = keep[len(keep) // 8 + 1:]
-        prefix = "\n".join(keep) + "\n"
-        if len(rest) < 5 or rest not in prefix:
+        earlier = [l.rstrip() for l in keep]
+        if line not in earlier:
             continue
-        if len(enc(prefix)) < 500:
+        head = None
+        pos = 0
+        for _ in range(3):
+            m = word.match(line, pos)
+            if not m:
+                break
+            pos = m.end()
+            if all(l == line for l in earlier if l.startswith(line[:pos])):
+                head = line[:pos]
+                break
+        if head is None:
+            continue
+        rest = line[len(head):]
+        prefix = "\n".join(keep) + "\n"
+        if len(rest) < 5 or len(enc(prefix)) < 500:
             continue
         try:
             out.append(record(f"code-{len(out):04d}", "code", "exact_match", prefix + head, rest))

@@ -7,11 +7,15 @@ equals `answer`. A training example is prompt + answer + "\n" (+ more questions 
 
 Tasks:
   qa        single-hop retrieval: facts "The red jar holds the number 4821." planted at sentence
-            boundaries of real prose; one question at the end. Within an example no two entities
-            share a colour or an object.
+            boundaries of real prose; one question at the end. The answer restates the fact it
+            found: " The red jar holds the number 4821." Within an example no two entities share a
+            colour or an object.
   multihop  chains "The blue box points to the red jar." ... "The red jar holds the number 4821.";
-            the answer names each hop then the number: " red jar, 4821" (2 hops) or
-            " red jar, green bag, 4821" (3 hops).
+            the answer restates each fact of the chain in order (a worked chain, like math's
+            worked steps): " The blue box points to the red jar. The red jar holds the number 4821."
+  Restating answers (run 3) make the task easier for a ~10M model, not the metric looser: exact
+  match still needs every token, including the retrieved number, and the number appears in the
+  context only once.
   math      multi-step arithmetic word problems with small numbers and a worked answer line:
             " 7 + 5 = 12. 12 - 3 = 9. The answer is 9."; few-shot (solved problems before it).
   code      line completion in held-out Python files: the prompt ends after the first word of a line,
@@ -81,7 +85,7 @@ def qa_example(rng, prose, n_facts=None, n_questions=1):
     rng.shuffle(order)
     context = plant(rng, prose, [facts[i] for i in order])
     asked = rng.sample(range(n_facts), min(n_questions, n_facts))
-    qas = [(f"Question: What number does the {ents[i]} hold?", f" {nums[i]}") for i in asked]
+    qas = [(f"Question: What number does the {ents[i]} hold?", " " + _hold(ents[i], nums[i])) for i in asked]
     return context, qas
 
 
@@ -105,8 +109,9 @@ def multihop_example(rng, prose, hops=None, n_chains=None, n_questions=1):
     qas = []
     for i in asked:
         chain, num = chains[i]
+        steps = [_points(a, b) for a, b in zip(chain, chain[1:])] + [_hold(chain[-1], num)]
         qas.append((f"Question: Start at the {chain[0]} and follow the pointers. What number do you reach?",
-                    " " + ", ".join(chain[1:] + [num])))
+                    " " + " ".join(steps)))
     return context, qas
 
 

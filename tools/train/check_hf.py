@@ -5,7 +5,8 @@ writes the reference logits that our C++ runtime is compared with (models/<name>
 
   python3 tools/train/check_hf.py --model DIR --ref-out DIR [--eval data/eval]
 
-Reference files: prompt_short.json (text, ids incl. BOS) + logits_short.npy (float32 [T, V], every
+Reference files (packed into reference.safetensors by pack_reference.py, which the C++ runtime test
+src/runtime/hf_reference_test.cc reads): prompt_short.json (text, ids incl. BOS) + logits_short.npy (float32 [T, V], every
 position); prompt_long.json (a qa eval prompt) + logits_long_last.npy (float32 [8, V], the last 8
 positions) + argmax_long.npy (int32 [T], every position). HF runs in float32 (bf16 weights upcast),
 eager attention, TF32 off.
@@ -112,6 +113,9 @@ def main():
     report["generations"] = gen
     json.dump(report, open(os.path.join(args.ref_out, "hf_check.json"), "w"), indent=1)
     print(json.dumps(report, indent=1))
+    # one file for the C++ runtime test (src/runtime/hf_reference_test.cc); the .npy files are not shipped
+    from pack_reference import pack
+    pack(args.ref_out)
 
 
 if __name__ == "__main__":

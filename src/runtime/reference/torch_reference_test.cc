@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/safetensors.h"
+#include "runtime/reference/reference_util.h"
 #include "kvserve/runtime.h"
 
 namespace kvserve {
@@ -37,16 +38,6 @@ struct Reference {
   std::vector<float> logits, generated_logits;
 };
 
-template <typename T>
-std::vector<T> ReadTensor(const SafetensorsFile& file, const char* name) {
-  auto slice = file.Find(name);
-  EXPECT_TRUE(slice.ok()) << slice.status().ToString();
-  if (!slice.ok()) return {};
-  std::vector<T> out(slice->data.size() / sizeof(T));
-  std::memcpy(out.data(), slice->data.data(), slice->data.size());
-  return out;
-}
-
 bool LoadReference(const std::string& dir, Reference* ref) {
   auto file = SafetensorsFile::Open(dir + "/reference.safetensors");
   if (!file.ok()) return false;
@@ -55,16 +46,6 @@ bool LoadReference(const std::string& dir, Reference* ref) {
   ref->logits = ReadTensor<float>(**file, "logits");
   ref->generated_logits = ReadTensor<float>(**file, "generated_logits");
   return true;
-}
-
-double RelError(const std::vector<float>& got, const std::vector<float>& want) {
-  if (got.size() != want.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += double(got[i] - want[i]) * (got[i] - want[i]);
-    den += double(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 // Relative error of the runtime's prompt logits against the reference.
