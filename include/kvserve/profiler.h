@@ -241,7 +241,7 @@ struct SearchProblem {
   uint64_t seed = 1;
 };
 
-struct Observation {
+struct SearchObservation {
   int candidate = 0;  // index into SearchProblem::candidates
   QualityEstimate quality;
   bool feasible = false;
@@ -258,7 +258,7 @@ struct SearchProgress {
 using ProgressFn = std::function<void(const SearchProgress&)>;
 
 struct SearchTrace {
-  std::vector<Observation> observations;  // in evaluation order
+  std::vector<SearchObservation> observations;  // in evaluation order
   int best_feasible = -1;  // candidate index of the max-CR feasible observation, or -1
   std::string stop_reason; // "budget", "space exhausted", "early stop: ..."
   // Candidates feasible in the trace (the paper's F), by candidate index.

@@ -68,7 +68,7 @@ Result<std::vector<AblationCell>> RunAblation(std::span<const GroundTruth> truth
         double best_cr = 0.0;
         int reached_at = -1;
         for (size_t i = 0; i < trace->observations.size(); ++i) {
-          const Observation& o = trace->observations[i];
+          const SearchObservation& o = trace->observations[i];
           if (o.feasible) {
             best_cr = std::max(best_cr, problem.candidates[o.candidate].codec.compression_ratio);
           }

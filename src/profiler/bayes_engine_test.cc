@@ -39,7 +39,7 @@ TEST_P(BayesEngineTest, RespectsBudgetAndNeverRepeats) {
   ASSERT_TRUE(trace.ok());
   EXPECT_EQ(trace->observations.size(), 25u);
   std::set<int> seen;
-  for (const Observation& o : trace->observations) EXPECT_TRUE(seen.insert(o.candidate).second);
+  for (const SearchObservation& o : trace->observations) EXPECT_TRUE(seen.insert(o.candidate).second);
 }
 
 TEST_P(BayesEngineTest, FindsTheBestFeasibleCandidate) {

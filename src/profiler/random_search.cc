@@ -36,7 +36,7 @@ std::unique_ptr<Searcher> MakeRandomSearcher() { return std::make_unique<RandomS
 
 std::vector<int> SearchTrace::Feasible() const {
   std::vector<int> out;
-  for (const Observation& o : observations) {
+  for (const SearchObservation& o : observations) {
     if (o.feasible) out.push_back(o.candidate);
   }
   return out;

@@ -17,7 +17,7 @@ class TraceBuilder {
 
   // Records an evaluation; returns true when it raised the best feasible CR.
   bool Record(int candidate, const QualityEstimate& quality, int remaining) {
-    Observation o;
+    SearchObservation o;
     o.candidate = candidate;
     o.quality = quality;
     o.feasible = quality.quality >= problem_.quality_min;

@@ -209,7 +209,7 @@ Result<std::vector<Candidate>> MeasureCandidates(const ProfileArgs& a, const Str
 
 std::vector<TableEntry> FeasibleEntries(const SearchOutcome& s, const std::string& workload) {
   std::vector<TableEntry> entries;
-  for (const Observation& o : s.trace.observations) {
+  for (const SearchObservation& o : s.trace.observations) {
     TableEntry e;
     e.profile = s.candidates[o.candidate].profile;
     e.codec = s.candidates[o.candidate].codec;
@@ -430,7 +430,7 @@ int RunReport(const ProfileArgs& a) {
     auto s = RunSearch(search_args, std::move(*c), mixed, nullptr, "unified", "", false);
     if (!s.ok()) return ReportError(kCommand, s.status());
     std::vector<TableEntry> entries;
-    for (const Observation& o : s->trace.observations) {
+    for (const SearchObservation& o : s->trace.observations) {
       TableEntry e;
       e.profile = s->candidates[o.candidate].profile;
       e.codec = s->candidates[o.candidate].codec;
