@@ -22,7 +22,8 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 DEBS=(libzstd-dev libzstd1 liblz4-dev liblz4-1 libxxhash-dev libxxhash0 libfmt-dev libfmt9
-      nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev)
+      nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev libnlopt-dev libnlopt0
+      libsqlite3-dev libsqlite3-0 libhiredis-dev libhiredis0.14 libssl-dev libssl3 libasio-dev)
 
 if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdeps
@@ -51,7 +52,9 @@ if [ -d .devdeps ] && ls .devdeps/*.deb >/dev/null 2>&1; then
   for pc in "$D"/lib/x86_64-linux-gnu/pkgconfig/*.pc "$D"/share/pkgconfig/*.pc; do
     [ -f "$pc" ] || continue
     sed -i -e "s|^prefix=/usr\$|prefix=$D|" \
-           -e 's|^libdir=${exec_prefix}/lib$|libdir=${exec_prefix}/lib/x86_64-linux-gnu|' "$pc"
+           -e 's|^libdir=${exec_prefix}/lib$|libdir=${exec_prefix}/lib/x86_64-linux-gnu|' \
+           -e "s|^includedir=/usr/include|includedir=$D/include|" \
+           -e "s|^libdir=/usr/lib\$|libdir=$D/lib/x86_64-linux-gnu|" "$pc"
   done
   export PKG_CONFIG_PATH="$D/lib/x86_64-linux-gnu/pkgconfig:$D/share/pkgconfig"
   export LD_LIBRARY_PATH="$D/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
