@@ -1,6 +1,7 @@
 // Copyright kvserve authors. Decision latency of the online controller
 // (issue 6: p99 <= 5 us). Each iteration is one Decide() (plus, for the
-// bandit, one Observe()) on a request drawn from a fixed seeded pool, over
+// bandit, one Observe() with latency and codec time) on a request drawn from
+// a fixed seeded pool, with a bandwidth uncertainty (risk guard on), over
 // the example profile table and over random 32-profile tables. The
 // *_Distribution benchmarks time every call individually and report p50 and
 // p99 in microseconds as counters.
@@ -56,6 +57,8 @@ std::vector<ControllerRequest> MakeRequests(int workloads) {
     r.bandwidth = LogUniform(rng, GbpsToBytesPerSecond(1), GbpsToBytesPerSecond(100));
     r.quality_min = 0.95 + 0.01 * static_cast<double>(rng() % 5);
     r.slo_seconds = 2.0;
+    // The spread a BandwidthEstimator reports: exercises the risk guard.
+    r.bandwidth_log_sigma = LogUniform(rng, 0.02, 0.2);
   }
   return out;
 }
@@ -65,6 +68,12 @@ std::unique_ptr<Controller> MakeController(const benchmark::State& state) {
   o.bandit = state.range(1) != 0;
   if (state.range(2) != 0) o.model = {LatencyModelKind::kStreamed, 32};
   return std::move(Controller::Create(MakeTable(static_cast<int>(state.range(0))), o).value());
+}
+
+// Observed latency 5% over the prediction, codec time reported (half of it),
+// so the residuals and the codec-drift estimate are updated on every call.
+Observation Feedback(const Decision& d, double now) {
+  return {d.predicted_seconds * 1.05 + 1e-9, d.predicted_seconds * 0.5, now};
 }
 
 // args: profiles (0 = example table), bandit, streamed
@@ -77,7 +86,7 @@ void BM_Decide(benchmark::State& state) {
     r.now_seconds = static_cast<double>(i) * 1e-3;
     Result<Decision> d = c->Decide(r);
     benchmark::DoNotOptimize(d);
-    if (d.ok()) (void)c->Observe(*d, d->predicted_seconds * 1.05, r.now_seconds);
+    if (d.ok()) (void)c->Observe(*d, Feedback(*d, r.now_seconds));
   }
 }
 
@@ -97,7 +106,7 @@ void BM_DecideDistribution(benchmark::State& state) {
     if (ns.size() < ns.capacity()) {
       ns.push_back(std::chrono::duration<double, std::nano>(stop - start).count());
     }
-    if (d.ok()) (void)c->Observe(*d, d->predicted_seconds * 1.05, r.now_seconds);
+    if (d.ok()) (void)c->Observe(*d, Feedback(*d, r.now_seconds));
   }
   if (ns.empty()) return;
   std::sort(ns.begin(), ns.end());

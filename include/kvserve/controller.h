@@ -14,7 +14,9 @@
 //                       (workload, quality floor), queried in O(log n).
 //   bandit              residual-corrected epsilon-greedy selection among 2-3
 //                       envelope neighbours with SLO guardrail and cool-down.
-//   BandwidthEstimator  per-peer goodput EWMA, fed by the transport.
+//   codec drift         codec-speed drift learned from reported codec times.
+//   BandwidthEstimator  per-peer goodput EWMA with change detection and a
+//                       spread estimate, fed by the transport.
 //   Controller          ties them together; one Decide() per request.
 //   Simulate            trace-driven comparison of policies (paper Fig. 16).
 //
@@ -202,19 +204,45 @@ struct BandwidthEstimatorOptions {
   // Transfers shorter than this (seconds) are ignored: their goodput is
   // dominated by latency, not bandwidth.
   double min_sample_seconds = 1e-4;
-  // Level-shift detection: when `jump_samples` consecutive samples all
-  // differ from the estimate by more than a factor `jump_ratio` in the same
-  // direction, the estimate jumps to their mean instead of creeping towards
-  // it (a link that went from 5 to 25 Gbps). jump_ratio <= 1 disables it.
-  double jump_ratio = 2.0;
-  int jump_samples = 2;
+  // Spread: the standard deviation sigma of log goodput around the
+  // estimate (sample noise plus drift between samples), an EWMA of z^2 with
+  // weight spread_alpha, where z = log(sample / estimate) in seconds per
+  // byte and z^2 is clipped at (3 sigma)^2 so one outlier or step cannot
+  // blow it up. It starts at initial_log_sigma with the first sample and is
+  // never taken below min_log_sigma.
+  double initial_log_sigma = 0.1;
+  double min_log_sigma = 0.01;
+  double spread_alpha = 0.1;
+  // Change detection: a two-sided CUSUM on z / sigma. Each sample adds
+  // z/sigma - change_drift to the "slower" sum and -z/sigma - change_drift
+  // to the "faster" one (both floored at 0); when one exceeds
+  // change_threshold the link has changed level: the estimate is replaced by
+  // the newest sample and both sums restart. With the defaults a step of
+  // 8 sigma or more (2x at 5% noise) is tracked after one sample, 5 sigma
+  // after two; noise alone almost never triggers it (drift 1.5 sigma).
+  // change_threshold <= 0 disables detection (plain EWMA).
+  double change_drift = 1.5;
+  double change_threshold = 6.0;
+};
+
+// What a BandwidthEstimator knows about one peer.
+struct BandwidthEstimate {
+  double bytes_per_second = 0.0;  // point estimate (1 / EWMA of 1/B)
+  // Spread sigma of log goodput samples around the estimate (noise plus
+  // drift between samples; see BandwidthEstimatorOptions); +inf before the
+  // first sample.
+  double log_sigma = kInfinity;
+  int64_t samples = 0;
+  int64_t changes = 0;  // level changes detected so far
+  // Start of the transfer that revealed the last change (-inf: none yet).
+  double last_change_seconds = -kInfinity;
 };
 
 // Per-peer effective bandwidth from observed transfers (goodput = wire bytes
 // / wire seconds). The EWMA runs over seconds-per-byte (1/B), not over B:
 // latency is linear in 1/B, so averaging 1/B keeps the latency prediction
-// unbiased. The first sample of a peer replaces the prior; a confirmed level
-// shift replaces the estimate (see jump_ratio).
+// unbiased. The first sample of a peer replaces the prior; a detected level
+// change replaces the estimate (see change_threshold).
 //
 // Thread safety: thread-safe (internally locked).
 class BandwidthEstimator {
@@ -225,12 +253,18 @@ class BandwidthEstimator {
   BandwidthEstimator& operator=(const BandwidthEstimator&) = delete;
 
   // Records a transfer of `wire_bytes` taking `wire_seconds`, finishing at
-  // `now_seconds` (any monotonic clock). InvalidArgument for non-positive or
-  // non-finite bytes or seconds; short transfers are accepted but ignored.
+  // `now_seconds` (any monotonic clock; samples may arrive out of order).
+  // InvalidArgument for non-positive or non-finite bytes or seconds. Short
+  // transfers are accepted but ignored, and so are transfers that began
+  // (now - wire_seconds) before the last detected change: they measured the
+  // old level and only arrive late.
   [[nodiscard]] Status Observe(std::string_view peer, double wire_bytes,
                                double wire_seconds, double now_seconds);
   // Current estimate for `peer` in bytes/s; the prior for unknown peers.
   double Estimate(std::string_view peer) const;
+  // The estimate with its uncertainty and change history. For a peer without
+  // samples: the prior with log_sigma = +inf (nothing is known).
+  BandwidthEstimate Query(std::string_view peer) const;
   // Number of samples that updated `peer`.
   int64_t SampleCount(std::string_view peer) const;
 
@@ -266,6 +300,17 @@ struct ControllerOptions {
   int cooldown_window = 10;      // M, 1..64
   double cooldown_seconds = 10.0;
   uint64_t seed = 0x6b76736572766531ull;
+  // Risk guard: a compressed profile is a candidate only if it also beats
+  // raw at the pessimistic bandwidth B * exp(risk_sigmas * sigma_B), sigma_B
+  // = ControllerRequest::bandwidth_log_sigma (high bandwidth is the
+  // pessimistic side for compression: its gain shrinks). With sigma_B = +inf
+  // (no measurement yet) only raw passes. 0 disables the guard.
+  double risk_sigmas = 2.0;
+  // With the bandit on, learn codec-speed drift from the codec time reported
+  // in Observation::codec_seconds (a shared factor for all codecs plus a
+  // per-profile mismatch) and predict with it. Off in the no-bandit
+  // ablation, which uses the table as profiled.
+  bool learn_codec_drift = true;
 };
 
 // One request's service context c = (w, B, T_SLO, q_min), plus V.
@@ -277,6 +322,10 @@ struct ControllerRequest {
   double model_seconds = 0.0;        // T_model(w)
   double quality_min = 0.0;          // q_min
   double now_seconds = 0.0;          // monotonic clock (cool-down)
+  // Uncertainty of `bandwidth`: standard deviation of log goodput
+  // (BandwidthEstimate::log_sigma), >= 0, +inf when nothing was measured.
+  // 0 (the default) trusts `bandwidth` exactly.
+  double bandwidth_log_sigma = 0.0;
 };
 
 enum class ControllerAction : uint8_t { kSend = 0, kRecompute = 1 };
@@ -294,6 +343,18 @@ struct Decision {
   // Bookkeeping for Observe(); opaque.
   int32_t environment = -1;
   double budget_seconds = kInfinity;  // T_SLO - T_model
+  double kv_bytes = 0.0;              // the request's V
+  double bandwidth = 0.0;             // the request's B
+};
+
+// What the transport measured for one request (Controller::Observe).
+struct Observation {
+  // End-to-end KV-movement latency, encode start to decode end, seconds > 0.
+  double observed_seconds = 0.0;
+  // Encode + decode compute time of the request (including the fixed
+  // overhead t0), seconds; < 0 when the transport does not report it.
+  double codec_seconds = -1.0;
+  double now_seconds = 0.0;
 };
 
 // Picks a profile per request and learns from the observed latency.
@@ -303,6 +364,9 @@ struct Decision {
 // and, with the bandit on, chooses among the optimum and its envelope
 // neighbours by residual-corrected latency; raw is always a candidate, so a
 // profile predicted (after correction) to be slower than raw is not chosen.
+// With a bandwidth uncertainty in the request, a compressed profile must
+// also beat raw at the pessimistic (high) end of it (risk_sigmas). Observe()
+// with codec times lets the bandit layer learn codec-speed drift.
 //
 // Thread safety: thread-safe. Decide and Observe may run concurrently from
 // many threads; bandit state is guarded by striped mutexes.
@@ -322,6 +386,13 @@ class Controller {
   // non-positive or non-finite latency.
   [[nodiscard]] Status Observe(const Decision& decision,
                                double observed_seconds, double now_seconds);
+  // As above, with the codec time when the transport reports it: the
+  // controller then learns codec-speed drift directly (see
+  // ControllerOptions::learn_codec_drift) instead of only through the
+  // latency residual. InvalidArgument for a non-positive or non-finite
+  // latency or a non-finite codec time.
+  [[nodiscard]] Status Observe(const Decision& decision,
+                               const Observation& observation);
 
   const ProfileTable& table() const;
   const ControllerOptions& options() const;
@@ -402,8 +473,20 @@ struct SimulationOptions {
   // lognormal factor (offline-to-online mismatch).
   double profile_mismatch_sigma = 0.1;
   // A request counts as slower than raw when its latency exceeds raw's
-  // latency for the same request by more than this fraction.
+  // latency for the same request, at the same instant and with the same
+  // noise draw, by more than this fraction. The default is one sigma of the
+  // per-request latency noise (noise_sigma): a smaller excess is below what
+  // a single measured request can resolve. PolicyResult also counts any
+  // excess at all.
   double raw_tolerance = 0.02;
+  // Probe: the controller policies (full, no-bandit) start every transfer by
+  // sending the first probe_layers of controller.model.layers layers raw and
+  // measuring their goodput (one more estimator sample, with the same
+  // goodput noise), then decide for the rest of the KV with that fresh
+  // estimate. Raw loses nothing (the probe is the start of its transfer);
+  // a compressed choice pays the probe's raw time before its own encode
+  // starts (no overlap is assumed). 0 disables the probe.
+  int probe_layers = 1;
   ControllerOptions controller;
   BandwidthEstimatorOptions estimator;
   uint64_t seed = 1;
@@ -415,11 +498,13 @@ struct PolicyResult {
   double p99_seconds = 0.0;
   double regret_seconds = 0.0;  // mean latency minus the oracle's
   int64_t slo_violations = 0;
-  int64_t slower_than_raw = 0;
+  int64_t slower_than_raw = 0;      // by more than raw_tolerance
+  int64_t slower_than_raw_any = 0;  // by any amount (relative > 1e-9)
   double worst_vs_raw = 0.0;     // max over requests of latency / raw - 1
   int64_t floor_violations = 0;  // requests served below their quality floor
   int64_t requests = 0;
   std::vector<double> latency_seconds;  // per request, in arrival order
+  std::vector<int> profile;             // per request: the profile used
 };
 
 struct SimulationReport {
@@ -428,6 +513,7 @@ struct SimulationReport {
   std::vector<double> codec_slowdown;  // true codec slowdown at each arrival
   std::vector<PolicyResult> policies;  // full, no-bandit, no-controller, raw,
                                        // oracle, then static:<spec> each
+  double raw_tolerance = 0.0;          // SimulationOptions::raw_tolerance
   double decision_p50_seconds = 0.0;   // full controller's Decide()
   double decision_p99_seconds = 0.0;
   const PolicyResult* Find(std::string_view name) const;

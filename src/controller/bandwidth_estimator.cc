@@ -1,5 +1,6 @@
-// Copyright kvserve authors. Per-peer goodput estimation; see
-// kvserve/controller.h.
+// Copyright kvserve authors. Per-peer goodput estimation with change
+// detection; see kvserve/controller.h.
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <string>
@@ -14,9 +15,11 @@ struct BandwidthEstimator::State {
     double seconds_per_byte = 0.0;  // EWMA of 1/B
     double last_seconds = 0.0;      // clock of the last accepted sample
     int64_t samples = 0;
-    int jump_count = 0;       // consecutive samples beyond jump_ratio
-    int jump_direction = 0;   // +1 slower, -1 faster than the estimate
-    double jump_sum = 0.0;    // their sum (seconds per byte)
+    double cusum_slower = 0.0;      // upward CUSUM of z (bandwidth fell)
+    double cusum_faster = 0.0;      // downward CUSUM of z (bandwidth rose)
+    double log_variance = 0.0;      // EWMA of clipped z^2
+    int64_t changes = 0;
+    double last_change_seconds = -kInfinity;
   };
   mutable std::mutex mu;
   std::unordered_map<std::string, Peer> peers;
@@ -36,57 +39,70 @@ Status BandwidthEstimator::Observe(std::string_view peer, double wire_bytes,
   }
   if (wire_seconds < options_.min_sample_seconds) return Status::Ok();
   const double sample = wire_seconds / wire_bytes;
+  const double min_variance = options_.min_log_sigma * options_.min_log_sigma;
   std::lock_guard<std::mutex> lock(state_->mu);
   State::Peer& p = state_->peers[std::string(peer)];
+  // A transfer that began before the last detected change measured (mostly)
+  // the old level: it arrives late, not new.
+  if (now_seconds - wire_seconds < p.last_change_seconds) return Status::Ok();
   if (p.samples == 0) {
     p.seconds_per_byte = sample;  // the first measurement replaces the prior
+    p.log_variance = options_.initial_log_sigma * options_.initial_log_sigma;
   } else {
-    const double gap = std::max(0.0, now_seconds - p.last_seconds);
-    double keep = 1.0 - options_.alpha;
-    if (options_.idle_time_constant_seconds > 0.0) {
-      keep *= std::exp(-gap / options_.idle_time_constant_seconds);
+    const double z = std::log(sample / p.seconds_per_byte);
+    const double variance = std::max(p.log_variance, min_variance);
+    bool changed = false;
+    if (options_.change_threshold > 0.0) {
+      const double standard = z / std::sqrt(variance);
+      p.cusum_slower = std::max(0.0, p.cusum_slower + standard - options_.change_drift);
+      p.cusum_faster = std::max(0.0, p.cusum_faster - standard - options_.change_drift);
+      changed = p.cusum_slower > options_.change_threshold ||
+                p.cusum_faster > options_.change_threshold;
     }
-    const double ratio = sample / p.seconds_per_byte;
-    const int direction = options_.jump_ratio > 1.0
-                              ? (ratio > options_.jump_ratio
-                                     ? 1
-                                     : (ratio < 1.0 / options_.jump_ratio ? -1 : 0))
-                              : 0;
-    if (direction != 0 && direction == p.jump_direction) {
-      ++p.jump_count;
-      p.jump_sum += sample;
+    p.log_variance = (1.0 - options_.spread_alpha) * variance +
+                     options_.spread_alpha * std::min(z * z, 9.0 * variance);
+    if (changed) {
+      // A new level: the newest sample is the only one that belongs to it.
+      // The change happened at the latest when this transfer began.
+      p.seconds_per_byte = sample;
+      p.cusum_slower = p.cusum_faster = 0.0;
+      ++p.changes;
+      p.last_change_seconds = now_seconds - wire_seconds;
     } else {
-      p.jump_direction = direction;
-      p.jump_count = direction != 0 ? 1 : 0;
-      p.jump_sum = direction != 0 ? sample : 0.0;
-    }
-    if (direction != 0 && p.jump_count >= std::max(options_.jump_samples, 1)) {
-      p.seconds_per_byte = p.jump_sum / p.jump_count;
-      p.jump_count = 0;
-      p.jump_direction = 0;
-      p.jump_sum = 0.0;
-    } else {
+      const double gap = std::max(0.0, now_seconds - p.last_seconds);
+      double keep = 1.0 - options_.alpha;
+      if (options_.idle_time_constant_seconds > 0.0) {
+        keep *= std::exp(-gap / options_.idle_time_constant_seconds);
+      }
       p.seconds_per_byte = keep * p.seconds_per_byte + (1.0 - keep) * sample;
     }
   }
-  p.last_seconds = now_seconds;
+  p.last_seconds = std::max(p.last_seconds, now_seconds);
   ++p.samples;
   return Status::Ok();
 }
 
 double BandwidthEstimator::Estimate(std::string_view peer) const {
+  return Query(peer).bytes_per_second;
+}
+
+BandwidthEstimate BandwidthEstimator::Query(std::string_view peer) const {
+  BandwidthEstimate e;
+  e.bytes_per_second = options_.prior_bytes_per_second;
   std::lock_guard<std::mutex> lock(state_->mu);
   auto it = state_->peers.find(std::string(peer));
-  if (it == state_->peers.end() || it->second.samples == 0) {
-    return options_.prior_bytes_per_second;
-  }
-  return 1.0 / it->second.seconds_per_byte;
+  if (it == state_->peers.end() || it->second.samples == 0) return e;
+  const State::Peer& p = it->second;
+  e.bytes_per_second = 1.0 / p.seconds_per_byte;
+  e.log_sigma = std::sqrt(std::max(p.log_variance, options_.min_log_sigma * options_.min_log_sigma));
+  e.samples = p.samples;
+  e.changes = p.changes;
+  e.last_change_seconds = p.last_change_seconds;
+  return e;
 }
 
 int64_t BandwidthEstimator::SampleCount(std::string_view peer) const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto it = state_->peers.find(std::string(peer));
-  return it == state_->peers.end() ? 0 : it->second.samples;
+  return Query(peer).samples;
 }
 
 }  // namespace kvserve

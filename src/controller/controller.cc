@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "controller/bandit.h"
+#include "controller/codec_drift.h"
 #include "controller/envelope.h"
 #include "kvserve/controller.h"
 
@@ -13,6 +14,8 @@ namespace kvserve {
 using controller_internal::BanditCandidate;
 using controller_internal::BanditChoice;
 using controller_internal::BanditOptions;
+using controller_internal::CodecDrift;
+using controller_internal::CodecDriftOptions;
 using controller_internal::ParametricEnvelope;
 using controller_internal::PlaneLine;
 using controller_internal::ResidualBandit;
@@ -93,6 +96,7 @@ class Controller::Impl {
     bo.cooldown_seconds = options.cooldown_seconds;
     bo.seed = options.seed;
     bandit = std::make_unique<ResidualBandit>(options.bandit ? env_count : 0, profiles, bo);
+    drift = std::make_unique<CodecDrift>(profiles, CodecDriftOptions{});
     return Status::Ok();
   }
 
@@ -109,6 +113,9 @@ class Controller::Impl {
     if (std::isnan(r.quality_min) || std::isnan(r.slo_seconds) ||
         std::isnan(r.model_seconds)) {
       return Status::InvalidArgument("NaN in request");
+    }
+    if (!(r.bandwidth_log_sigma >= 0.0)) {
+      return Status::InvalidArgument("bandwidth_log_sigma must be >= 0");
     }
     return Status::Ok();
   }
@@ -162,6 +169,8 @@ class Controller::Impl {
     Decision d;
     d.feasible = false;
     d.budget_seconds = budget;
+    d.kv_bytes = r.kv_bytes;
+    d.bandwidth = r.bandwidth;
     switch (options.fallback) {
       case FallbackPolicy::kRaw:
         d.profile = ProfileTable::kRaw;
@@ -179,41 +188,88 @@ class Controller::Impl {
     return d;
   }
 
+  bool Learning() const { return options.bandit && options.learn_codec_drift; }
+
+  // Profile p's KV-movement time with its codec `factor` times slower than
+  // the table: factor * T_table(V, B * factor), exact for both models (the
+  // factor scales t0 and both codec times alike).
+  double PredictWithFactor(int p, double kv_bytes, double bandwidth, double factor) const {
+    return factor * PredictSeconds(options.model, table.profile(p), kv_bytes, bandwidth * factor);
+  }
+
+  // Theorem 6.1 at the request's bandwidth on the table's numbers (a
+  // profile beyond its B*(V) is never chosen), and the risk guard: the
+  // profile also beats raw at the pessimistic bandwidth `upper`, with its
+  // learned codec factor.
+  bool Safe(int p, const ControllerRequest& r, double raw, double upper, double factor) const {
+    if (p == ProfileTable::kRaw) return true;
+    if (!(Predict(p, r) < raw)) return false;
+    if (options.risk_sigmas <= 0.0 || r.bandwidth_log_sigma == 0.0) {
+      return factor == 1.0 || PredictWithFactor(p, r.kv_bytes, r.bandwidth, factor) < raw;
+    }
+    if (!std::isfinite(upper)) return false;
+    return PredictWithFactor(p, r.kv_bytes, upper, factor) < r.kv_bytes / upper;
+  }
+
   Result<Decision> Decide(const ControllerRequest& r) {
     KVSERVE_RETURN_IF_ERROR(Check(r));
     const Workload& wl = workloads[r.workload];
     const int j = BucketIndex(wl, r.quality_min);
     const Bucket& b = wl.buckets[j];
     const double budget = r.slo_seconds - r.model_seconds;
-    const Optimum o = FindOptimum(b, r);
+    // Shared codec drift D: every profile's time is D * T_table(V, B * D),
+    // so the table's envelope at bandwidth B * D gives the drifted optimum.
+    const double shared = Learning() ? drift->Shared() : 1.0;
+    ControllerRequest drifted = r;
+    drifted.bandwidth = r.bandwidth * shared;
+    Optimum o = FindOptimum(b, drifted);
+    o.predicted *= shared;
     if (!(o.predicted <= budget)) return Fallback(b, r, budget);
+    const double raw = Predict(ProfileTable::kRaw, r);
+    const double upper = options.risk_sigmas > 0.0
+                             ? r.bandwidth * std::exp(options.risk_sigmas * r.bandwidth_log_sigma)
+                             : r.bandwidth;
     Decision d;
     d.budget_seconds = budget;
+    d.kv_bytes = r.kv_bytes;
+    d.bandwidth = r.bandwidth;
     if (!options.bandit) {
-      d.profile = o.profile;
-      d.predicted_seconds = d.corrected_seconds = o.predicted;
+      if (Safe(o.profile, r, raw, upper, 1.0)) {
+        d.profile = o.profile;
+        d.predicted_seconds = d.corrected_seconds = o.predicted;
+      } else {
+        d.profile = ProfileTable::kRaw;
+        d.predicted_seconds = d.corrected_seconds = raw;
+      }
       return d;
     }
-    // Candidates: the optimum, its envelope neighbours that pass the benefit
-    // threshold (Theorem 6.1: predicted faster than raw), nearest first, and
-    // raw as the safety arm.
-    const double raw = Predict(ProfileTable::kRaw, r);
+    // Candidates: the optimum and its envelope neighbours that are safe
+    // (Theorem 6.1 and the risk guard), nearest first, each predicted with
+    // its learned codec factor, and raw as the safety arm.
     std::array<BanditCandidate, ResidualBandit::kSlots> cands;
     int n = 0;
-    cands[n++] = {o.profile, o.predicted, o.profile == ProfileTable::kRaw};
+    auto factor_of = [&](int p) { return Learning() ? drift->Factor(p) : 1.0; };
+    if (o.profile != ProfileTable::kRaw) {
+      const double f = factor_of(o.profile);
+      if (Safe(o.profile, r, raw, upper, f)) {
+        cands[n++] = {o.profile, PredictWithFactor(o.profile, r.kv_bytes, r.bandwidth, f), false};
+      }
+    }
     std::array<std::pair<double, int>, 2> nb;
     int nb_count = 0;
     for (int k = 0; k < o.neighbour_count; ++k) {
       const int p = o.neighbours[k];
       if (p == ProfileTable::kRaw) continue;
-      const double t = Predict(p, r);
-      if (t < raw) nb[nb_count++] = {t, p};
+      const double f = factor_of(p);
+      if (Safe(p, r, raw, upper, f)) {
+        nb[nb_count++] = {PredictWithFactor(p, r.kv_bytes, r.bandwidth, f), p};
+      }
     }
     if (nb_count == 2 && nb[1] < nb[0]) std::swap(nb[0], nb[1]);
     for (int k = 0; k < nb_count && n < options.candidates; ++k) {
       cands[n++] = {nb[k].second, nb[k].first, false};
     }
-    if (o.profile != ProfileTable::kRaw) cands[n++] = {ProfileTable::kRaw, raw, true};
+    cands[n++] = {ProfileTable::kRaw, raw, true};
     const int env = wl.env_base + j * table.size() + o.profile;
     const BanditChoice c = bandit->Choose(
         env, std::span<const BanditCandidate>(cands.data(), n), budget, r.now_seconds);
@@ -230,6 +286,7 @@ class Controller::Impl {
   ControllerOptions options;
   std::vector<Workload> workloads;
   std::unique_ptr<ResidualBandit> bandit;
+  std::unique_ptr<CodecDrift> drift;
 };
 
 Result<std::unique_ptr<Controller>> Controller::Create(ProfileTable table,
@@ -255,6 +312,7 @@ Result<std::unique_ptr<Controller>> Controller::Create(ProfileTable table,
     return Status::InvalidArgument("cooldown_seconds must be >= 0");
   }
   if (options.model.layers < 1) return Status::InvalidArgument("layers must be >= 1");
+  if (!(options.risk_sigmas >= 0.0)) return Status::InvalidArgument("risk_sigmas must be >= 0");
   auto impl = std::make_unique<Impl>(std::move(table), options);
   KVSERVE_RETURN_IF_ERROR(impl->Build());
   return std::unique_ptr<Controller>(new Controller(std::move(impl)));
@@ -269,16 +327,35 @@ Result<Decision> Controller::Decide(const ControllerRequest& request) {
 
 Status Controller::Observe(const Decision& decision, double observed_seconds,
                            double now_seconds) {
+  Observation o;
+  o.observed_seconds = observed_seconds;
+  o.now_seconds = now_seconds;
+  return Observe(decision, o);
+}
+
+Status Controller::Observe(const Decision& decision, const Observation& observation) {
+  const double observed_seconds = observation.observed_seconds;
   if (!(observed_seconds > 0.0) || !std::isfinite(observed_seconds)) {
     return Status::InvalidArgument("observed latency must be finite and > 0");
+  }
+  if (!std::isfinite(observation.codec_seconds)) {
+    return Status::InvalidArgument("codec time must be finite");
   }
   if (!impl_->options.bandit || decision.environment < 0 ||
       decision.action != ControllerAction::kSend) {
     return Status::Ok();
   }
+  if (impl_->Learning() && observation.codec_seconds > 0.0 &&
+      decision.profile != ProfileTable::kRaw && decision.kv_bytes > 0.0) {
+    const ProfileCost& p = impl_->table.profile(decision.profile);
+    const double expected =
+        p.overhead_seconds + decision.kv_bytes * p.CodecSecondsPerByte();
+    impl_->drift->Observe(decision.profile, expected, observation.codec_seconds);
+  }
   impl_->bandit->Update(decision.environment, decision.profile,
                         decision.predicted_seconds, observed_seconds,
-                        observed_seconds > decision.budget_seconds, now_seconds);
+                        observed_seconds > decision.budget_seconds,
+                        observation.now_seconds);
   return Status::Ok();
 }
 

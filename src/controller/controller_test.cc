@@ -43,15 +43,18 @@ TEST(ControllerTest, ModelOptimumEqualsBruteForce) {
         ASSERT_TRUE(got.ok());
         const double t = PredictSeconds(o.model, table.profile(*got), r.kv_bytes, r.bandwidth);
         ASSERT_NEAR(t, best, 1e-9 * best) << "trial " << trial;
-        if (t != best) ASSERT_EQ(*got, expect);
+        if (t != best) {
+          ASSERT_EQ(*got, expect);
+        }
         ASSERT_GE(table.Quality(*got, r.workload), r.quality_min);
       }
     }
   }
 }
 
-// With the bandit on and arbitrary (even adversarial) feedback: never a
-// profile below the floor, never a profile beyond its benefit threshold.
+// With the bandit on and arbitrary (even adversarial) feedback, latency and
+// codec times alike: never a profile below the floor, never a profile beyond
+// its benefit threshold.
 TEST(ControllerTest, FloorAndBenefitThresholdAlwaysHold) {
   std::mt19937_64 rng(32);
   for (int trial = 0; trial < 300; ++trial) {
@@ -72,10 +75,97 @@ TEST(ControllerTest, FloorAndBenefitThresholdAlwaysHold) {
       if (d->feasible && d->profile != ProfileTable::kRaw) {
         const ProfileCost& p = table.profile(d->profile);
         ASSERT_LT(r.bandwidth, BenefitThresholdForSize(o.model, p, r.kv_bytes));
-        if (o.model.kind == LatencyModelKind::kSerial) ASSERT_LT(r.bandwidth, BenefitThreshold(p));
+        if (o.model.kind == LatencyModelKind::kSerial) {
+          ASSERT_LT(r.bandwidth, BenefitThreshold(p));
+        }
       }
-      const double observed = d->predicted_seconds * LogUniform(rng, 0.3, 5.0) + 1e-9;
-      ASSERT_TRUE((*c)->Observe(*d, observed, r.now_seconds).ok());
+      Observation obs;
+      obs.observed_seconds = d->predicted_seconds * LogUniform(rng, 0.3, 5.0) + 1e-9;
+      // Codec times from 5x faster to 5x slower than the table, or none.
+      obs.codec_seconds = rng() % 4 == 0 ? -1.0 : obs.observed_seconds * LogUniform(rng, 0.2, 5.0);
+      obs.now_seconds = r.now_seconds;
+      ASSERT_TRUE((*c)->Observe(*d, obs).ok());
+    }
+  }
+}
+
+// The risk guard: with bandwidth uncertainty sigma a compressed profile is
+// chosen only if it also beats raw at B * exp(risk_sigmas * sigma); with
+// nothing measured (sigma = inf) every feasible decision is raw. Random
+// tables, requests, sigmas, both models, bandit on and off.
+TEST(ControllerTest, RiskGuardCompressesOnlyWhenItWinsAtThePessimisticBandwidth) {
+  std::mt19937_64 rng(34);
+  int compressed = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const ProfileTable table = RandomTable(rng, 1 + static_cast<int>(rng() % 14), 2);
+    ControllerOptions o;
+    o.bandit = trial % 3 != 0;
+    o.risk_sigmas = LogUniform(rng, 0.5, 4.0);
+    if (trial % 2) o.model = {LatencyModelKind::kStreamed, 32};
+    auto c = Controller::Create(table, o);
+    ASSERT_TRUE(c.ok());
+    for (int q = 0; q < 50; ++q) {
+      ControllerRequest r = RandomRequest(rng, 2);
+      r.now_seconds = q * 0.1;
+      const int kind = static_cast<int>(rng() % 4);
+      r.bandwidth_log_sigma = kind == 0 ? 0.0 : kind == 1 ? kInfinity : LogUniform(rng, 0.01, 1.0);
+      Result<Decision> d = (*c)->Decide(r);
+      ASSERT_TRUE(d.ok());
+      ASSERT_GE(table.Quality(d->profile, r.workload), r.quality_min);
+      if (!d->feasible || d->profile == ProfileTable::kRaw) continue;
+      ASSERT_NE(kind, 1) << "compressed with nothing measured";
+      ++compressed;
+      const double upper = r.bandwidth * std::exp(o.risk_sigmas * r.bandwidth_log_sigma);
+      ASSERT_LT(PredictSeconds(o.model, table.profile(d->profile), r.kv_bytes, upper),
+                r.kv_bytes / upper);
+      ASSERT_TRUE((*c)->Observe(*d, d->predicted_seconds, r.now_seconds).ok());
+    }
+  }
+  EXPECT_GT(compressed, 1000);  // the property is not vacuous
+}
+
+// Codec times that show every codec D times slower than profiled (after a
+// first observation at the profiled speed): the next decisions equal the
+// brute-force argmin of the drifted latencies D * T(V, B * D) over the
+// floor-feasible profiles and raw.
+TEST(ControllerTest, ObservedCodecDriftMovesTheOptimum) {
+  std::mt19937_64 rng(35);
+  for (int trial = 0; trial < 200; ++trial) {
+    const ProfileTable table = RandomTable(rng, 2 + static_cast<int>(rng() % 12), 1);
+    ControllerOptions o;
+    o.epsilon = 0.0;
+    o.candidates = 3;
+    auto c = Controller::Create(table, o);
+    ASSERT_TRUE(c.ok());
+    const double drift = LogUniform(rng, 1.3, 4.0);
+    // Find a request served compressed and report its codec time twice.
+    bool reported = false;
+    for (int attempt = 0; attempt < 200 && !reported; ++attempt) {
+      ControllerRequest r = RandomRequest(rng, 1);
+      Result<Decision> d = (*c)->Decide(r);
+      ASSERT_TRUE(d.ok());
+      if (d->profile == ProfileTable::kRaw || !d->feasible) continue;
+      const ProfileCost& p = table.profile(d->profile);
+      const double codec = p.overhead_seconds + r.kv_bytes * p.CodecSecondsPerByte();
+      ASSERT_TRUE((*c)->Observe(*d, {d->predicted_seconds, codec, 0.0}).ok());
+      ASSERT_TRUE((*c)->Observe(*d, {d->predicted_seconds, codec * drift, 0.0}).ok());
+      reported = true;
+    }
+    if (!reported) continue;
+    for (int q = 0; q < 20; ++q) {
+      const ControllerRequest r = RandomRequest(rng, 1);
+      double best = r.kv_bytes / r.bandwidth;
+      for (int p = 1; p < table.size(); ++p) {
+        if (!(table.Quality(p, r.workload) >= r.quality_min)) continue;
+        best = std::min(best, drift * PredictSeconds(o.model, table.profile(p), r.kv_bytes,
+                                                     r.bandwidth * drift));
+      }
+      Result<Decision> d = (*c)->Decide(r);
+      ASSERT_TRUE(d.ok());
+      if (!d->feasible) continue;
+      const double got = drift * PredictSeconds(o.model, table.profile(d->profile), r.kv_bytes,
+                                                r.bandwidth * drift);
+      ASSERT_NEAR(got, best, 1e-9 * best) << "trial " << trial << " q " << q;
     }
   }
 }
@@ -210,6 +300,9 @@ TEST(ControllerTest, RejectsBadArguments) {
   o.cooldown_violations = 5;
   o.cooldown_window = 4;
   EXPECT_FALSE(Controller::Create(TwoProfileTable(), o).ok());
+  o = {};
+  o.risk_sigmas = -1.0;
+  EXPECT_FALSE(Controller::Create(TwoProfileTable(), o).ok());
   auto c = Controller::Create(TwoProfileTable(), {});
   ControllerRequest r;
   r.kv_bytes = 0.0;
@@ -220,6 +313,10 @@ TEST(ControllerTest, RejectsBadArguments) {
   EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
   r.workload = 0;
   EXPECT_EQ((*c)->Observe(*(*c)->Decide(r), -1.0, 0.0).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*c)->Observe(*(*c)->Decide(r), {1.0, std::nan(""), 0.0}).code(),
+            StatusCode::kInvalidArgument);
+  r.bandwidth_log_sigma = -0.1;
+  EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ControllerTest, ConcurrentDecideAndObserve) {

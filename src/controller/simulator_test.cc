@@ -43,6 +43,11 @@ TEST(SimulatorTest, FullControllerNearOracleAndBeatsAblations) {
     EXPECT_LE(oracle->mean_seconds, r->Find("raw")->mean_seconds);
     EXPECT_EQ(r->Find("raw")->slower_than_raw, 0);
     EXPECT_EQ(oracle->slower_than_raw, 0);
+    // The "no request slower than raw beyond noise": same request,
+    // same instant, same noise draw, by more than one sigma of the latency
+    // noise (raw_tolerance).
+    EXPECT_EQ(full->slower_than_raw, 0) << "seed " << seed;
+    EXPECT_EQ(full->slo_violations, 0) << "seed " << seed;
   }
 }
 

@@ -22,6 +22,11 @@ struct SimulateArgs {
   std::string mix;
   std::string model = "serial";
   int layers = 32;
+  int probe_layers = 1;
+  double risk_sigmas = 2.0;
+  bool no_codec_drift = false;
+  double goodput_noise = 0.05;
+  double profile_mismatch = 0.1;
   double duration = 600.0;
   double interval = 0.05;
   uint64_t seed = 1;
@@ -95,6 +100,11 @@ int RunSimulate(const SimulateArgs& a) {
     return Fail(Status::InvalidArgument("--model must be serial or streamed"));
   }
   o.controller.model.layers = a.layers;
+  o.probe_layers = a.probe_layers;
+  o.controller.risk_sigmas = a.risk_sigmas;
+  o.controller.learn_codec_drift = !a.no_codec_drift;
+  o.goodput_noise_sigma = a.goodput_noise;
+  o.profile_mismatch_sigma = a.profile_mismatch;
   Result<Trace> trace = a.trace.empty() ? MakeScenario(a.scenario, a.duration, a.seed)
                                         : Trace::Load(a.trace);
   if (!trace.ok()) return Fail(trace.status());
@@ -113,9 +123,11 @@ int RunSimulate(const SimulateArgs& a) {
   if (!report.ok()) return Fail(report.status());
 
   std::string md = fmt::format(
-      "{} requests over {:.0f} s ({}), {} model, seed {}; mix {}\n\n", report->arrival_seconds.size(),
-      o.trace.duration_seconds(), a.trace.empty() ? "scenario " + a.scenario : a.trace, a.model,
-      a.seed, mix);
+      "{} requests over {:.0f} s ({}), {} model, seed {}; mix {}; controllers: probe {} of {} "
+      "layers, risk guard {} sigma, codec-drift learning {}\n\n",
+      report->arrival_seconds.size(), o.trace.duration_seconds(),
+      a.trace.empty() ? "scenario " + a.scenario : a.trace, a.model, a.seed, mix, a.probe_layers,
+      a.layers, a.risk_sigmas, a.no_codec_drift ? "off" : "on");
   md += report->ToMarkdown();
   md += fmt::format("\nfull controller Decide(): p50 {:.2f} us, p99 {:.2f} us (this run)\n",
                     report->decision_p50_seconds * 1e6, report->decision_p99_seconds * 1e6);
@@ -145,6 +157,20 @@ RunFn SetupSimulate(CLI::App& sub) {
   sub.add_option("--mix", a->mix, "workloads: name:weight:median_mib:sigma:slo_ms:q_min;...");
   sub.add_option("--model", a->model, "latency model of transport and controller: serial | streamed");
   sub.add_option("--layers", a->layers, "layers for the streamed model")->check(CLI::Range(1, 4096));
+  sub.add_option("--probe-layers", a->probe_layers,
+                 "layers sent raw first to measure goodput before the final decision (0: off)")
+      ->check(CLI::Range(0, 4095));
+  sub.add_option("--risk-sigmas", a->risk_sigmas,
+                 "risk guard: compress only if it beats raw at bandwidth x exp(k sigma) (0: off)")
+      ->check(CLI::Range(0.0, 100.0));
+  sub.add_flag("--no-codec-drift", a->no_codec_drift,
+               "do not learn codec-speed drift from reported codec times");
+  sub.add_option("--goodput-noise", a->goodput_noise,
+                 "sigma of the lognormal noise on goodput samples")
+      ->check(CLI::Range(0.0, 2.0));
+  sub.add_option("--profile-mismatch", a->profile_mismatch,
+                 "sigma of the seeded lognormal mismatch between table and true codec speeds")
+      ->check(CLI::Range(0.0, 2.0));
   sub.add_option("--svg", a->svg, "write the latency-over-time plot here");
   sub.add_option("--markdown", a->markdown, "write the summary table here");
   sub.add_option("--write-trace", a->write_trace, "write the trace used as CSV here");
