@@ -1,0 +1,245 @@
+// Copyright kvserve authors. Disaggregated serving: a prefill worker and a
+// decode worker joined by the authenticated transport, and a client (the
+// router / load generator) that submits requests to prefill workers.
+//
+//   client ──REQUEST──▶ prefill worker: [pool lookup] prefill, Controller::
+//                         Decide, encode layer by layer ──frame──▶ decode
+//                         worker: decode records as they arrive, import the
+//                         KV, generate ──RESULT──▶ prefill worker: bandit
+//                         feedback ──RESPONSE──▶ client
+//
+// docs/e2e.md describes the protocol (message types 0x30-0x3F), the timings
+// and the failure handling; src/serve/ holds one component per file.
+//
+// Failure rules: a frame whose records fail their checksums or do not cover
+// the whole cache is never imported (the decode worker refuses it and the
+// prefill worker re-sends it); a lost decode connection is redialled, trying
+// the next decode address, and the request is re-sent (the KV is kept on
+// the prefill side until the result arrives); after `max_attempts` the
+// request fails with the last error. The client re-submits (re-prefill) a
+// request whose prefill worker connection fails.
+#ifndef KVSERVE_SERVE_H_
+#define KVSERVE_SERVE_H_
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvserve/controller.h"
+#include "kvserve/pool.h"
+#include "kvserve/runtime.h"
+#include "kvserve/status.h"
+#include "kvserve/transport.h"
+
+namespace kvserve {
+
+// Serve protocol message types (docs/e2e.md §Protocol).
+inline constexpr uint8_t kMsgServeRequest = 0x30;   // client -> prefill
+inline constexpr uint8_t kMsgServeResponse = 0x31;  // prefill -> client
+inline constexpr uint8_t kMsgServeGenerate = 0x32;  // prefill -> decode, after a frame
+inline constexpr uint8_t kMsgServeResult = 0x33;    // decode -> prefill
+
+// The method field of a request: let the controller choose.
+inline constexpr const char* kMethodAdaptive = "adaptive";
+
+// One generation request as a client submits it.
+struct ServeRequest {
+  uint64_t id = 0;
+  std::string workload = "chat";  // a workload of the profile table
+  std::vector<int32_t> prompt;    // token ids, non-empty, each < vocab
+  int max_new_tokens = 16;        // >= 1
+  double slo_seconds = std::numeric_limits<double>::infinity();  // prefill + KV movement budget
+  double quality_min = 0.0;       // quality floor q_min
+  // kMethodAdaptive, or a profile spec / preset name to force ("none" = raw).
+  std::string method = kMethodAdaptive;
+  SamplingOptions sampling;       // temperature 0 = greedy
+  bool stop_at_eos = false;
+  // Prefix caching: look the prompt up in the prefill worker's pool first
+  // and store its KV there after a miss.
+  bool use_pool = false;
+};
+
+// Where a request's time went (seconds) and what it moved. The stages
+// overlap (encode, send and decode run layer by layer in a pipeline), so
+// they do not add up to jct_seconds.
+struct RequestTimings {
+  double prefill_seconds = 0;     // model prefill (0 on a pool hit)
+  double encode_seconds = 0;      // sum of per-layer encode times
+  double transfer_seconds = 0;    // sender busy time: blocked writes + drain to the ack
+  double decode_kv_seconds = 0;   // decode worker: sum of record decode times
+  double generation_seconds = 0;  // decode worker: import + token generation
+  double kv_seconds = 0;          // KV movement: encode start to receiver ack (bandit feedback)
+  double pool_fetch_seconds = 0;  // pool Get of the chosen encoding (prefix hit)
+  double ttft_seconds = 0;        // request start at the prefill worker to first token
+  double jct_seconds = 0;         // client: submit to response
+  uint64_t kv_bytes = 0;          // uncompressed KV bytes (the model's V)
+  uint64_t frame_bytes = 0;       // bytes of the frame sent
+  double bandwidth_estimate = 0;  // bytes/s the controller used
+  double predicted_kv_seconds = 0;  // controller's prediction for the chosen profile
+  std::string profile;            // spec actually sent ("none" = raw)
+  bool explored = false;          // bandit exploration step
+  bool feasible = true;           // controller met the SLO
+  bool prefix_hit = false;        // KV came from the pool
+  bool recomputed = false;        // pool hit ignored: recomputing was predicted faster
+  int attempts = 0;               // frame transfers tried (1 = first try worked)
+};
+
+struct ServeResponse {
+  uint64_t id = 0;
+  Status status;                  // OK, or why the request failed
+  std::vector<int32_t> tokens;    // generated tokens
+  RequestTimings timings;
+};
+
+// ---------------------------------------------------------------------------
+// Decode worker.
+
+struct DecodeWorkerOptions {
+  std::string listen_address = "127.0.0.1:0";
+  ConnectionOptions connection;   // secret, limits, timeouts
+  int decode_threads = 1;         // DecoderContext threads
+  int max_connections = 16;       // more prefill workers are refused
+  // Largest KV (uncompressed bytes) accepted; a frame header declaring more
+  // is refused before anything is allocated.
+  uint64_t max_kv_bytes = uint64_t{4} << 30;
+};
+
+// Receives frames from prefill workers, decodes each record as it arrives,
+// imports the KV and generates. Serves each connection on its own thread.
+// Thread safety: thread-safe; Stop may be called from any thread.
+class DecodeWorker {
+ public:
+  // Starts listening on `transport` (not owned) with `model` (not owned,
+  // shared, must outlive the worker). Unavailable/IOError when it cannot
+  // listen.
+  static Result<std::unique_ptr<DecodeWorker>> Start(Transport* transport, const Model* model,
+                                                     DecodeWorkerOptions options);
+  ~DecodeWorker();  // Stops.
+  std::string address() const;
+  void Stop();
+  // Requests answered, frames refused (corrupt or incomplete), and
+  // connections refused by authentication, so far.
+  int64_t completed() const;
+  int64_t refused_frames() const;
+  int64_t auth_failures() const;
+
+  class Impl;
+
+ private:
+  explicit DecodeWorker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------
+// Prefill worker.
+
+struct PrefillWorkerOptions {
+  std::string listen_address = "127.0.0.1:0";
+  // Decode workers, tried in order; on failure the next one is dialled.
+  std::vector<std::string> decode_addresses;
+  ConnectionOptions client_connection;  // for clients (secret, limits)
+  ConnectionOptions decode_connection;  // to decode workers (secret, shaping)
+  std::string model_id = "model";       // pool key
+  ControllerOptions controller;         // model.kind/layers set by the worker when layers == 0
+  BandwidthEstimatorOptions estimator;
+  int encode_threads = 1;
+  // Per-head retrieval scores for profiles that need them (mixhq, duo); not
+  // owned, may be null (such profiles then fail to encode, clearly).
+  const HeadScores* head_scores = nullptr;
+  int max_attempts = 4;                 // frame transfers per request
+  // Pool for prefix caching (not owned; may be null = no pool).
+  KvPool* pool = nullptr;
+  // Profiles a missed prefix is stored under (specs; "none" for raw). Empty:
+  // only the profile that was sent.
+  std::vector<std::string> pool_store_profiles;
+  // Prefill seconds per prompt token before the first measurement (the
+  // recompute estimate of the pool path).
+  double prefill_seconds_per_token_prior = 1e-4;
+};
+
+// Runs prefill and sends the KV to a decode worker. Requests from all client
+// connections are served one at a time (the model uses every core).
+// Thread safety: thread-safe.
+class PrefillWorker {
+ public:
+  // `model` and `transport` are not owned and must outlive the worker.
+  // InvalidArgument for no decode address or a table/controller error.
+  static Result<std::unique_ptr<PrefillWorker>> Start(Transport* transport, const Model* model,
+                                                      ProfileTable table,
+                                                      PrefillWorkerOptions options);
+  ~PrefillWorker();  // Stops.
+  std::string address() const;
+  void Stop();
+  // Serves one request in the calling thread (what a client connection
+  // does). Never fails as a call: errors are in the response's status.
+  ServeResponse Serve(const ServeRequest& request);
+  // Emulates a new link: later transfers to decode workers are paced at
+  // `bytes_per_second` (0 = unshaped); the current decode connection is
+  // closed and redialled with the new rate on the next request.
+  void SetLinkRate(double bytes_per_second);
+  // The bandwidth estimate (bytes/s) for the current decode worker.
+  double BandwidthEstimate() const;
+  const ProfileTable& table() const;
+
+  class Impl;
+
+ private:
+  explicit PrefillWorker(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---------------------------------------------------------------------------
+// Client (router / load generator side).
+
+struct ServeClientOptions {
+  std::vector<std::string> prefill_addresses;  // tried round-robin
+  ConnectionOptions connection;
+  // Submissions per request (re-prefill on another / the same worker after
+  // a connection failure or an Unavailable answer).
+  int max_attempts = 3;
+  // Longest wait for a response (a request may queue behind others).
+  double response_timeout_seconds = 600;
+};
+
+// Submits requests to prefill workers and waits for the answers.
+// Thread safety: not thread-safe; use one client per thread.
+class ServeClient {
+ public:
+  explicit ServeClient(Transport* transport, ServeClientOptions options);
+  ~ServeClient();
+  // Submits `request` and returns the response (jct_seconds filled in).
+  // The returned Result fails only for a bad request (InvalidArgument); a
+  // request that could not be served has a non-OK response status.
+  Result<ServeResponse> Submit(const ServeRequest& request);
+
+ private:
+  Transport* transport_;
+  ServeClientOptions options_;
+  std::unique_ptr<Connection> connection_;
+  size_t next_address_ = 0;
+};
+
+// The default model directory: the first directory under `models_dir`
+// (sorted by name) that holds a config.json, or "" when there is none.
+std::string DefaultModelDirectory(const std::string& models_dir = "models");
+
+// The random-weight Qwen2-family model used when no model is shipped: 8
+// layers, 4 KV heads of 64 dims (16 KiB of f32 KV per token), hidden 256,
+// vocabulary 1024: small enough to prefill quickly on two cores, with a KV
+// cache large enough that moving it matters.
+RandomModelSpec FallbackModelSpec();
+
+// The model directory the serve commands use: `flag` when non-empty; else
+// DefaultModelDirectory(models_dir); else the fallback model, written once
+// to `fallback_dir` (e.g. under the build or temp directory). `*note` (may
+// be null) says which was chosen. IOError when the fallback cannot be
+// written.
+Result<std::string> ResolveModelDirectory(const std::string& flag, const std::string& models_dir,
+                                          const std::string& fallback_dir, std::string* note);
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_SERVE_H_

@@ -1,0 +1,92 @@
+// Copyright kvserve authors. The prefill worker's implementation class,
+// shared by prefill_worker.cc (PD path) and pool_path.cc (prefix hits).
+// Not a public header.
+#ifndef KVSERVE_SERVE_PREFILL_INTERNAL_H_
+#define KVSERVE_SERVE_PREFILL_INTERNAL_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvserve/codec.h"
+#include "kvserve/serve.h"
+#include "serve/connection_server.h"
+#include "serve/serve_protocol.h"
+
+namespace kvserve {
+namespace serve {
+
+// What one request carries through the prefill worker.
+struct PrefillContext {
+  const ServeRequest* request = nullptr;
+  std::vector<int32_t> kv_tokens;   // ids of the KV sent
+  std::vector<int32_t> suffix;      // prompt tokens the decode worker runs first
+  std::vector<float> last_logits;   // when suffix is empty
+  std::vector<uint8_t> pool_frame;  // a prefix hit's stored frame
+};
+
+// A KV waiting to be stored in the pool after its response went out.
+struct PendingPoolStore {
+  PoolKey key;                      // profile filled per encoding
+  std::vector<std::string> profiles;
+  KvCache kv;
+};
+
+}  // namespace serve
+
+class PrefillWorker::Impl {
+ public:
+  Impl(Transport* transport, const Model* model, PrefillWorkerOptions options);
+  Status Start(ProfileTable table);
+  ServeResponse Serve(const ServeRequest& request);
+  void SetLinkRate(double bytes_per_second);
+  double BandwidthEstimate() const;
+
+  struct Chosen {
+    std::string spec;
+    Decision decision;
+    bool adaptive = false;
+    double bandwidth = 0;
+  };
+
+  void ServeClient(Connection& connection);
+  Status ValidateRequest(const ServeRequest& request) const;
+  Result<EncoderContext*> Encoder(const std::string& spec);
+  Result<Connection*> DecodeConnection();
+  void DropDecodeConnection();
+  Result<Chosen> Choose(const ServeRequest& request, double kv_bytes);
+  // Sends `kv` encoded with `spec` (or the stored `frame` when non-null) and
+  // the generate message, retrying per the failure rules; fills the stage
+  // timings in `t`.
+  Result<serve::ResultMessage> SendAndGenerate(serve::PrefillContext& ctx, const KvView& kv,
+                                               const std::string& spec,
+                                               const std::vector<uint8_t>* frame,
+                                               RequestTimings* t);
+  // pool_path.cc: true (and ctx/t filled) when a stored encoding of the
+  // prompt's prefix is fetched; false to recompute.
+  Result<bool> TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t);
+  void QueuePoolStores(const ServeRequest& request, const KvState& kv, const std::string& sent_spec);
+  void FlushPoolStores();
+  void FlushPoolStoresLocked();
+
+  Transport* transport_;
+  const Model* model_;
+  PrefillWorkerOptions options_;
+  BandwidthEstimator estimator_;
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<serve::ConnectionServer> server_;
+  std::mutex mu_;  // one request at a time; guards everything below
+  std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
+  std::unique_ptr<Connection> decode_;
+  std::string decode_peer_ = "decode";
+  size_t decode_index_ = 0;
+  double seconds_per_token_;
+  double link_rate_;
+  std::vector<serve::PendingPoolStore> pending_stores_;
+};
+
+}  // namespace kvserve
+
+#endif  // KVSERVE_SERVE_PREFILL_INTERNAL_H_

@@ -1,0 +1,340 @@
+// Copyright kvserve authors. The prefill worker: runs the model's prefill,
+// asks the controller for a profile, streams the encoded KV to a decode
+// worker layer by layer, feeds the observed KV latency back to the bandit,
+// and answers the client with the tokens and the per-stage timings
+// (docs/e2e.md §Prefill worker). The prefix-pool path is in pool_path.cc.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kvserve/codec.h"
+#include "kvserve/profile.h"
+#include "kvserve/serve.h"
+#include "serve/connection_server.h"
+#include "serve/kv_streamer.h"
+#include "serve/prefill_internal.h"
+#include "serve/serve_protocol.h"
+
+namespace kvserve {
+
+using serve::PrefillContext;
+
+PrefillWorker::Impl::Impl(Transport* transport, const Model* model, PrefillWorkerOptions options)
+    : transport_(transport),
+      model_(model),
+      options_(std::move(options)),
+      estimator_(options_.estimator),
+      seconds_per_token_(options_.prefill_seconds_per_token_prior),
+      link_rate_(options_.decode_connection.shape_bytes_per_second) {}
+
+Status PrefillWorker::Impl::Start(ProfileTable table) {
+  if (options_.decode_addresses.empty())
+    return Status::InvalidArgument("prefill worker needs at least one decode worker address");
+  if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
+  if (options_.controller.model.kind == LatencyModelKind::kStreamed &&
+      options_.controller.model.layers <= 0)
+    options_.controller.model.layers = model_->config().layers;
+  KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
+  KVSERVE_ASSIGN_OR_RETURN(
+      server_, serve::ConnectionServer::Start(transport_, options_.listen_address,
+                                              options_.client_connection, 64,
+                                              [this](Connection& c) { ServeClient(c); }));
+  return Status::Ok();
+}
+
+void PrefillWorker::Impl::ServeClient(Connection& connection) {
+  Message message;
+  while (!server_->stopping()) {
+    const double wait_start = MonotonicSeconds();
+    Status s = connection.Receive(&message, 0.5);
+    if (s.code() == StatusCode::kTimeout && MonotonicSeconds() - wait_start > 0.25) continue;
+    if (!s.ok()) return;
+    if (message.type != kMsgServeRequest) {
+      connection.Fail(Status::Corruption("expected a serve request, got message type " +
+                                         std::to_string(message.type)));
+      return;
+    }
+    ServeResponse response;
+    auto request = serve::DecodeRequest(message.payload);
+    if (!request.ok()) {
+      response.status = request.status();
+    } else {
+      response = Serve(*request);
+    }
+    if (!connection.Send(kMsgServeResponse, 0, serve::EncodeResponse(response)).ok()) return;
+    FlushPoolStores();
+  }
+}
+
+Status PrefillWorker::Impl::ValidateRequest(const ServeRequest& r) const {
+  const ModelConfig& c = model_->config();
+  if (r.prompt.empty()) return Status::InvalidArgument("request " + std::to_string(r.id) + ": empty prompt");
+  for (int32_t t : r.prompt)
+    if (t < 0 || t >= c.vocab_size)
+      return Status::InvalidArgument("request " + std::to_string(r.id) + ": token " +
+                                     std::to_string(t) + " outside the vocabulary [0, " +
+                                     std::to_string(c.vocab_size) + ")");
+  if (r.max_new_tokens < 1 || r.max_new_tokens > 1 << 20)
+    return Status::InvalidArgument("request " + std::to_string(r.id) + ": max_new_tokens must be in [1, 2^20]");
+  if (!(r.slo_seconds > 0)) return Status::InvalidArgument("request " + std::to_string(r.id) + ": slo must be > 0");
+  return Status::Ok();
+}
+
+Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
+  auto it = encoders_.find(spec);
+  if (it != encoders_.end()) return it->second.get();
+  KVSERVE_ASSIGN_OR_RETURN(Profile profile, Profile::Parse(spec));
+  KVSERVE_ASSIGN_OR_RETURN(auto encoder,
+                           EncoderContext::Create(profile, {.threads = options_.encode_threads,
+                                                             .head_scores = options_.head_scores}));
+  EncoderContext* raw = encoder.get();
+  encoders_.emplace(spec, std::move(encoder));
+  return raw;
+}
+
+Result<Connection*> PrefillWorker::Impl::DecodeConnection() {
+  if (decode_) return decode_.get();
+  ConnectionOptions o = options_.decode_connection;
+  o.shape_bytes_per_second = link_rate_;
+  o.goodput = [this](std::string_view peer, double bytes, double seconds) {
+    (void)estimator_.Observe(peer, bytes, seconds, MonotonicSeconds());
+  };
+  const std::string& address = options_.decode_addresses[decode_index_ % options_.decode_addresses.size()];
+  auto c = Connection::Dial(*transport_, address, o);
+  if (!c.ok()) {
+    ++decode_index_;  // the next attempt tries the next decode worker
+    return c.status().WithContext("decode worker " + address);
+  }
+  decode_ = std::move(*c);
+  decode_peer_ = decode_->peer_id();
+  return decode_.get();
+}
+
+void PrefillWorker::Impl::DropDecodeConnection() {
+  if (decode_) decode_->Close();
+  decode_.reset();
+  ++decode_index_;
+}
+
+Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeRequest& r,
+                                                                 double kv_bytes) {
+  Chosen chosen;
+  chosen.bandwidth = estimator_.Estimate(decode_peer_);
+  if (r.method != kMethodAdaptive) {
+    KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
+    chosen.spec = r.method;
+    (void)p;
+    return chosen;
+  }
+  const ProfileTable& table = controller_->table();
+  KVSERVE_ASSIGN_OR_RETURN(int workload, table.WorkloadIndex(r.workload));
+  ControllerRequest cr;
+  cr.workload = workload;
+  cr.kv_bytes = kv_bytes;
+  cr.bandwidth = chosen.bandwidth;
+  cr.slo_seconds = r.slo_seconds;
+  cr.model_seconds = seconds_per_token_ * static_cast<double>(r.prompt.size());
+  cr.quality_min = r.quality_min;
+  cr.now_seconds = MonotonicSeconds();
+  KVSERVE_ASSIGN_OR_RETURN(chosen.decision, controller_->Decide(cr));
+  chosen.adaptive = true;
+  const int index = chosen.decision.action == ControllerAction::kRecompute ? ProfileTable::kRaw
+                                                                           : chosen.decision.profile;
+  chosen.spec = table.profile(index).spec;
+  return chosen;
+}
+
+Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext& ctx,
+                                                                   const KvView& kv,
+                                                                   const std::string& spec,
+                                                                   const std::vector<uint8_t>* frame,
+                                                                   RequestTimings* t) {
+  Status last = Status::Unavailable("no attempt made");
+  for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
+    t->attempts = attempt;
+    auto connection = DecodeConnection();
+    if (!connection.ok()) {
+      last = connection.status();
+      continue;
+    }
+    const uint64_t transfer_id = ctx.request->id * 64 + static_cast<uint64_t>(attempt);
+    Result<serve::StreamResult> sent = Status::Internal("unset");
+    if (frame != nullptr) {
+      sent = serve::StreamFrame(**connection, *frame, transfer_id);
+    } else {
+      KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
+      sent = serve::StreamKv(**connection, *encoder, kv, transfer_id);
+    }
+    if (!sent.ok()) {
+      last = sent.status();
+      if (!serve::IsRetryable(last)) {
+        DropDecodeConnection();  // e.g. an encoder error: the transfer was aborted
+        return last;
+      }
+      if (last.code() != StatusCode::kCorruption) {
+        DropDecodeConnection();
+        continue;
+      }
+      // Corruption: the receiver refused the frame (the GENERATE below is
+      // then answered with the refusal), or the connection broke (the
+      // exchange below fails and the connection is dropped).
+    } else {
+      t->encode_seconds = sent->encode_seconds;
+      t->transfer_seconds = sent->transfer.busy_seconds;
+      t->kv_seconds = sent->kv_seconds;
+      t->frame_bytes = sent->transfer.frame_bytes;
+    }
+    serve::GenerateMessage g;
+    g.request_id = ctx.request->id;
+    g.transfer_id = transfer_id;
+    g.prompt = ctx.kv_tokens;
+    g.suffix = ctx.suffix;
+    g.max_new_tokens = ctx.request->max_new_tokens;
+    g.sampling = ctx.request->sampling;
+    g.stop_at_eos = ctx.request->stop_at_eos;
+    g.last_logits = ctx.last_logits;
+    Status s = (*connection)->Send(kMsgServeGenerate, 0, serve::EncodeGenerate(g));
+    Message reply;
+    if (s.ok()) s = (*connection)->Receive(&reply, 3600);
+    if (s.ok() && reply.type != kMsgServeResult)
+      s = Status::Corruption("decode worker answered with message type " + std::to_string(reply.type));
+    if (!s.ok()) {
+      last = s.WithContext("awaiting the decode worker's result");
+      DropDecodeConnection();
+      continue;
+    }
+    auto result = serve::DecodeResult(reply.payload);
+    if (!result.ok()) {
+      last = result.status();
+      DropDecodeConnection();
+      continue;
+    }
+    if (!result->status.ok()) {
+      last = result->status.WithContext("decode worker");
+      if (!serve::IsRetryable(result->status)) return last;
+      continue;  // e.g. an incomplete frame: send it again
+    }
+    return std::move(*result);
+  }
+  return last.WithContext("request " + std::to_string(ctx.request->id) + " failed after " +
+                          std::to_string(options_.max_attempts) + " attempts");
+}
+
+ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushPoolStoresLocked();
+  ServeResponse response;
+  response.id = request.id;
+  const double start = MonotonicSeconds();
+  Status valid = ValidateRequest(request);
+  if (!valid.ok()) {
+    response.status = valid;
+    return response;
+  }
+  RequestTimings& t = response.timings;
+  PrefillContext ctx;
+  ctx.request = &request;
+  const ModelConfig& c = model_->config();
+  const double kv_bytes = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim * static_cast<double>(request.prompt.size());
+  t.kv_bytes = static_cast<uint64_t>(kv_bytes);
+
+  // Prefix hit: fetch a stored encoding instead of recomputing, when faster.
+  if (options_.pool != nullptr && request.use_pool) {
+    auto hit = TryPoolHit(ctx, &t);
+    if (!hit.ok()) {
+      response.status = hit.status();
+      return response;
+    }
+    if (*hit) {
+      auto result = SendAndGenerate(ctx, KvView{}, t.profile, &ctx.pool_frame, &t);
+      if (result.ok()) {
+        t.decode_kv_seconds = result->decode_kv_seconds;
+        t.generation_seconds = result->generation_seconds;
+        t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds +
+                         result->first_token_seconds;
+        response.tokens = std::move(result->tokens);
+        return response;
+      }
+      // The stored entry could not be used: fall back to recomputing.
+      t.prefix_hit = false;
+      t.recomputed = true;
+    }
+  }
+
+  auto chosen = Choose(request, kv_bytes);
+  if (!chosen.ok()) {
+    response.status = chosen.status();
+    return response;
+  }
+  t.profile = chosen->spec;
+  t.bandwidth_estimate = chosen->bandwidth;
+  t.explored = chosen->decision.explored;
+  t.feasible = chosen->decision.feasible;
+  t.predicted_kv_seconds = chosen->decision.predicted_seconds;
+
+  const double prefill_start = MonotonicSeconds();
+  auto prefill = model_->Prefill(request.prompt);
+  if (!prefill.ok()) {
+    response.status = prefill.status().WithContext("prefill");
+    return response;
+  }
+  t.prefill_seconds = MonotonicSeconds() - prefill_start;
+  seconds_per_token_ = 0.7 * seconds_per_token_ +
+                       0.3 * t.prefill_seconds / static_cast<double>(request.prompt.size());
+  ctx.kv_tokens = request.prompt;
+  ctx.last_logits = std::move(prefill->logits);
+
+  auto result = SendAndGenerate(ctx, prefill->kv.view(), chosen->spec, nullptr, &t);
+  if (!result.ok()) {
+    response.status = result.status();
+    return response;
+  }
+  t.decode_kv_seconds = result->decode_kv_seconds;
+  if (chosen->adaptive && t.kv_seconds > 0) {
+    // Bandit feedback over the connection: the KV time ends at the decode
+    // worker's ack, the codec time includes its decode of every record.
+    Observation observation;
+    observation.observed_seconds = t.kv_seconds;
+    observation.codec_seconds = t.encode_seconds + t.decode_kv_seconds;
+    observation.now_seconds = MonotonicSeconds();
+    (void)controller_->Observe(chosen->decision, observation);
+  }
+  t.generation_seconds = result->generation_seconds;
+  t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds + result->first_token_seconds;
+  response.tokens = std::move(result->tokens);
+  if (options_.pool != nullptr && request.use_pool) QueuePoolStores(request, prefill->kv, chosen->spec);
+  return response;
+}
+
+void PrefillWorker::Impl::SetLinkRate(double bytes_per_second) {
+  std::lock_guard<std::mutex> lock(mu_);
+  link_rate_ = bytes_per_second;
+  if (decode_) decode_->Close();
+  decode_.reset();
+}
+
+double PrefillWorker::Impl::BandwidthEstimate() const { return estimator_.Estimate(decode_peer_); }
+
+Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport, const Model* model,
+                                                            ProfileTable table,
+                                                            PrefillWorkerOptions options) {
+  if (model == nullptr) return Status::InvalidArgument("prefill worker needs a model");
+  auto impl = std::make_unique<Impl>(transport, model, std::move(options));
+  KVSERVE_RETURN_IF_ERROR(impl->Start(std::move(table)));
+  return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(impl)));
+}
+
+PrefillWorker::PrefillWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PrefillWorker::~PrefillWorker() { Stop(); }
+std::string PrefillWorker::address() const { return impl_->server_->address(); }
+void PrefillWorker::Stop() { impl_->server_->Stop(); }
+ServeResponse PrefillWorker::Serve(const ServeRequest& request) { return impl_->Serve(request); }
+void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
+double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }
+const ProfileTable& PrefillWorker::table() const { return impl_->controller_->table(); }
+
+}  // namespace kvserve

@@ -1,0 +1,365 @@
+// Failures between the serve workers, injected through the fault-injecting
+// transport and with real processes: a dropped connection, bytes corrupted
+// on the wire, a slow consumer, a decode worker killed mid-transfer, Redis
+// restarted under the pool. Every request either completes with exactly the
+// tokens of a single-process run (lossless profile), or fails with a clear
+// error; none is answered from corrupted KV.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "kvserve/pool.h"
+#include "kvserve/serve.h"
+#include "serve/serve_test_util.h"
+
+extern char** environ;
+
+namespace kvserve {
+namespace {
+
+using servetest::Reference;
+using servetest::SmallModel;
+
+// Streams from the first `faulty_connects` Connect calls go through
+// `faulty`, later ones through `base`: a fault that happens once.
+class FirstStreamsTransport final : public Transport {
+ public:
+  FirstStreamsTransport(Transport* faulty, Transport* base, int faulty_connects)
+      : faulty_(faulty), base_(base), left_(faulty_connects) {}
+  Result<std::unique_ptr<Stream>> Connect(const std::string& address, double timeout) override {
+    if (left_-- > 0) return faulty_->Connect(address, timeout);
+    return base_->Connect(address, timeout);
+  }
+  Result<std::unique_ptr<Listener>> Listen(const std::string& address) override {
+    return base_->Listen(address);
+  }
+
+ private:
+  Transport* faulty_;
+  Transport* base_;
+  std::atomic<int> left_;
+};
+
+ServeRequest LosslessRequest(std::mt19937_64& rng, uint64_t id, int min_tokens = 150,
+                             int max_tokens = 300) {
+  ServeRequest r;
+  r.id = id;
+  r.prompt = servetest::RandomPrompt(rng, min_tokens, max_tokens);
+  r.max_new_tokens = 8;
+  r.method = "none";
+  r.sampling.seed = rng();
+  return r;
+}
+
+// The property every fault test checks: completed with the right tokens,
+// or failed with an error that says what happened.
+void ExpectCorrectOrClearFailure(const ServeResponse& response, const ServeRequest& r) {
+  if (response.status.ok()) {
+    EXPECT_EQ(response.tokens, Reference(SmallModel(), r)) << "answered from wrong KV";
+  } else {
+    EXPECT_TRUE(response.tokens.empty());
+    EXPECT_FALSE(response.status.message().empty());
+  }
+}
+
+TEST(ServeFaultTest, DroppedConnectionIsRetriedOrFailsClearly) {
+  std::mt19937_64 rng(11);
+  for (int64_t drop_at : {int64_t{2000}, int64_t{60000}, int64_t{250000}}) {
+    SCOPED_TRACE("drop after " + std::to_string(drop_at) + " bytes");
+    auto tcp = NewTcpTransport();
+    FaultInjectingTransport faulty(tcp.get());
+    faulty.SetConnectPlan({.drop_after_bytes = drop_at});
+    // Once: the retry on a fresh connection succeeds.
+    FirstStreamsTransport once(&faulty, tcp.get(), 1);
+    servetest::ClusterOptions o;
+    o.prefill_transport = &once;
+    auto cluster = servetest::StartCluster(o);
+    ASSERT_TRUE(cluster);
+    ServeRequest r = LosslessRequest(rng, 1);
+    auto response = cluster->client->Submit(r);
+    ASSERT_TRUE(response.ok());
+    ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+    ExpectCorrectOrClearFailure(*response, r);
+    EXPECT_EQ(faulty.counters().drops, 1);
+    EXPECT_EQ(response->timings.attempts, 2);
+
+    // Always: the request fails, saying why and after how many attempts.
+    servetest::ClusterOptions always;
+    always.prefill_transport = &faulty;
+    auto broken = servetest::StartCluster(always);
+    ASSERT_TRUE(broken);
+    response = broken->client->Submit(r);
+    ASSERT_TRUE(response.ok());
+    EXPECT_FALSE(response->status.ok());
+    EXPECT_NE(response->status.message().find("attempts"), std::string::npos)
+        << response->status.ToString();
+    ExpectCorrectOrClearFailure(*response, r);
+    EXPECT_EQ(broken->decode->completed(), 0);
+  }
+}
+
+TEST(ServeFaultTest, CorruptedBytesOnTheWireAreNeverImported) {
+  std::mt19937_64 rng(12);
+  for (int trial = 0; trial < 4; ++trial) {
+    auto tcp = NewTcpTransport();
+    FaultInjectingTransport faulty(tcp.get());
+    // Somewhere inside the frame (the handshake is a few hundred bytes).
+    const int64_t at = 1000 + static_cast<int64_t>(rng() % 250000);
+    SCOPED_TRACE("corrupt byte " + std::to_string(at));
+    faulty.SetConnectPlan({.corrupt_byte_at = at});
+    FirstStreamsTransport once(&faulty, tcp.get(), 1);
+    servetest::ClusterOptions o;
+    o.prefill_transport = &once;
+    auto cluster = servetest::StartCluster(o);
+    ASSERT_TRUE(cluster);
+    ServeRequest r = LosslessRequest(rng, trial, 200, 300);  // >= 400 KiB of KV
+    auto response = cluster->client->Submit(r);
+    ASSERT_TRUE(response.ok());
+    ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+    ExpectCorrectOrClearFailure(*response, r);
+    EXPECT_EQ(faulty.counters().corruptions, 1);
+    EXPECT_EQ(response->timings.attempts, 2);
+
+    servetest::ClusterOptions always;
+    always.prefill_transport = &faulty;
+    auto broken = servetest::StartCluster(always);
+    ASSERT_TRUE(broken);
+    response = broken->client->Submit(r);
+    ASSERT_TRUE(response.ok());
+    EXPECT_FALSE(response->status.ok());
+    ExpectCorrectOrClearFailure(*response, r);
+    EXPECT_EQ(broken->decode->completed(), 0);
+  }
+}
+
+TEST(ServeFaultTest, SlowConsumerStillGetsTheRightKv) {
+  std::mt19937_64 rng(13);
+  auto tcp = NewTcpTransport();
+  FaultInjectingTransport slow(tcp.get());
+  slow.SetAcceptPlan({.read_delay_seconds = 0.0005, .max_read_bytes = 4096});
+  servetest::ClusterOptions o;
+  o.decode_transport = &slow;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  for (int i = 0; i < 2; ++i) {
+    ServeRequest r = LosslessRequest(rng, i);
+    auto response = cluster->client->Submit(r);
+    ASSERT_TRUE(response.ok());
+    ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+    ExpectCorrectOrClearFailure(*response, r);
+  }
+}
+
+TEST(ServeFaultTest, NoDecodeWorkerFailsClearly) {
+  servetest::ClusterOptions o;
+  o.start_decode = false;
+  o.extra_decode_addresses = {"127.0.0.1:1"};  // nothing listens there
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(14);
+  ServeRequest r = LosslessRequest(rng, 9);
+  auto response = cluster->client->Submit(r);
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response->status.code(), StatusCode::kUnavailable) << response->status.ToString();
+  EXPECT_NE(response->status.message().find("127.0.0.1:1"), std::string::npos)
+      << response->status.ToString();
+}
+
+TEST(ServeFaultTest, LostPrefillWorkerIsRePrefilledElsewhere) {
+  auto first = servetest::StartCluster();
+  auto second = servetest::StartCluster();
+  ASSERT_TRUE(first && second);
+  ServeClientOptions co;
+  co.prefill_addresses = {first->prefill->address(), second->prefill->address()};
+  co.connection = servetest::Options("client-secret", "router");
+  ServeClient client(first->tcp.get(), co);
+  std::mt19937_64 rng(17);
+  ServeRequest r = LosslessRequest(rng, 5, 20, 80);
+  auto response = client.Submit(r);  // served by the first
+  ASSERT_TRUE(response.ok() && response->status.ok());
+  first->prefill->Stop();  // its connection and listener go away
+  r = LosslessRequest(rng, 6, 20, 80);
+  response = client.Submit(r);
+  ASSERT_TRUE(response.ok());
+  ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+  ExpectCorrectOrClearFailure(*response, r);
+  EXPECT_EQ(second->decode->completed(), 1);
+}
+
+// --- Real processes -------------------------------------------------------
+
+// Child role: a decode worker process on a free port; writes its address to
+// KVSERVE_SERVE_ADDRESS_FILE and serves until killed (at most 60 s).
+TEST(ServeRole, DecodeWorkerProcess) {
+  const char* address_file = std::getenv("KVSERVE_SERVE_ADDRESS_FILE");
+  if (address_file == nullptr) GTEST_SKIP() << "child role of ServeProcessTest";
+  auto tcp = NewTcpTransport();
+  DecodeWorkerOptions d;
+  d.connection = servetest::Options("pd-secret", "decode-child");
+  auto worker = DecodeWorker::Start(tcp.get(), &SmallModel(), d);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  {
+    std::ofstream out(std::string(address_file) + ".tmp");
+    out << (*worker)->address() << "\n";
+  }
+  std::rename((std::string(address_file) + ".tmp").c_str(), address_file);
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+}
+
+struct Child {
+  pid_t pid = -1;
+  std::string address;
+  ~Child() { Kill(); }
+  void Kill() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+  }
+};
+
+bool SpawnDecodeChild(const std::string& dir, int index, Child* child) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n <= 0) return false;
+  exe[n] = 0;
+  const std::string file = dir + "/decode" + std::to_string(index) + ".addr";
+  std::vector<std::string> args = {exe, "--gtest_filter=ServeRole.DecodeWorkerProcess"};
+  std::vector<std::string> env = {"KVSERVE_SERVE_ADDRESS_FILE=" + file};
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  const int rc = posix_spawn(&child->pid, exe, &actions, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return false;
+  for (int i = 0; i < 400; ++i) {  // up to 20 s
+    std::ifstream in(file);
+    if (in >> child->address) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST(ServeProcessTest, DecodeWorkerKilledMidTransferFailsOver) {
+  const std::string dir = servetest::TempDir("procs");
+  Child first, second;
+  ASSERT_TRUE(SpawnDecodeChild(dir, 0, &first));
+  ASSERT_TRUE(SpawnDecodeChild(dir, 1, &second));
+  servetest::ClusterOptions o;
+  o.start_decode = false;
+  o.extra_decode_addresses = {first.address, second.address};
+  o.shape_bytes_per_second = 1e6;  // 1 MB/s: the transfer takes ~0.5 s
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(15);
+  ServeRequest r = LosslessRequest(rng, 77, 240, 300);
+  Result<ServeResponse> response = Status::Internal("unset");
+  std::thread submit([&] { response = cluster->client->Submit(r); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  first.Kill();  // most likely mid-transfer; either way the request must complete
+  submit.join();
+  ASSERT_TRUE(response.ok());
+  ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+  ExpectCorrectOrClearFailure(*response, r);
+  RecordProperty("attempts", response->timings.attempts);  // 2 when the kill hit the transfer
+  // The next request goes straight to the surviving worker.
+  ServeRequest next = LosslessRequest(rng, 78, 20, 60);
+  response = cluster->client->Submit(next);
+  ASSERT_TRUE(response.ok());
+  ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+  ExpectCorrectOrClearFailure(*response, next);
+  std::filesystem::remove_all(dir);
+}
+
+// --- Redis ----------------------------------------------------------------
+
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+TEST(ServeRedisTest, RedisRestartedUnderThePoolEveryRequestCompletes) {
+  if (std::system("command -v redis-server >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "redis-server not installed";
+  const std::string script = std::string(KVSERVE_SOURCE_DIR) + "/scripts/start_redis.sh";
+  const std::string dir = servetest::TempDir("redis");
+  const int port = FreePort();
+  const std::string start = script + " --port " + std::to_string(port) + " --dir " + dir + " >/dev/null";
+  const std::string stop = script + " --stop --dir " + dir + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(start.c_str()), 0);
+  RedisPoolOptions ro;
+  ro.port = port;
+  ro.key_prefix = "kvserve-serve-test";
+  ro.reconnect_attempts = 2;
+  ro.connect_timeout_seconds = 0.3;
+  ro.command_timeout_seconds = 5;
+  std::unique_ptr<KvPool> pool;
+  for (int i = 0; i < 50 && !pool; ++i) {  // redis may take a moment to listen
+    auto p = NewRedisPool(ro);
+    if (p.ok()) pool = std::move(*p);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(pool) << "could not reach redis on port " << port;
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"none"};
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(16);
+  ServeRequest r = LosslessRequest(rng, 1, 40, 120);
+  r.use_pool = true;
+  // expect_hit: 1 hit, 0 miss, -1 either.
+  auto submit = [&](const char* phase, int expect_hit) {
+    SCOPED_TRACE(phase);
+    r.id++;
+    auto response = cluster->client->Submit(r);
+    ASSERT_TRUE(response.ok());
+    ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+    EXPECT_EQ(response->tokens, Reference(SmallModel(), r));
+    if (expect_hit >= 0) {
+      EXPECT_EQ(response->timings.prefix_hit, expect_hit == 1);
+    }
+  };
+  submit("first: a miss, stored", 0);
+  submit("second: a hit", 1);
+  ASSERT_EQ(std::system(stop.c_str()), 0);
+  submit("redis down: recomputed", 0);
+  ASSERT_EQ(std::system(start.c_str()), 0);
+  // Without persistence the restarted Redis starts empty, but the store
+  // queued by the request above may land once it is back: hit or miss.
+  submit("redis back", -1);
+  submit("stored by now: a hit", 1);
+  (void)std::system(stop.c_str());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvserve

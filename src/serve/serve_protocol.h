@@ -1,0 +1,59 @@
+// Copyright kvserve authors. The serve protocol's message payloads
+// (docs/e2e.md §Protocol): JSON documents, plus raw f32 logits after the
+// JSON of a GENERATE message. Every parser returns Corruption for malformed
+// input and never trusts a length it has not checked against the payload.
+#ifndef KVSERVE_SERVE_SERVE_PROTOCOL_H_
+#define KVSERVE_SERVE_SERVE_PROTOCOL_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvserve/serve.h"
+
+namespace kvserve::serve {
+
+// What the decode worker needs after a frame: the prompt ids (one per KV
+// token), how to sample, and the logits of the last prompt token.
+struct GenerateMessage {
+  uint64_t request_id = 0;
+  uint64_t transfer_id = 0;  // the frame this applies to
+  std::vector<int32_t> prompt;  // ids of the frame's KV tokens
+  // Tokens to run after importing the KV, before sampling (a prefix hit
+  // whose KV covers only part of the prompt); empty: sample from
+  // last_logits.
+  std::vector<int32_t> suffix;
+  int max_new_tokens = 1;
+  SamplingOptions sampling;
+  bool stop_at_eos = false;
+  std::vector<float> last_logits;
+};
+
+// The decode worker's answer to a GENERATE.
+struct ResultMessage {
+  uint64_t request_id = 0;
+  Status status;
+  std::vector<int32_t> tokens;
+  double decode_kv_seconds = 0;
+  double generation_seconds = 0;
+  double first_token_seconds = 0;  // GENERATE received to first token sampled
+};
+
+std::vector<uint8_t> EncodeRequest(const ServeRequest& request);
+Result<ServeRequest> DecodeRequest(std::span<const uint8_t> payload);
+std::vector<uint8_t> EncodeResponse(const ServeResponse& response);
+Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload);
+std::vector<uint8_t> EncodeGenerate(const GenerateMessage& message);
+Result<GenerateMessage> DecodeGenerate(std::span<const uint8_t> payload);
+std::vector<uint8_t> EncodeResult(const ResultMessage& message);
+Result<ResultMessage> DecodeResult(std::span<const uint8_t> payload);
+
+// True for errors worth another attempt on a fresh connection or worker
+// (Unavailable, Timeout, Corruption, IOError); false for errors the request
+// itself causes (InvalidArgument, NotFound, ...).
+bool IsRetryable(const Status& status);
+
+}  // namespace kvserve::serve
+
+#endif  // KVSERVE_SERVE_SERVE_PROTOCOL_H_

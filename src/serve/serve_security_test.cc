@@ -1,0 +1,237 @@
+// Security of the serve workers: peers without the secret are refused (in
+// both hops); a 2^40-byte declared length, a truncated chunk record, a
+// record with a flipped byte and random bytes are rejected with bounded
+// memory, the decode worker never generates from such a frame, and it keeps
+// serving good requests afterwards. (Connection-level limits are tested in
+// src/transport/connection_test.cc; these tests aim at the serve ports.)
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "kvserve/codec.h"
+#include "kvserve/profile.h"
+#include "kvserve/serve.h"
+#include "serve/serve_protocol.h"
+#include "serve/serve_test_util.h"
+#include "transport/wire.h"
+
+namespace kvserve {
+namespace {
+
+using servetest::Reference;
+using servetest::SmallModel;
+
+// Resident set size of this process in bytes.
+uint64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+// Lets a test write raw bytes under an authenticated Connection.
+class SharedStream final : public Stream {
+ public:
+  explicit SharedStream(std::shared_ptr<Stream> s) : s_(std::move(s)) {}
+  Status Write(std::span<const uint8_t> b, double t) override { return s_->Write(b, t); }
+  Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
+  void Close() override { s_->Close(); }
+  std::string RemoteAddress() const override { return s_->RemoteAddress(); }
+
+ private:
+  std::shared_ptr<Stream> s_;
+};
+
+struct RawPeer {
+  std::shared_ptr<Stream> stream;
+  std::unique_ptr<Connection> connection;
+};
+
+RawPeer DialRaw(Transport& tcp, const std::string& address, const std::string& secret) {
+  RawPeer p;
+  auto s = tcp.Connect(address, 5);
+  EXPECT_TRUE(s.ok());
+  if (!s.ok()) return p;
+  p.stream = std::shared_ptr<Stream>(std::move(*s));
+  auto c = Connection::Establish(std::make_unique<SharedStream>(p.stream), Connection::Role::kClient,
+                                 servetest::Options(secret, "raw-peer"));
+  if (c.ok()) p.connection = std::move(*c);
+  return p;
+}
+
+// True when the peer closed the stream (or sent an error) within 5 s.
+bool PeerHangsUp(Stream& stream) {
+  uint8_t buf[4096];
+  for (int i = 0; i < 100; ++i) {
+    auto n = stream.Read(buf, 5);
+    if (!n.ok()) return n.status().code() != StatusCode::kTimeout;
+  }
+  return false;
+}
+
+// One lossless request straight through the cluster, checked against the
+// single-process tokens: the worker still serves correctly.
+void ExpectStillServes(servetest::Cluster& cluster, std::mt19937_64& rng) {
+  ServeRequest r;
+  r.id = rng() % 1000;
+  r.prompt = servetest::RandomPrompt(rng, 10, 80);
+  r.max_new_tokens = 6;
+  r.method = "none";
+  auto response = cluster.client->Submit(r);
+  ASSERT_TRUE(response.ok());
+  ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+  EXPECT_EQ(response->tokens, Reference(SmallModel(), r));
+}
+
+TEST(ServeSecurityTest, PeersWithoutTheSecretAreRefused) {
+  servetest::ClusterOptions o;
+  o.prefill_secret = "not-the-decode-secret";
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(21);
+  ServeRequest r;
+  r.prompt = servetest::RandomPrompt(rng, 10, 50);
+  r.method = "none";
+  auto response = cluster->client->Submit(r);
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response->status.code(), StatusCode::kPermissionDenied) << response->status.ToString();
+  EXPECT_TRUE(response->tokens.empty());
+  EXPECT_GE(cluster->decode->auth_failures(), 1);
+  EXPECT_EQ(cluster->decode->completed(), 0);
+
+  // A client without the prefill worker's secret.
+  auto good = servetest::StartCluster();
+  ASSERT_TRUE(good);
+  ServeClientOptions co;
+  co.prefill_addresses = {good->prefill->address()};
+  co.connection = servetest::Options("wrong-client-secret", "intruder");
+  ServeClient intruder(good->tcp.get(), co);
+  response = intruder.Submit(r);
+  ASSERT_TRUE(response.ok());
+  EXPECT_EQ(response->status.code(), StatusCode::kPermissionDenied) << response->status.ToString();
+  ExpectStillServes(*good, rng);
+}
+
+TEST(ServeSecurityTest, HugeDeclaredLengthAndRandomBytesAreRejectedWithBoundedMemory) {
+  auto cluster = servetest::StartCluster();
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(22);
+  const uint64_t rss_before = RssBytes();
+  for (const std::string& address : {cluster->decode->address(), cluster->prefill->address()}) {
+    const std::string secret = address == cluster->decode->address() ? "pd-secret" : "client-secret";
+    // An authenticated peer declaring a 2^40-byte message.
+    RawPeer peer = DialRaw(*cluster->tcp, address, secret);
+    ASSERT_TRUE(peer.connection);
+    transport::MessageHeader h;
+    h.type = kMsgFrameBegin;
+    h.length = uint64_t{1} << 40;
+    uint8_t header[transport::kMessageHeaderBytes];
+    transport::EncodeMessageHeader(h, header);
+    ASSERT_TRUE(peer.stream->Write(header, 5).ok());
+    EXPECT_TRUE(PeerHangsUp(*peer.stream));
+    // Random bytes, before and after authentication.
+    for (bool authenticated : {false, true}) {
+      std::vector<uint8_t> junk(64 * 1024);
+      for (auto& b : junk) b = static_cast<uint8_t>(rng());
+      std::shared_ptr<Stream> stream;
+      RawPeer p2;
+      if (authenticated) {
+        p2 = DialRaw(*cluster->tcp, address, secret);
+        ASSERT_TRUE(p2.connection);
+        stream = p2.stream;
+      } else {
+        auto s = cluster->tcp->Connect(address, 5);
+        ASSERT_TRUE(s.ok());
+        stream = std::shared_ptr<Stream>(std::move(*s));
+      }
+      (void)stream->Write(junk, 5);  // the worker may hang up mid-write
+      EXPECT_TRUE(PeerHangsUp(*stream));
+    }
+  }
+  // Nothing near 2^40 (or even 256 MiB) was allocated for these peers.
+  EXPECT_LT(RssBytes(), rss_before + (uint64_t{256} << 20));
+  ExpectStillServes(*cluster, rng);
+}
+
+// A frame with a truncated record, or a record with a flipped byte (the
+// message checksum is valid: a buggy or malicious authenticated sender), is
+// refused by the decode worker; a GENERATE for it is answered with
+// Corruption, never with tokens; the same connection then serves a good
+// frame correctly.
+TEST(ServeSecurityTest, MalformedRecordsAreRefusedAndNeverGeneratedFrom) {
+  auto cluster = servetest::StartCluster();
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(23);
+  for (const char* preset : {"none", "kivi-2"}) {
+    SCOPED_TRACE(preset);
+    ServeRequest r;
+    r.prompt = servetest::RandomPrompt(rng, 150, 300);
+    r.max_new_tokens = 5;
+    auto prefill = SmallModel().Prefill(r.prompt);
+    ASSERT_TRUE(prefill.ok());
+    auto encoder = EncoderContext::Create(Profile::Parse(preset).value(), {.threads = 1});
+    ASSERT_TRUE(encoder.ok());
+    std::vector<uint8_t> frame;
+    VectorSink sink(&frame);
+    ASSERT_TRUE((*encoder)->Encode(prefill->kv.view(), sink).ok());
+    auto info = InspectFrame(frame);
+    ASSERT_TRUE(info.ok());
+    ASSERT_GT(info->chunks.size(), 2u);
+    const uint64_t header_bytes = info->chunks[0].offset;
+    RawPeer peer = DialRaw(*cluster->tcp, cluster->decode->address(), "pd-secret");
+    ASSERT_TRUE(peer.connection);
+
+    serve::GenerateMessage g;
+    g.prompt = r.prompt;
+    g.max_new_tokens = r.max_new_tokens;
+    g.last_logits = prefill->logits;
+    auto generate = [&](uint64_t transfer_id) -> Result<serve::ResultMessage> {
+      g.transfer_id = transfer_id;
+      KVSERVE_RETURN_IF_ERROR(peer.connection->Send(kMsgServeGenerate, 0, serve::EncodeGenerate(g)));
+      Message m;
+      KVSERVE_RETURN_IF_ERROR(peer.connection->Receive(&m, 30));
+      return serve::DecodeResult(m.payload);
+    };
+    const size_t victim = 1 + rng() % (info->chunks.size() - 1);
+    for (int mode = 0; mode < 3; ++mode) {  // truncated, flipped byte, a record left out
+      const uint64_t transfer_id = 100 + mode;
+      FrameSender sender(peer.connection.get());
+      ASSERT_TRUE(sender.Begin(transfer_id, std::span<const uint8_t>(frame).first(header_bytes)).ok());
+      for (size_t i = 0; i < info->chunks.size(); ++i) {
+        std::vector<uint8_t> record(frame.begin() + info->chunks[i].offset,
+                                    frame.begin() + info->chunks[i].offset + info->chunks[i].size);
+        if (i == victim) {
+          if (mode == 0) record.resize(record.size() - 1 - rng() % (record.size() - 1));
+          if (mode == 1) record[rng() % record.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+          if (mode == 2) continue;
+        }
+        ASSERT_TRUE(sender.SendRecord(record).ok());
+      }
+      auto finished = sender.Finish();
+      if (mode < 2) {
+        EXPECT_EQ(finished.status().code(), StatusCode::kCorruption) << finished.status().ToString();
+      }
+      auto result = generate(transfer_id);
+      ASSERT_TRUE(result.ok()) << result.status().ToString();
+      EXPECT_EQ(result->status.code(), StatusCode::kCorruption) << "mode " << mode;
+      EXPECT_TRUE(result->tokens.empty()) << "generated from a bad frame, mode " << mode;
+    }
+    // The same connection then serves a good frame.
+    FrameSender sender(peer.connection.get());
+    ASSERT_TRUE(sender.sink(7).Append(frame).ok());
+    ASSERT_TRUE(sender.Finish().ok());
+    auto result = generate(7);
+    ASSERT_TRUE(result.ok());
+    ASSERT_TRUE(result->status.ok()) << result->status.ToString();
+    EXPECT_EQ(result->tokens.size(), 5u);
+    if (std::string(preset) == "none") {
+      EXPECT_EQ(result->tokens, Reference(SmallModel(), r));
+    }
+  }
+  EXPECT_GE(cluster->decode->refused_frames(), 6);
+}
+
+}  // namespace
+}  // namespace kvserve

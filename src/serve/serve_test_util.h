@@ -1,0 +1,165 @@
+// Copyright kvserve authors. Helpers for the serve tests: a small random
+// model, a profile table of real presets, an in-process prefill + decode
+// pair over real TCP (optionally through fault-injecting transports), and
+// the single-process reference generation.
+#ifndef KVSERVE_SERVE_SERVE_TEST_UTIL_H_
+#define KVSERVE_SERVE_SERVE_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvserve/controller.h"
+#include "kvserve/runtime.h"
+#include "kvserve/serve.h"
+
+namespace kvserve::servetest {
+
+inline std::string TempDir(const std::string& tag) {
+  static std::mt19937_64 rng(std::random_device{}());
+  auto dir = std::filesystem::temp_directory_path() /
+             ("kvserve_serve_" + tag + "_" + std::to_string(rng() % 1000000000));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// A Qwen2-family random model: 4 layers, 4 KV heads of 16 dims (2 KiB of
+// f32 KV per token), vocabulary 211.
+inline RandomModelSpec SmallSpec(uint64_t seed = 11) {
+  RandomModelSpec s;
+  s.family = "qwen2";
+  s.vocab = 211;
+  s.hidden = 64;
+  s.intermediate = 96;
+  s.layers = 4;
+  s.heads = 4;
+  s.kv_heads = 4;
+  s.seed = seed;
+  return s;
+}
+
+// Loads (writing once per process) the small model.
+inline const Model& SmallModel() {
+  static std::unique_ptr<Model> model = [] {
+    const std::string dir = TempDir("model");
+    EXPECT_TRUE(WriteRandomModel(dir, SmallSpec()).ok());
+    auto m = Model::Load(dir, {.threads = 1});
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return std::move(*m);
+  }();
+  return *model;
+}
+
+// A table of real presets with made-up speeds and qualities (the tests
+// check floors against it, not speeds).
+inline ProfileTable TestTable() {
+  std::vector<ProfileCost> rows;
+  auto row = [&](const char* spec, double cr, double enc, double chat, double code) {
+    ProfileCost p;
+    p.spec = spec;
+    p.compression_ratio = cr;
+    p.encode_bytes_per_second = enc;
+    p.decode_bytes_per_second = enc * 1.5;
+    p.overhead_seconds = 1e-4;
+    p.quality = {{"chat", chat}, {"code", code}};
+    rows.push_back(p);
+  };
+  row("kivi-4", 6.0, 4e8, 0.995, 0.99);
+  row("kivi-2", 10.0, 4e8, 0.97, 0.95);
+  row("cachegen", 11.0, 1e8, 0.96, 0.94);
+  return ProfileTable::FromRows(rows).value();
+}
+
+inline std::vector<int32_t> RandomPrompt(std::mt19937_64& rng, int min_tokens, int max_tokens) {
+  std::uniform_int_distribution<int> len(min_tokens, max_tokens);
+  std::vector<int32_t> p(len(rng));
+  for (auto& t : p) t = static_cast<int32_t>(rng() % SmallSpec().vocab);
+  return p;
+}
+
+// What one process running prefill and decode back to back generates.
+inline std::vector<int32_t> Reference(const Model& model, const ServeRequest& r) {
+  auto prefill = model.Prefill(r.prompt);
+  EXPECT_TRUE(prefill.ok());
+  Sampler sampler(r.sampling);
+  auto tokens = Generate(model, &prefill->kv, prefill->logits, r.max_new_tokens, &sampler,
+                         r.stop_at_eos);
+  EXPECT_TRUE(tokens.ok());
+  return *tokens;
+}
+
+inline ConnectionOptions Options(const std::string& secret, const std::string& id) {
+  ConnectionOptions o;
+  o.secret = secret;
+  o.local_id = id;
+  o.io_timeout_seconds = 10;
+  o.handshake_timeout_seconds = 5;
+  o.max_message_bytes = 64 << 20;
+  return o;
+}
+
+// A decode worker and a prefill worker on 127.0.0.1 over `decode_transport`
+// (the decode worker listens on it) and `prefill_transport` (the prefill
+// worker dials through it), and a client.
+struct Cluster {
+  std::unique_ptr<DecodeWorker> decode;
+  std::unique_ptr<PrefillWorker> prefill;
+  std::unique_ptr<ServeClient> client;
+  std::unique_ptr<Transport> tcp = NewTcpTransport();
+};
+
+struct ClusterOptions {
+  Transport* decode_transport = nullptr;   // default: the cluster's TCP
+  Transport* prefill_transport = nullptr;  // default: the cluster's TCP
+  std::string decode_secret = "pd-secret";
+  std::string prefill_secret = "pd-secret";  // what the prefill worker uses to dial
+  std::vector<std::string> extra_decode_addresses;  // tried after the local one
+  bool start_decode = true;
+  int max_attempts = 3;
+  double shape_bytes_per_second = 0;
+  KvPool* pool = nullptr;
+  std::vector<std::string> pool_store_profiles;
+};
+
+inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
+  auto c = std::make_unique<Cluster>();
+  Transport* decode_transport = o.decode_transport ? o.decode_transport : c->tcp.get();
+  Transport* prefill_transport = o.prefill_transport ? o.prefill_transport : c->tcp.get();
+  std::vector<std::string> decode_addresses;
+  if (o.start_decode) {
+    DecodeWorkerOptions d;
+    d.connection = Options(o.decode_secret, "decode-0");
+    auto w = DecodeWorker::Start(decode_transport, &SmallModel(), d);
+    EXPECT_TRUE(w.ok()) << w.status().ToString();
+    if (!w.ok()) return nullptr;
+    c->decode = std::move(*w);
+    decode_addresses.push_back(c->decode->address());
+  }
+  for (const auto& a : o.extra_decode_addresses) decode_addresses.push_back(a);
+  PrefillWorkerOptions p;
+  p.decode_addresses = decode_addresses;
+  p.client_connection = Options("client-secret", "prefill-0");
+  p.decode_connection = Options(o.prefill_secret, "prefill-0");
+  p.decode_connection.shape_bytes_per_second = o.shape_bytes_per_second;
+  p.controller.model = {LatencyModelKind::kStreamed, 0};
+  p.max_attempts = o.max_attempts;
+  p.pool = o.pool;
+  p.pool_store_profiles = o.pool_store_profiles;
+  auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), TestTable(), p);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  if (!w.ok()) return nullptr;
+  c->prefill = std::move(*w);
+  ServeClientOptions co;
+  co.prefill_addresses = {c->prefill->address()};
+  co.connection = Options("client-secret", "router");
+  c->client = std::make_unique<ServeClient>(c->tcp.get(), co);
+  return c;
+}
+
+}  // namespace kvserve::servetest
+
+#endif  // KVSERVE_SERVE_SERVE_TEST_UTIL_H_

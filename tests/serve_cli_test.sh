@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The serve commands as real processes: a decode worker, a prefill worker
+# and the router, over authenticated TCP on localhost, with the small
+# fallback-size model written by the test. Checks every request completes
+# (router exit 0, one JSON line per request) and that a router without the
+# secret is refused (exit 1).
+#   tests/serve_cli_test.sh path/to/kvserve
+set -euo pipefail
+KVSERVE=${1:?usage: serve_cli_test.sh path/to/kvserve}
+DIR=$(mktemp -d /tmp/kvserve-serve-cli-XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$DIR"
+}
+trap cleanup EXIT
+export KVSERVE_SECRET=serve-cli-test-secret
+"$KVSERVE" serve --role decode --model "${KVSERVE_TEST_MODEL:-}" --listen 127.0.0.1:0 \
+  --address-file "$DIR/decode.addr" --threads 1 --duration 120 >/dev/null 2>"$DIR/decode.log" &
+PIDS+=($!)
+for _ in $(seq 1 600); do [ -s "$DIR/decode.addr" ] && break; sleep 0.1; done
+[ -s "$DIR/decode.addr" ] || { cat "$DIR/decode.log"; echo "decode worker did not start"; exit 1; }
+"$KVSERVE" serve --role prefill --model "${KVSERVE_TEST_MODEL:-}" --listen 127.0.0.1:0 \
+  --decode "$(cat "$DIR/decode.addr")" --address-file "$DIR/prefill.addr" --threads 1 \
+  --pool memory --shape-gbps 1 --duration 120 >/dev/null 2>"$DIR/prefill.log" &
+PIDS+=($!)
+for _ in $(seq 1 600); do [ -s "$DIR/prefill.addr" ] && break; sleep 0.1; done
+[ -s "$DIR/prefill.addr" ] || { cat "$DIR/prefill.log"; echo "prefill worker did not start"; exit 1; }
+PREFILL=$(cat "$DIR/prefill.addr")
+"$KVSERVE" router --prefill "$PREFILL" --model "${KVSERVE_TEST_MODEL:-}" -n 4 --prompt-tokens 64 \
+  --new-tokens 4 --quality-min 0.99 --repeat-fraction 0.5 --json >"$DIR/router.json" 2>"$DIR/router.log" ||
+  { cat "$DIR/router.log"; echo "router failed"; exit 1; }
+[ "$(wc -l <"$DIR/router.json")" -eq 4 ] || { cat "$DIR/router.json"; echo "expected 4 results"; exit 1; }
+if KVSERVE_SECRET=wrong "$KVSERVE" router --prefill "$PREFILL" --model "${KVSERVE_TEST_MODEL:-}" -n 1 \
+     --prompt-tokens 8 >/dev/null 2>"$DIR/intruder.log"; then
+  echo "a router without the secret was served"; exit 1
+fi
+grep -q "permission" "$DIR/intruder.log" || { cat "$DIR/intruder.log"; echo "no clear refusal"; exit 1; }
+echo "serve CLI: 4 requests served, intruder refused"

@@ -1,0 +1,189 @@
+// Copyright kvserve authors. `kvserve serve --role prefill|decode`: run one
+// worker of disaggregated serving over the authenticated TCP transport
+// (docs/e2e.md).
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "cli_util.h"
+#include "command.h"
+#include "kvserve/codec.h"
+#include "kvserve/controller.h"
+#include "kvserve/pool.h"
+#include "kvserve/runtime.h"
+#include "kvserve/serve.h"
+#include "kvserve/transport.h"
+#include "serve_cli.h"
+
+namespace kvserve::cli {
+namespace {
+
+constexpr std::string_view kCommand = "serve";
+
+struct ServeArgs {
+  std::string role;
+  std::string model;
+  std::string listen = "127.0.0.1:0";
+  std::string decode;  // prefill: decode worker addresses
+  std::string table = "configs/profile_table.example.json";
+  std::string secret_file;
+  std::string address_file;
+  double shape_gbps = 0;
+  std::string latency_model = "streamed";
+  bool no_bandit = false;
+  std::string pool = "none";
+  std::string redis_host = "127.0.0.1";
+  int redis_port = 6379;
+  uint64_t pool_budget_mb = 1024;
+  std::string pool_profiles;
+  int threads = 0;
+  int codec_threads = 1;
+  double duration_seconds = 0;
+  double timeout_seconds = 30;
+};
+
+Result<ConnectionOptions> Options(const ServeArgs& a, const std::string& id) {
+  ConnectionOptions o;
+  KVSERVE_ASSIGN_OR_RETURN(o.secret, LoadServeSecret(kCommand, a.secret_file));
+  o.local_id = id;
+  o.io_timeout_seconds = a.timeout_seconds;
+  return o;
+}
+
+int RunServe(const ServeArgs& a) {
+  if (a.role != "prefill" && a.role != "decode")
+    return ReportError(kCommand, Status::InvalidArgument("--role must be prefill or decode"));
+  auto dir = ServeModelDirectory(kCommand, a.model);
+  if (!dir.ok()) return ReportError(kCommand, dir.status());
+  auto model = Model::Load(*dir, {.threads = a.threads});
+  if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
+  BlockStopSignals();
+  auto tcp = NewTcpTransport();
+  std::string address;
+  std::unique_ptr<DecodeWorker> decode;
+  std::unique_ptr<PrefillWorker> prefill;
+  std::unique_ptr<KvPool> pool;
+  std::unique_ptr<HeadScores> head_scores;  // <model>/head_scores.json, for mixhq/duo
+  if (a.role == "decode") {
+    DecodeWorkerOptions o;
+    o.listen_address = a.listen;
+    auto c = Options(a, "decode");
+    if (!c.ok()) return ReportError(kCommand, c.status());
+    o.connection = *c;
+    o.decode_threads = a.codec_threads;
+    auto w = DecodeWorker::Start(tcp.get(), model->get(), o);
+    if (!w.ok()) return ReportError(kCommand, w.status());
+    decode = std::move(*w);
+    address = decode->address();
+  } else {
+    auto table = ProfileTable::Load(a.table);
+    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(a.table));
+    PrefillWorkerOptions o;
+    o.listen_address = a.listen;
+    o.decode_addresses = SplitList(a.decode);
+    if (o.decode_addresses.empty())
+      return ReportError(kCommand, Status::InvalidArgument("--role prefill needs --decode HOST:PORT[,...]"));
+    auto c = Options(a, "prefill");
+    if (!c.ok()) return ReportError(kCommand, c.status());
+    o.client_connection = *c;
+    o.decode_connection = *c;
+    o.decode_connection.shape_bytes_per_second = GbpsToBytesPerSecond(a.shape_gbps);
+    o.model_id = std::filesystem::path(*dir).filename().string();
+    if (a.latency_model == "streamed") {
+      o.controller.model = {LatencyModelKind::kStreamed, 0};
+    } else if (a.latency_model == "serial") {
+      o.controller.model = {LatencyModelKind::kSerial, 1};
+    } else {
+      return ReportError(kCommand, Status::InvalidArgument("--latency-model must be streamed or serial"));
+    }
+    o.controller.bandit = !a.no_bandit;
+    o.encode_threads = a.codec_threads;
+    if (std::filesystem::exists(*dir + "/head_scores.json")) {
+      auto scores = HeadScores::Load(*dir + "/head_scores.json");
+      if (scores.ok()) head_scores = std::make_unique<HeadScores>(std::move(*scores));
+      o.head_scores = head_scores.get();
+    }
+    if (a.pool == "memory") {
+      pool = NewMemoryPool({.budget_bytes = a.pool_budget_mb << 20});
+    } else if (a.pool == "redis") {
+      RedisPoolOptions ro;
+      ro.host = a.redis_host;
+      ro.port = a.redis_port;
+      auto r = NewRedisPool(ro);
+      if (!r.ok()) return ReportError(kCommand, r.status());
+      pool = std::move(*r);
+    } else if (a.pool != "none") {
+      return ReportError(kCommand, Status::InvalidArgument("--pool must be none, memory or redis"));
+    }
+    o.pool = pool.get();
+    o.pool_store_profiles = SplitList(a.pool_profiles);
+    auto w = PrefillWorker::Start(tcp.get(), model->get(), std::move(*table), o);
+    if (!w.ok()) return ReportError(kCommand, w.status());
+    prefill = std::move(*w);
+    address = prefill->address();
+  }
+  if (!a.address_file.empty()) {
+    const std::string tmp = a.address_file + ".tmp";
+    { std::ofstream(tmp) << address << "\n"; }
+    std::rename(tmp.c_str(), a.address_file.c_str());
+  }
+  Progress(kCommand, "{} worker listening on {}; Ctrl-C stops", a.role, address);
+  fmt::print("{}\n", address);
+  std::fflush(stdout);
+  WaitForStopSignal(a.duration_seconds);
+  if (decode) {
+    decode->Stop();
+    Progress(kCommand, "stopped: {} requests answered, {} frames refused, {} peers refused",
+             decode->completed(), decode->refused_frames(), decode->auth_failures());
+  }
+  if (prefill) prefill->Stop();
+  return 0;
+}
+
+RunFn SetupServe(CLI::App& sub) {
+  auto a = std::make_shared<ServeArgs>();
+  sub.description(
+      "Run one worker of disaggregated (prefill/decode separated) serving over authenticated "
+      "TCP. The decode worker receives KV frames layer by layer, decodes each chunk record as it "
+      "arrives, refuses frames that fail a checksum or are incomplete, imports the KV and "
+      "generates. The prefill worker answers `kvserve router` requests (workload, SLO, quality "
+      "floor): it prefills, asks the controller for a profile at the measured bandwidth, streams "
+      "the encoded KV to a decode worker (failing over to the next --decode address and "
+      "re-sending on errors), feeds the observed KV latency back to the bandit, and returns the "
+      "tokens with per-stage timings. Both print their address on stdout. Secret: --secret-file "
+      "or $KVSERVE_SECRET (the same on every worker and router). docs/e2e.md has the protocol.");
+  sub.add_option("--role", a->role, "prefill | decode")->required();
+  sub.add_option("--model,-m", a->model,
+                 "HF model directory (default: the first under models/, else a random-weight "
+                 "fallback model)");
+  sub.add_option("--listen", a->listen, "address to listen on (port 0 picks one)");
+  sub.add_option("--address-file", a->address_file, "also write the bound address to this file");
+  sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
+  sub.add_option("--decode", a->decode, "prefill: decode worker addresses, tried in order");
+  sub.add_option("--table", a->table, "prefill: profile table JSON the controller chooses from");
+  sub.add_option("--shape-gbps", a->shape_gbps,
+                 "prefill: pace KV transfers at this rate (token bucket; emulates a link)");
+  sub.add_option("--latency-model", a->latency_model, "prefill: streamed (default) | serial");
+  sub.add_flag("--no-bandit", a->no_bandit, "prefill: analytical choice only");
+  sub.add_option("--pool", a->pool, "prefill: prefix pool none | memory | redis");
+  sub.add_option("--redis-host", a->redis_host, "prefill: Redis host for --pool redis");
+  sub.add_option("--redis-port", a->redis_port, "prefill: Redis port for --pool redis");
+  sub.add_option("--pool-budget-mb", a->pool_budget_mb, "prefill: memory pool budget");
+  sub.add_option("--pool-profiles", a->pool_profiles,
+                 "prefill: store missed prefixes under these profiles (default: the one sent)");
+  sub.add_option("--threads", a->threads, "model threads (0 = all cores)");
+  sub.add_option("--codec-threads", a->codec_threads, "encode/decode threads");
+  sub.add_option("--timeout", a->timeout_seconds, "idle timeout of every network wait, seconds");
+  sub.add_option("--duration", a->duration_seconds, "stop after this many seconds (0 = on Ctrl-C)");
+  return [a] { return RunServe(*a); };
+}
+
+}  // namespace
+}  // namespace kvserve::cli
+
+KVSERVE_COMMAND(serve, "Run a prefill or decode worker of disaggregated serving",
+                kvserve::cli::SetupServe);

@@ -1,0 +1,451 @@
+// Copyright kvserve authors. Rendering of `kvserve e2e` results.
+#include "e2e_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "cli_util.h"
+#include "serve_cli.h"
+
+namespace kvserve::cli {
+namespace {
+
+std::vector<double> Field(const std::vector<RequestTimings>& v, double RequestTimings::*f) {
+  std::vector<double> out;
+  for (const auto& t : v) out.push_back(t.*f);
+  return out;
+}
+
+std::string Ms(double seconds) { return fmt::format("{:.1f}", seconds * 1e3); }
+
+const char* kColors[] = {"#7f7f7f", "#ff7f0e", "#9467bd", "#2ca02c", "#1f77b4", "#d62728"};
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+// Best (lowest mean JCT) of the static methods (every method but adaptive)
+// that meet the floor, at `point`; -1 if none.
+int BestStatic(const E2eReport& r, const E2ePoint& point) {
+  int best = -1;
+  for (size_t m = 0; m < r.methods.size(); ++m) {
+    if (r.methods[m].method == kMethodAdaptive || point.samples[m].empty()) continue;
+    if (r.methods[m].quality < r.quality_min && r.methods[m].method != "none") continue;
+    if (best < 0 || MeanJct(point, m) < MeanJct(point, best)) best = static_cast<int>(m);
+  }
+  return best;
+}
+
+size_t AdaptiveIndex(const E2eReport& r) {
+  for (size_t m = 0; m < r.methods.size(); ++m)
+    if (r.methods[m].method == kMethodAdaptive) return m;
+  return r.methods.size() - 1;
+}
+
+// The part of docs/e2e.md that does not depend on the run.
+constexpr const char* kHowItWorks = R"(
+## How it works
+
+### Processes and commands
+
+```
+kvserve serve --role decode  --listen 127.0.0.1:7500                    # decode worker
+kvserve serve --role prefill --listen 127.0.0.1:7600 --decode 127.0.0.1:7500 \
+              [--shape-gbps 2] [--pool memory|redis] \
+              [--table docs/e2e_profile_table.json]                      # prefill worker
+kvserve router --prefill 127.0.0.1:7600 -n 16 --workload chat --slo-ms 500 --quality-min 0.99
+kvserve e2e                                                              # this report
+```
+
+`--table` defaults to `configs/profile_table.example.json` (hand-written speeds); the table
+`kvserve e2e` calibrates on this machine is `docs/e2e_profile_table.json`. Profiles that need
+per-head scores (mixhq, duo) use `<model>/head_scores.json` when the model ships one.
+All of them take the shared secret from `--secret-file` or `$KVSERVE_SECRET` and the model from
+`--model DIR` (default: the first directory under `models/`, else a random-weight Qwen2 model
+written once under the temp directory, see `FallbackModelSpec` in `include/kvserve/serve.h`).
+The library is `include/kvserve/serve.h` / `src/serve/`: `PrefillWorker`, `DecodeWorker`,
+`ServeClient`.
+
+### Protocol
+
+Over the authenticated, checksummed connections of `docs/transport.md`, user message types:
+
+| type | name | from → to | payload |
+| ---: | --- | --- | --- |
+| 0x30 | REQUEST | client → prefill | JSON: id, workload, prompt ids, max_new_tokens, slo_seconds, quality_min, method (`adaptive` or a profile), sampling, use_pool |
+| 0x31 | RESPONSE | prefill → client | JSON: id, status {code, message}, tokens, timings |
+| 0x10–0x14 | FRAME_* | prefill → decode | the KV frame, streamed record by record (`docs/transport.md` §4) |
+| 0x32 | GENERATE | prefill → decode | u32 JSON length, JSON (id, transfer id, KV token ids, suffix ids, sampling, logits count), f32 logits of the last prompt token |
+| 0x33 | RESULT | decode → prefill | JSON: id, status, tokens, decode-of-KV, generation and first-token seconds |
+
+Every frame is followed by exactly one GENERATE naming its transfer id. The decode worker
+decodes each record as it arrives (`DecoderContext::DecodeRecord` in the receive callback), and
+generates only when the frame it holds is complete and verified: every record passed its
+checksum and the record count equals the header's chunk count. Otherwise RESULT carries
+Corruption and no tokens.
+
+### Stages and timings (per request, `RequestTimings`)
+
+| field | measured where | what |
+| --- | --- | --- |
+| prefill | prefill worker | `Model::Prefill` of the prompt (0 on a prefix hit) |
+| encode | prefill worker | time inside the encoder (`Begin`, each `EncodeLayer`, `Finish`) |
+| transfer | prefill worker | sender busy time: blocked in writes (the shaper, the socket) plus the drain to the receiver's ack |
+| decode KV | decode worker | time inside `DecodeRecord` |
+| generation | decode worker | KV import + token generation |
+| KV | prefill worker | encode start to the receiver's ack: the KV-movement latency the bandit observes |
+| TTFT | prefill + decode | request arrival at the prefill worker to the first token |
+| JCT | client | submit to response |
+
+Encoding and sending overlap: the request thread encodes layer l+1 while a sender thread writes
+layer l (at most 4 layers queued), and the receiver decodes records as they arrive. Encoding
+starts when prefill ends (prefill/encode overlap is not used), so the KV time is what the
+controller's streamed latency model (`LatencyModelKind::kStreamed`, L = layers) predicts.
+
+### Controller loop
+
+Per adaptive request the prefill worker calls `Controller::Decide` with the workload, V, the
+bandwidth estimate of the decode peer (`BandwidthEstimator`, fed by every transfer's goodput
+through the connection's goodput callback), the SLO (prefill is estimated from an EWMA of
+seconds per prompt token) and the quality floor; after the decode worker's ack it calls
+`Controller::Observe` with the measured KV time. Profiles below the floor are never chosen.
+
+### Failures
+
+| failure | what happens | test |
+| --- | --- | --- |
+| connection to the decode worker dropped mid-transfer | redial (next `--decode` address), re-send; after `max_attempts` (4) a clear Unavailable naming the address and the attempts | `ServeFaultTest.DroppedConnectionIsRetriedOrFailsClearly` |
+| bytes corrupted on the wire | the message checksum breaks the connection; redial and re-send; never imported | `ServeFaultTest.CorruptedBytesOnTheWireAreNeverImported` |
+| a record truncated, a byte flipped under a valid message checksum, a record missing | the decode worker refuses the frame (ack carries Corruption) and answers the GENERATE with Corruption; the prefill worker re-sends | `ServeSecurityTest.MalformedRecordsAreRefusedAndNeverGeneratedFrom` |
+| slow consumer | back-pressure blocks the sender; memory bounded | `ServeFaultTest.SlowConsumerStillGetsTheRightKv` |
+| decode worker process killed mid-transfer | fail over to the next decode worker, re-send the KV (kept until the result arrives) | `ServeProcessTest.DecodeWorkerKilledMidTransferFailsOver` |
+| no decode worker reachable | Unavailable naming the address | `ServeFaultTest.NoDecodeWorkerFailsClearly` |
+| prefill worker lost | the client re-submits (re-prefill) on the next prefill worker | `ServeFaultTest.LostPrefillWorkerIsRePrefilledElsewhere` |
+| Redis restarted / down under the pool | lookups and stores fail → the request recomputes; stores resume when Redis is back | `ServeRedisTest.RedisRestartedUnderThePoolEveryRequestCompletes` |
+| peer without the secret (either hop) | refused (PermissionDenied), counted | `ServeSecurityTest.PeersWithoutTheSecretAreRefused` |
+| 2^40-byte declared length, random bytes (before and after auth) | connection dropped before allocating; RSS stays bounded | `ServeSecurityTest.HugeDeclaredLengthAndRandomBytesAreRejectedWithBoundedMemory` |
+
+With the lossless profile every completed request is checked token for token against a
+single-process prefill + decode (`ServePdTest.LosslessOverTcpMatchesOneProcess`, greedy and
+seeded sampling); `tests/serve_cli_test.sh` runs `kvserve serve` and `kvserve router` as real
+processes. `ctest -L serve` runs all of them (about 10 s).
+
+### Limits
+
+- One request at a time per prefill worker (the model uses every core); no batching.
+- The pool keys the whole prompt prefix (all tokens but the last), not per chunk.
+- Qualities in the controller's table come from the table file, not from this run.
+- Bandwidth is emulated by the sender's token bucket on loopback; the tc/netns check of that
+  emulation is `tests/netns_shaping_test.sh` (docs/transport.md §6).
+)";
+
+}  // namespace
+
+double MeanJct(const E2ePoint& point, size_t method) {
+  return Mean(Field(point.samples[method], &RequestTimings::jct_seconds));
+}
+
+std::string E2eMarkdown(const E2eReport& r) {
+  std::string md;
+  md += "# End-to-end results: disaggregated serving over a shaped link\n\n";
+  md += "<!-- Written by `kvserve e2e`; rerun it to regenerate. -->\n\n";
+  md += "What the numbers below are: real requests through a prefill worker (this process) and a "
+        "decode worker (a separate `kvserve serve --role decode` process) joined by "
+        "authenticated TCP on localhost, whose sender paces every byte with a token bucket set "
+        "to the bandwidth of the point. Every request runs the model's prefill, encodes its KV "
+        "layer by layer with the method's profile while a sender thread streams the chunk "
+        "records, the decode worker decodes each record as it arrives, imports the KV and "
+        "generates. Times are wall-clock, measured, not modelled. The protocol, the stages and "
+        "the failure handling are described in the last sections.\n\n";
+  md += fmt::format("```\n$ {}\n```\n\n", r.command);
+  md += fmt::format("- Machine: {} (shared with other builds while measuring; expect noise).\n", r.machine);
+  md += fmt::format("- Model: {} — {}.\n", r.model_note, r.model_shape);
+  md += fmt::format("- Requests: {} prompt tokens (random ids), {} generated tokens (greedy), workload "
+                    "`{}`, quality floor {}; V = {} of f32 KV per request; {} requests per method "
+                    "and bandwidth after one warm-up round; methods interleaved on the same prompts.\n",
+                    r.prompt_tokens, r.new_tokens, r.workload, r.quality_min,
+                    HumanBytes(static_cast<uint64_t>(r.kv_bytes)), r.requests);
+  md += fmt::format("- Run time: {:.0f} s.\n\n", r.seconds);
+
+  md += "## Profiles, calibrated on this machine\n\n";
+  md += "The controller chooses from the profiles of the table, re-measured here on the real KV "
+        "of the model (one codec thread; CR counts every byte of the frame; t0 is what a "
+        "16-token request costs beyond its share of the throughput). Qualities are the table's "
+        "(not re-measured). Written to `" + r.table_path + "`.\n\n";
+  md += "| profile | CR | encode GB/s | decode GB/s | t0 (ms) | quality (" + r.workload + ") |\n";
+  md += "| --- | ---: | ---: | ---: | ---: | ---: |\n";
+  auto w = r.table.WorkloadIndex(r.workload);
+  for (int i = 1; i < r.table.size(); ++i) {
+    const ProfileCost& p = r.table.profile(i);
+    md += fmt::format("| `{}` | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {} |\n", p.spec, p.compression_ratio,
+                      p.encode_bytes_per_second / 1e9, p.decode_bytes_per_second / 1e9,
+                      p.overhead_seconds * 1e3,
+                      w.ok() ? fmt::format("{:.3f}", r.table.Quality(i, *w)) : "-");
+  }
+  for (const auto& note : r.calibration_notes) md += "\n- " + note;
+  md += "\n\n## Bandwidth range\n\n" + r.range_reason + "\n\n";
+
+  md += "## Job completion time per bandwidth\n\n";
+  md += "Mean / p50 / p99 JCT in ms (client submit to response). Methods: raw = no "
+        "compression; `kivi-2`, `cachegen` = the presets; best static = the one floor-feasible "
+        "profile of the table with the least predicted total over the sweep; kvserve = the "
+        "controller choosing per request from the measured bandwidth. A method whose table "
+        "quality is below the floor is marked ✗ (its quality unknown: ?).\n\n";
+  md += "| Gbps |";
+  for (const auto& m : r.methods) {
+    std::string mark = m.method == kMethodAdaptive || m.method == "none" ? ""
+                       : m.quality < 0                                    ? " ?"
+                       : m.quality < r.quality_min                        ? " ✗"
+                                                                          : "";
+    md += " " + m.label + mark + " |";
+  }
+  md += " kvserve vs best static | kvserve vs raw |\n| ---: |";
+  for (size_t m = 0; m < r.methods.size() + 2; ++m) md += " ---: |";
+  md += "\n";
+  const size_t adaptive = AdaptiveIndex(r);
+  for (const auto& p : r.points) {
+    md += fmt::format("| {:.3g} |", p.gbps);
+    for (size_t m = 0; m < r.methods.size(); ++m) {
+      auto jct = Field(p.samples[m], &RequestTimings::jct_seconds);
+      md += fmt::format(" {} / {} / {}{} |", Ms(Mean(jct)), Ms(Percentile(jct, 0.5)),
+                        Ms(Percentile(jct, 0.99)),
+                        p.failures[m] ? fmt::format(" ({} failed)", p.failures[m]) : "");
+    }
+    const int best = BestStatic(r, p);
+    const double k = MeanJct(p, adaptive);
+    md += best >= 0 ? fmt::format(" {:.2f}x ({}) |", k / MeanJct(p, best), r.methods[best].label)
+                    : " - |";
+    md += fmt::format(" {:.2f}x |\n", k / MeanJct(p, 0));
+  }
+  md += "\n\"vs\" columns: kvserve's mean JCT divided by the other's (< 1 is faster); best static "
+        "is the fastest floor-feasible fixed method at that point, chosen with hindsight.\n\n";
+  // KV-movement time alone: what the methods differ in, without the noise
+  // of prefill and generation on a shared machine.
+  md += "Mean KV-movement time in ms (encode start to the decode worker's ack), the part of the "
+        "JCT the methods differ in:\n\n| Gbps |";
+  for (const auto& m : r.methods) md += " " + m.label + " |";
+  md += "\n| ---: |";
+  for (size_t m = 0; m < r.methods.size(); ++m) md += " ---: |";
+  md += "\n";
+  for (const auto& p : r.points) {
+    md += fmt::format("| {:.3g} |", p.gbps);
+    for (size_t m = 0; m < r.methods.size(); ++m)
+      md += " " + Ms(Mean(Field(p.samples[m], &RequestTimings::kv_seconds))) + " |";
+    md += "\n";
+  }
+  // Quality floors, checked against the table for every adaptive request.
+  {
+    int total = 0, below = 0;
+    auto wi = r.table.WorkloadIndex(r.workload);
+    for (const auto& p : r.points)
+      for (const auto& t : p.samples[AdaptiveIndex(r)]) {
+        ++total;
+        double q = 1.0;
+        for (int i = 1; i < r.table.size(); ++i)
+          if (r.table.profile(i).spec == t.profile) q = wi.ok() ? r.table.Quality(i, *wi) : -1;
+        below += q < r.quality_min;
+      }
+    md += fmt::format("\nQuality floor: {} of {} kvserve requests used a profile whose table quality "
+                      "for `{}` is below {} (checked per request against the profile table).\n\n",
+                      below, total, r.workload, r.quality_min);
+  }
+  md += fmt::format("![JCT vs bandwidth]({})\n\n",
+                    std::filesystem::path(r.svg_jct_path).filename().string());
+
+  // What kvserve chose, and the model's prediction at the lowest bandwidth.
+  md += "### What kvserve chose\n\n| Gbps | profiles chosen (requests) | predicted speedup over raw | measured |\n| ---: | --- | ---: | ---: |\n";
+  for (const auto& p : r.points) {
+    std::map<std::string, int> chosen;
+    for (const auto& t : p.samples[adaptive]) chosen[t.profile]++;
+    std::string list;
+    for (const auto& [spec, n] : chosen) list += fmt::format("`{}` ({}) ", spec, n);
+    // Prediction: same measured prefill and generation, KV time from the
+    // calibrated streamed model at the nominal rate.
+    const double prefill = Mean(Field(p.samples[0], &RequestTimings::prefill_seconds));
+    const double generation = Mean(Field(p.samples[0], &RequestTimings::generation_seconds));
+    const double bw = GbpsToBytesPerSecond(p.gbps);
+    double predicted_kv = 0;
+    for (const auto& t : p.samples[adaptive]) {
+      double kv = r.kv_bytes / bw;
+      for (int i = 1; i < r.table.size(); ++i)
+        if (r.table.profile(i).spec == t.profile)
+          kv = PredictSeconds({LatencyModelKind::kStreamed, r.layers}, r.table.profile(i), r.kv_bytes, bw);
+      predicted_kv += kv / static_cast<double>(p.samples[adaptive].size());
+    }
+    const double predicted = (prefill + r.kv_bytes / bw + generation) / (prefill + predicted_kv + generation);
+    md += fmt::format("| {:.3g} | {}| {:.2f}x | {:.2f}x |\n", p.gbps, list, predicted,
+                      MeanJct(p, 0) / MeanJct(p, adaptive));
+  }
+
+  md += "\n## Stage breakdown (paper Fig. 15)\n\n";
+  md += "Mean seconds per stage in ms at the lowest and the highest bandwidth. The stages "
+        "overlap (encode, send and decode run layer by layer in a pipeline), so they do not add "
+        "up to the JCT; `KV` is the KV-movement time the bandit learns from (encode start to the "
+        "decode worker's acknowledgement, after its last record decoded).\n\n";
+  md += "| Gbps | method | prefill | encode | transfer | decode KV | generation | KV | JCT | frame |\n";
+  md += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+  for (const E2ePoint* p : {&r.points.front(), &r.points.back()}) {
+    for (size_t m = 0; m < r.methods.size(); ++m) {
+      const auto& s = p->samples[m];
+      md += fmt::format("| {:.3g} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", p->gbps,
+                        r.methods[m].label, Ms(Mean(Field(s, &RequestTimings::prefill_seconds))),
+                        Ms(Mean(Field(s, &RequestTimings::encode_seconds))),
+                        Ms(Mean(Field(s, &RequestTimings::transfer_seconds))),
+                        Ms(Mean(Field(s, &RequestTimings::decode_kv_seconds))),
+                        Ms(Mean(Field(s, &RequestTimings::generation_seconds))),
+                        Ms(Mean(Field(s, &RequestTimings::kv_seconds))),
+                        Ms(Mean(Field(s, &RequestTimings::jct_seconds))),
+                        s.empty() ? "-" : HumanBytes(s.front().frame_bytes));
+    }
+    if (r.points.size() == 1) break;
+  }
+
+  md += "\n## Prefix caching: TTFT of a pool hit vs recomputing (paper Fig. 14)\n\n";
+  md += "The prefill worker keeps an embedded pool; a prompt's prefix (all tokens but the last) "
+        "is stored under raw and every floor-feasible profile after a miss. On a repeat the "
+        "worker predicts, with the controller's latency model at the measured bandwidth, the "
+        "time to fetch and decode each stored encoding and the time to recompute, and takes the "
+        "fastest that meets the floor. TTFT = request arrival at the prefill worker to the first "
+        "token sampled on the decode worker.\n\n";
+  md += "| Gbps | TTFT recompute (ms) | TTFT hit (ms) | speedup | what the hit used |\n| ---: | ---: | ---: | ---: | --- |\n";
+  for (const auto& p : r.prefix)
+    md += fmt::format("| {:.3g} | {} | {} | {:.2f}x | `{}` |\n", p.gbps, Ms(p.ttft_recompute), Ms(p.ttft_hit),
+                      p.ttft_recompute / std::max(p.ttft_hit, 1e-9), p.hit_profile);
+
+  md += "\n## The link changes mid-run\n\n";
+  md += "Adaptive requests while the shaped rate goes high → low → high (the controller is not "
+        "told; it sees only the goodput of its own transfers).\n\n";
+  md += "| request | link Gbps | estimate Gbps | profile | KV (ms) | JCT (ms) |\n| ---: | ---: | ---: | --- | ---: | ---: |\n";
+  for (const auto& s : r.switches)
+    md += fmt::format("| {} | {:.3g} | {:.3g} | `{}` | {} | {} |\n", s.index, s.gbps, s.estimate_gbps,
+                      s.profile, Ms(s.kv_seconds), Ms(s.jct));
+  md += fmt::format("\n![bandwidth change]({})\n",
+                    std::filesystem::path(r.svg_switch_path).filename().string());
+  md += kHowItWorks;
+  return md;
+}
+
+std::string E2eJctSvg(const E2eReport& r) {
+  const double width = 760, height = 440, left = 70, right = 170, top = 30, bottom = 50;
+  const double pw = width - left - right, ph = height - top - bottom;
+  double x_lo = kInfinity, x_hi = 0, y_lo = kInfinity, y_hi = 0;
+  for (const auto& p : r.points) {
+    x_lo = std::min(x_lo, p.gbps);
+    x_hi = std::max(x_hi, p.gbps);
+    for (size_t m = 0; m < r.methods.size(); ++m) {
+      if (p.samples[m].empty()) continue;
+      y_lo = std::min(y_lo, MeanJct(p, m) * 1e3);
+      y_hi = std::max(y_hi, MeanJct(p, m) * 1e3);
+    }
+  }
+  if (!(x_hi > x_lo)) x_hi = x_lo * 2 + 1e-9, x_lo = x_lo / 2 + 1e-12;
+  if (!(y_hi > y_lo)) y_hi = y_lo * 2 + 1, y_lo = std::max(y_lo / 2, 1e-3);
+  const double lx0 = std::log10(x_lo) - 0.05, lx1 = std::log10(x_hi) + 0.05;
+  const double ly0 = std::log10(y_lo) - 0.05, ly1 = std::log10(y_hi) + 0.05;
+  auto X = [&](double g) { return left + pw * (std::log10(g) - lx0) / (lx1 - lx0); };
+  auto Y = [&](double ms) { return top + ph * (1 - (std::log10(ms) - ly0) / (ly1 - ly0)); };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", width, height);
+  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"14\">Mean JCT vs link bandwidth ({} prompt tokens)</text>\n",
+                     left, r.prompt_tokens);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", left, top, pw, ph);
+  for (int e = static_cast<int>(std::floor(lx0)); e <= static_cast<int>(std::ceil(lx1)); ++e)
+    for (double k : {1.0, 2.0, 5.0}) {
+      const double g = k * std::pow(10.0, e);
+      if (std::log10(g) < lx0 || std::log10(g) > lx1) continue;
+      svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
+                         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>\n",
+                         X(g), top, top + ph, top + ph + 16, g);
+    }
+  for (int e = static_cast<int>(std::floor(ly0)); e <= static_cast<int>(std::ceil(ly1)); ++e)
+    for (double k : {1.0, 2.0, 5.0}) {
+      const double ms = k * std::pow(10.0, e);
+      if (std::log10(ms) < ly0 || std::log10(ms) > ly1) continue;
+      svg += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
+                         "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5:g}</text>\n",
+                         left, Y(ms), left + pw, left - 6, Y(ms) + 4, ms);
+    }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">link bandwidth (Gbps, log)</text>\n",
+                     left + pw / 2, height - 12);
+  svg += fmt::format("<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">mean JCT (ms, log)</text>\n",
+                     top + ph / 2, top + ph / 2);
+  for (size_t m = 0; m < r.methods.size(); ++m) {
+    const char* color = kColors[m % 6];
+    std::string points;
+    for (const auto& p : r.points)
+      if (!p.samples[m].empty()) points += fmt::format("{:.1f},{:.1f} ", X(p.gbps), Y(MeanJct(p, m) * 1e3));
+    const bool adaptive = r.methods[m].method == kMethodAdaptive;
+    svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{}/>\n", points,
+                       color, adaptive ? 3 : 1.6, adaptive ? "" : " stroke-dasharray=\"5 3\"");
+    for (const auto& p : r.points)
+      if (!p.samples[m].empty())
+        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", X(p.gbps),
+                           Y(MeanJct(p, m) * 1e3), color);
+    const double ly = top + 14 + 18 * static_cast<double>(m);
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"3\"/>"
+                       "<text x=\"{4}\" y=\"{5}\">{6}</text>\n",
+                       left + pw + 12, ly, left + pw + 36, color, left + pw + 42, ly + 4,
+                       Escape(r.methods[m].label));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string E2eSwitchSvg(const E2eReport& r) {
+  const double width = 760, height = 380, left = 70, right = 70, top = 30, bottom = 90;
+  const double pw = width - left - right, ph = height - top - bottom;
+  const size_t n = r.switches.size();
+  double y_hi = 1e-3, g_hi = 1e-3;
+  for (const auto& s : r.switches) {
+    y_hi = std::max(y_hi, s.jct * 1e3);
+    g_hi = std::max({g_hi, s.gbps, s.estimate_gbps});
+  }
+  y_hi *= 1.1;
+  g_hi *= 1.1;
+  auto X = [&](double i) { return left + pw * (i + 0.5) / std::max<double>(1, static_cast<double>(n)); };
+  auto Y = [&](double ms) { return top + ph * (1 - ms / y_hi); };
+  auto YG = [&](double g) { return top + ph * (1 - g / g_hi); };
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", width, height);
+  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"14\">Link rate changes mid-run: kvserve's JCT and choices</text>\n", left);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", left, top, pw, ph);
+  std::map<std::string, std::string> color_of;
+  std::string link, estimate;
+  for (const auto& s : r.switches) {
+    if (!color_of.count(s.profile)) color_of[s.profile] = kColors[(color_of.size() + 1) % 6];
+    link += fmt::format("{:.1f},{:.1f} ", X(s.index), YG(s.gbps));
+    estimate += fmt::format("{:.1f},{:.1f} ", X(s.index), YG(s.estimate_gbps));
+    svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" opacity=\"0.8\"/>\n",
+                       X(s.index) - pw / std::max<double>(1, n) * 0.35, Y(s.jct * 1e3),
+                       pw / std::max<double>(1, n) * 0.7, top + ph - Y(s.jct * 1e3), color_of[s.profile]);
+  }
+  svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#000\" stroke-width=\"2\"/>\n", link);
+  svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#000\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n", estimate);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0f} ms</text>\n", left - 6, top + 4, y_hi);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\">{:.3g} Gbps</text>\n", left + pw + 6, top + 4, g_hi);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">request (bars: JCT, coloured by profile; solid line: link rate; dashed: controller's estimate)</text>\n",
+                     left + pw / 2, top + ph + 18);
+  int row = 0;
+  for (const auto& [spec, color] : color_of) {
+    const double y = top + ph + 38 + 16 * row++;
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
+                       left, y - 9, color, left + 18, y, Escape(spec));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace kvserve::cli

@@ -1,0 +1,93 @@
+// Copyright kvserve authors. Helpers of the serve commands.
+#include "serve_cli.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+#include "cli_util.h"
+#include "kvserve/serve.h"
+
+namespace kvserve::cli {
+
+Result<std::string> LoadServeSecret(std::string_view command, const std::string& secret_file) {
+  if (!secret_file.empty()) {
+    KVSERVE_ASSIGN_OR_RETURN(auto bytes, ReadBinaryFile(secret_file));
+    std::string s(bytes.begin(), bytes.end());
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    if (s.empty()) return Status::InvalidArgument("secret file " + secret_file + " is empty");
+    return s;
+  }
+  if (const char* env = std::getenv("KVSERVE_SECRET"); env != nullptr && *env != '\0')
+    return std::string(env);
+  Progress(command, "warning: no --secret-file or KVSERVE_SECRET: peers are not authenticated");
+  return std::string();
+}
+
+Result<std::string> ServeModelDirectory(std::string_view command, const std::string& flag) {
+  const std::string fallback =
+      (std::filesystem::temp_directory_path() / "kvserve-fallback-model-v1").string();
+  std::string note;
+  KVSERVE_ASSIGN_OR_RETURN(std::string dir, ResolveModelDirectory(flag, "models", fallback, &note));
+  Progress(command, "{}", note);
+  return dir;
+}
+
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+double Percentile(std::vector<double> values, double q) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(q * static_cast<double>(values.size()));
+  const size_t index = rank <= 1 ? 0 : static_cast<size_t>(rank) - 1;
+  return values[std::min(index, values.size() - 1)];
+}
+
+double Mean(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  double sum = 0;
+  for (double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
+namespace {
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  return signals;
+}
+}  // namespace
+
+void BlockStopSignals() {
+  sigset_t signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+void WaitForStopSignal(double seconds) {
+  sigset_t signals = StopSignals();
+  if (seconds > 0) {
+    timespec ts{static_cast<time_t>(seconds),
+                static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
+    while (sigtimedwait(&signals, nullptr, &ts) < 0 && errno == EINTR) {
+    }
+  } else {
+    int sig = 0;
+    sigwait(&signals, &sig);
+  }
+}
+
+}  // namespace kvserve::cli

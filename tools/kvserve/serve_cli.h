@@ -1,0 +1,36 @@
+// Copyright kvserve authors. Helpers shared by `kvserve serve`, `router` and
+// `e2e`: the shared secret, the model directory, address lists.
+#ifndef KVSERVE_TOOLS_KVSERVE_SERVE_CLI_H_
+#define KVSERVE_TOOLS_KVSERVE_SERVE_CLI_H_
+
+#include <string>
+#include <vector>
+
+#include "kvserve/status.h"
+
+namespace kvserve::cli {
+
+// The secret from `secret_file` (trailing newlines dropped) or, without one,
+// $KVSERVE_SECRET; "" (with a warning on stderr) when neither is set.
+// NotFound/IOError/InvalidArgument for an unreadable or empty file.
+Result<std::string> LoadServeSecret(std::string_view command, const std::string& secret_file);
+
+// --model DIR, else the first model under models/, else the random-weight
+// fallback written under $TMPDIR. Prints which one on stderr.
+Result<std::string> ServeModelDirectory(std::string_view command, const std::string& flag);
+
+// "a:1,b:2" -> {"a:1", "b:2"} (empty pieces dropped).
+std::vector<std::string> SplitList(const std::string& list);
+
+// The q-quantile (0..1, nearest rank) of `values`; 0 when empty.
+double Percentile(std::vector<double> values, double q);
+double Mean(const std::vector<double>& values);
+
+// Blocks SIGINT/SIGTERM for every thread started after this call; then
+// WaitForStopSignal returns once one arrives or after `seconds` (> 0).
+void BlockStopSignals();
+void WaitForStopSignal(double seconds);
+
+}  // namespace kvserve::cli
+
+#endif  // KVSERVE_TOOLS_KVSERVE_SERVE_CLI_H_
