@@ -26,6 +26,10 @@ namespace kvserve {
 
 // Destination of encoded bytes. Append is called with consecutive pieces of
 // the frame in order; an error stops encoding and is returned to the caller.
+// With EncodeOptions::threads != 1 the encoder may call Append from one of
+// its worker threads (so appending overlaps encoding), but never two calls at
+// once, always in frame order, and every call happens-before the Encode call
+// returns: a sink needs no locking, only no affinity to the calling thread.
 class ByteSink {
  public:
   virtual ~ByteSink() = default;
@@ -161,7 +165,10 @@ class DecoderContext {
   // [token]) and receives 0 for tokens pruned by the profile, else 1.
   // Corruption for any malformed, truncated or checksum-failing input; memory
   // allocated is bounded by the sizes the header declares, themselves
-  // bounded by the input length.
+  // bounded by the input length. After an error the contents of `out` are
+  // unspecified (rows of records decoded before the failing one, or part of
+  // it, may have been written): callers must not use `out` (the serving path
+  // discards the whole KV).
   virtual Status Decode(std::span<const uint8_t> frame, const MutableKvView& out,
                         std::vector<uint8_t>* keep_mask = nullptr) = 0;
 

@@ -81,6 +81,8 @@ class PackCodec final : public pipeline::Codec {
   // < levels (see UnpackSymbols).
   Status Decode(std::span<const uint8_t> in, uint16_t levels, size_t count,
                 uint8_t* out) const override;
+  // True for 256 levels: 8-bit packing is the identity.
+  bool StoresVerbatim(uint16_t levels) const override { return levels == 256; }
 
  private:
   PackImpl impl_;

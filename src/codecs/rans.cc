@@ -45,6 +45,10 @@
 // ------------------------------------------------------------------------
 #include "codecs/rans.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -85,21 +89,108 @@ Status GetVarint(ByteReader& reader, uint32_t max_value, uint32_t* v) {
   return Status::Corruption("rans: varint too long");
 }
 
-struct DecodeEntry {
-  uint16_t freq_minus_one;  // f[s] - 1 (f[s] may be 2^15)
-  uint16_t bias;            // slot - cum[s]
-  uint8_t symbol;
+// Decode table of one segment, indexed by slot: packed[slot] = (f[s] - 1)
+// | (slot - cum[s]) << 16 (f[s] may be 2^15, so f - 1 fits 16 bits), and
+// symbols[slot] = s. Two flat arrays so the AVX2 path can gather from them;
+// `symbols` has 3 bytes of padding for its 4-byte gathers.
+struct DecodeTable {
+  std::vector<uint32_t> packed;
+  std::vector<uint8_t> symbols;
 };
 
-// The encoder's per-symbol constants.
+#if defined(__x86_64__)
+// For every 8-bit "lane needs a word" mask, the index of the word each lane
+// takes from the next 8 words of the stream: lanes that need one take them
+// in lane order (the scalar decoder's order).
+struct WordExpandTable {
+  alignas(32) int32_t index[256][8];
+  WordExpandTable() {
+    for (int m = 0; m < 256; ++m) {
+      int next = 0;
+      for (int j = 0; j < 8; ++j) index[m][j] = (m >> j) & 1 ? next++ : 0;
+    }
+  }
+};
+
+// Full steps of 32 symbols, eight lanes per vector, while at least 64 bytes
+// of words remain (a step reads at most 32 words). Computes exactly what
+// the scalar fast path computes, in uint32 arithmetic modulo 2^32; returns
+// the symbols decoded (a multiple of 32) and advances *wp.
+__attribute__((target("avx2"))) size_t DecodeStepsAvx2(uint32_t* state, const DecodeTable& table,
+                                                       int table_bits, size_t count,
+                                                       const uint8_t** wp, const uint8_t* wend,
+                                                       uint8_t* out) {
+  static const WordExpandTable expand;
+  const int* packed = reinterpret_cast<const int*>(table.packed.data());
+  const int* symbols = reinterpret_cast<const int*>(table.symbols.data());
+  const __m256i mask = _mm256_set1_epi32(static_cast<int>((uint32_t{1} << table_bits) - 1));
+  const __m256i low16 = _mm256_set1_epi32(0xFFFF);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i byte = _mm256_set1_epi32(0xFF);
+  const __m128i shift = _mm_cvtsi32_si128(table_bits);
+  __m256i x[4];
+  for (int g = 0; g < 4; ++g) {
+    x[g] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(state + 8 * g));
+  }
+  const uint8_t* p = *wp;
+  size_t i = 0;
+  while (i + kRansLanes <= count && wend - p >= 2 * kRansLanes) {
+    for (int g = 0; g < 4; ++g) {
+      const __m256i slot = _mm256_and_si256(x[g], mask);
+      const __m256i e = _mm256_i32gather_epi32(packed, slot, 4);
+      const __m256i sym = _mm256_and_si256(_mm256_i32gather_epi32(symbols, slot, 1), byte);
+      const __m256i freq = _mm256_add_epi32(_mm256_and_si256(e, low16), one);
+      __m256i y = _mm256_add_epi32(_mm256_mullo_epi32(freq, _mm256_srl_epi32(x[g], shift)),
+                                   _mm256_srli_epi32(e, 16));
+      const __m256i need = _mm256_cmpeq_epi32(_mm256_srli_epi32(y, 16), _mm256_setzero_si256());
+      const int m = _mm256_movemask_ps(_mm256_castsi256_ps(need));
+      const __m256i words =
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m256i w = _mm256_permutevar8x32_epi32(
+          words, _mm256_load_si256(reinterpret_cast<const __m256i*>(expand.index[m])));
+      x[g] = _mm256_blendv_epi8(y, _mm256_or_si256(_mm256_slli_epi32(y, 16), w), need);
+      p += 2 * __builtin_popcount(static_cast<unsigned>(m));
+      // Symbols (< 256) to bytes: 32 -> 16 -> 8 bits within each 128-bit
+      // half, then the two halves' low dwords.
+      __m256i b = _mm256_packus_epi32(sym, sym);
+      b = _mm256_packus_epi16(b, b);
+      const uint32_t lo = static_cast<uint32_t>(_mm256_extract_epi32(b, 0));
+      const uint32_t hi = static_cast<uint32_t>(_mm256_extract_epi32(b, 4));
+      const uint64_t eight = uint64_t{lo} | (uint64_t{hi} << 32);
+      std::memcpy(out + i + 8 * g, &eight, 8);
+    }
+    i += kRansLanes;
+  }
+  for (int g = 0; g < 4; ++g) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(state + 8 * g), x[g]);
+  }
+  *wp = p;
+  return i;
+}
+#endif
+
+// The encoder's per-symbol constants. The state update
+//   x' = floor(x / f) * M + (x mod f) + cum = x + cum + q * (M - f),  q = floor(x / f)
+// is computed without a division: q = high 64 bits of x * rcp (ryg_rans's
+// reciprocal trick widened to 64 bits). For f >= 2, rcp = ceil(2^64 / f) and
+// x < 2^32 gives x * rcp / 2^64 = x / f + e with 0 <= e < 2^-32 < 1/f, so
+// the floor is exact. For f == 1, rcp = 2^64 - 1 yields q = x - 1 (x >= 1)
+// and bias = cum + M - 1 absorbs the difference: x + cum + M - 1 + (x - 1) *
+// (M - 1) = x * M + cum. Bit-identical to the division form (tested).
 struct EncodeSymbol {
-  uint32_t freq = 0;
-  uint32_t cum = 0;
+  uint64_t rcp = 0;
+  uint32_t bias = 0;       // cum, or cum + M - 1 when f == 1
+  uint32_t cmpl_freq = 0;  // M - f
   uint64_t renorm_limit = 0;  // states >= this emit a word first: f << (32 - n)
 };
 
+inline uint32_t RansEncodeStep(uint32_t x, const EncodeSymbol& e) {
+  const uint64_t q = static_cast<uint64_t>((static_cast<unsigned __int128>(x) * e.rcp) >> 64);
+  return static_cast<uint32_t>(x + e.bias + q * e.cmpl_freq);
+}
+
 Status DecodeRansPayload(ByteReader& reader, std::span<const uint8_t> in, uint16_t levels,
-                         size_t count, uint8_t* out) {
+                         size_t count, uint8_t* out, bool use_avx2) {
   if (count == 0) return Status::Corruption("rans: rANS mode with zero symbols");
   uint8_t levels_minus_one, table_bits;
   KVSERVE_RETURN_IF_ERROR(reader.GetU8(&levels_minus_one));
@@ -121,14 +212,14 @@ Status DecodeRansPayload(ByteReader& reader, std::span<const uint8_t> in, uint16
   }
   if (sum != total) return Status::Corruption("rans: frequencies do not sum to 2^table_bits");
 
-  thread_local std::vector<DecodeEntry> table;
-  table.resize(total);
+  thread_local DecodeTable table;
+  table.packed.resize(total);
+  table.symbols.resize(total + 3);
   uint32_t cum = 0;
   for (int s = 0; s < levels; ++s) {
-    for (uint32_t k = 0; k < freqs[s]; ++k) {
-      table[cum + k] = DecodeEntry{static_cast<uint16_t>(freqs[s] - 1), static_cast<uint16_t>(k),
-                                   static_cast<uint8_t>(s)};
-    }
+    const uint32_t f_minus_one = freqs[s] - 1;
+    for (uint32_t k = 0; k < freqs[s]; ++k) table.packed[cum + k] = f_minus_one | (k << 16);
+    std::memset(table.symbols.data() + cum, s, freqs[s]);
     cum += freqs[s];
   }
 
@@ -142,22 +233,30 @@ Status DecodeRansPayload(ByteReader& reader, std::span<const uint8_t> in, uint16
   const uint8_t* wp = in.data() + reader.position();
   const uint8_t* const wend = in.data() + in.size();
   const uint32_t mask = total - 1;
-  const DecodeEntry* tab = table.data();
+  const uint32_t* packed = table.packed.data();
+  const uint8_t* symbols = table.symbols.data();
+  auto step = [&](uint32_t x) {
+    const uint32_t e = packed[x & mask];
+    return ((e & 0xFFFF) + 1) * (x >> table_bits) + (e >> 16);
+  };
 
   size_t i = 0;
+#if defined(__x86_64__)
+  if (use_avx2) i = DecodeStepsAvx2(state, table, table_bits, count, &wp, wend, out);
+#endif
   // Fast path: a full step reads at most 32 words, so with >= 64 bytes left
   // no bounds check is needed inside the step.
   while (i + kRansLanes <= count && wend - wp >= 2 * kRansLanes) {
     for (int l = 0; l < kRansLanes; ++l) {
       uint32_t x = state[l];
-      const DecodeEntry e = tab[x & mask];
-      out[i + l] = e.symbol;
-      x = (uint32_t{e.freq_minus_one} + 1) * (x >> table_bits) + e.bias;
+      out[i + l] = symbols[x & mask];
+      x = step(x);
       uint16_t w;
       std::memcpy(&w, wp, 2);
-      const bool need = x < kRansStateLow;
-      x = need ? (x << 16) | w : x;
-      wp += need ? 2 : 0;
+      // Branchless on purpose (see the encoder): need is 0 or 1.
+      const uint32_t need = x < kRansStateLow ? 1u : 0u;
+      x = (x << (need << 4)) | (w & (0u - need));
+      wp += need << 1;
       state[l] = x;
     }
     i += kRansLanes;
@@ -166,9 +265,8 @@ Status DecodeRansPayload(ByteReader& reader, std::span<const uint8_t> in, uint16
   for (; i < count; ++i) {
     const size_t l = i % kRansLanes;
     uint32_t x = state[l];
-    const DecodeEntry e = tab[x & mask];
-    out[i] = e.symbol;
-    x = (uint32_t{e.freq_minus_one} + 1) * (x >> table_bits) + e.bias;
+    out[i] = symbols[x & mask];
+    x = step(x);
     if (x < kRansStateLow) {
       if (wend - wp < 2) return Status::Corruption("rans: word stream overrun");
       uint16_t w;
@@ -221,8 +319,8 @@ void NormalizeFrequencies(std::span<const uint64_t> counts, int table_bits,
   }
 }
 
-RansCodec::RansCodec(int table_bits)
-    : table_bits_(std::clamp(table_bits, kRansMinTableBits, kRansMaxTableBits)) {}
+RansCodec::RansCodec(int table_bits, PackImpl impl)
+    : table_bits_(std::clamp(table_bits, kRansMinTableBits, kRansMaxTableBits)), impl_(impl) {}
 
 Status RansCodec::Encode(const pipeline::CodeSegment& segment, std::vector<uint8_t>* out) const {
   KVSERVE_RETURN_IF_ERROR(ValidateSegment(segment));
@@ -257,30 +355,51 @@ Status RansCodec::Encode(const pipeline::CodeSegment& segment, std::vector<uint8
   NormalizeFrequencies(std::span<const uint64_t>(counts.data(), levels), table_bits_,
                        std::span<uint32_t>(freqs.data(), levels));
 
+  const int n = table_bits_;
+  const uint32_t table_size = uint32_t{1} << n;
   std::array<EncodeSymbol, 256> enc{};
   uint32_t cum = 0;
   for (int s = 0; s < levels; ++s) {
-    enc[s].freq = freqs[s];
-    enc[s].cum = cum;
-    enc[s].renorm_limit = uint64_t{freqs[s]} << (32 - table_bits_);
-    cum += freqs[s];
+    const uint32_t f = freqs[s];
+    EncodeSymbol& e = enc[s];
+    e.cmpl_freq = table_size - f;
+    e.renorm_limit = uint64_t{f} << (32 - n);
+    if (f >= 2) {
+      e.rcp = static_cast<uint64_t>(((static_cast<unsigned __int128>(1) << 64) + f - 1) / f);
+      e.bias = cum;
+    } else {
+      e.rcp = ~uint64_t{0};
+      e.bias = cum + table_size - 1;
+    }
+    cum += f;
   }
 
-  // Encode backwards; words come out in reverse decode order.
+  // Encode backwards; words come out in reverse decode order. Symbol k is
+  // coded by lane k % 32: the ragged last block first, then whole blocks of
+  // 32 with the lane as a compile-time offset. Renormalisation is
+  // branchless (a word slot is always written, and kept only when needed):
+  // whether a state needs a word is data-dependent and mispredicts often.
   thread_local std::vector<uint16_t> words;
-  words.resize(count);  // at most one word per symbol
+  words.resize(count + 1);  // at most one word per symbol, plus a scratch slot
+  uint16_t* word_out = words.data();
   size_t num_words = 0;
   uint32_t state[kRansLanes];
   for (uint32_t& x : state) x = kRansStateLow;
-  const int n = table_bits_;
-  for (size_t k = count; k-- > 0;) {
+  auto step = [&](size_t k, int lane) {
     const EncodeSymbol& e = enc[symbols[k]];
-    uint32_t x = state[k % kRansLanes];
-    if (x >= e.renorm_limit) {
-      words[num_words++] = static_cast<uint16_t>(x);
-      x >>= 16;
-    }
-    state[k % kRansLanes] = ((x / e.freq) << n) + (x % e.freq) + e.cum;
+    uint32_t x = state[lane];
+    // Arithmetic rather than `need ? x >> 16 : x`, which compilers turn
+    // into a (mispredicted) branch.
+    const uint32_t need = x >= e.renorm_limit ? 1u : 0u;
+    word_out[num_words] = static_cast<uint16_t>(x);
+    num_words += need;
+    x >>= need << 4;
+    state[lane] = RansEncodeStep(x, e);
+  };
+  const size_t whole = count - count % kRansLanes;
+  for (size_t k = count; k-- > whole;) step(k, static_cast<int>(k % kRansLanes));
+  for (size_t block = whole; block > 0; block -= kRansLanes) {
+    for (int lane = kRansLanes - 1; lane >= 0; --lane) step(block - kRansLanes + lane, lane);
   }
 
   const size_t lanes = std::min<size_t>(count, kRansLanes);
@@ -314,7 +433,8 @@ Status RansCodec::Decode(std::span<const uint8_t> in, uint16_t levels, size_t co
     return UnpackSymbols(in.subspan(1), pipeline::BitsForLevels(levels), count, levels, out);
   }
   if (mode != kModeRans) return Status::Corruption("rans: unknown mode " + std::to_string(mode));
-  return DecodeRansPayload(reader, in, levels, count, out);
+  const bool use_avx2 = impl_ == PackImpl::kAvx2 || (impl_ == PackImpl::kBest && CpuHasAvx2());
+  return DecodeRansPayload(reader, in, levels, count, out, use_avx2);
 }
 
 }  // namespace kvserve::codecs

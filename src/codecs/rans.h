@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "codecs/pack.h"
 #include "kvserve/status.h"
 #include "pipeline/stages.h"
 
@@ -47,7 +48,10 @@ class RansCodec final : public pipeline::Codec {
  public:
   // `table_bits` in [kRansMinTableBits, kRansMaxTableBits]; values outside
   // are clamped (the profile layer validates the parameter first).
-  explicit RansCodec(int table_bits = kRansDefaultTableBits);
+  // `impl` pins the decoder's implementation for tests and benchmarks
+  // (kBest: the AVX2 word-expanding decoder when the CPU has AVX2); every
+  // choice decodes the same symbols and reports the same errors.
+  explicit RansCodec(int table_bits = kRansDefaultTableBits, PackImpl impl = PackImpl::kBest);
 
   // Appends the segment's rans form: rANS, or the packed fallback when that
   // is not larger. InvalidArgument for an invalid segment; `out` unchanged.
@@ -63,6 +67,7 @@ class RansCodec final : public pipeline::Codec {
 
  private:
   int table_bits_;
+  PackImpl impl_;
 };
 
 }  // namespace kvserve::codecs

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -78,6 +79,92 @@ TEST(RansTest, RoundTripsEveryTableSizeAndDistribution) {
                     .Decode(bytes, seg.levels, seg.symbols.size(), back.data())
                     .ok());
     ASSERT_EQ(back, seg.symbols);
+  }
+}
+
+// The normative encoder written the obvious way (a division per symbol, as
+// in docs/format.md §Codecs/rans): the reference the fast encoder must match
+// byte for byte.
+std::vector<uint8_t> ReferenceRansEncode(const pipeline::CodeSegment& seg, int table_bits) {
+  const size_t count = seg.symbols.size();
+  const int bits = pipeline::BitsForLevels(seg.levels);
+  std::vector<uint8_t> packed(1 + PackedSize(count, bits));
+  packed[0] = static_cast<uint8_t>(RansMode::kPacked);
+  PackSymbols(seg.symbols.data(), count, bits, packed.data() + 1, PackImpl::kScalar);
+  if (count == 0) return packed;
+  std::vector<uint64_t> counts(seg.levels, 0);
+  for (uint8_t s : seg.symbols) ++counts[s];
+  std::vector<uint32_t> freqs(seg.levels), cum(seg.levels + 1, 0);
+  NormalizeFrequencies(counts, table_bits, freqs);
+  for (int s = 0; s < seg.levels; ++s) cum[s + 1] = cum[s] + freqs[s];
+  std::vector<uint16_t> words;
+  uint32_t state[kRansLanes];
+  for (uint32_t& x : state) x = kRansStateLow;
+  for (size_t k = count; k-- > 0;) {
+    const uint32_t f = freqs[seg.symbols[k]];
+    uint32_t x = state[k % kRansLanes];
+    if (x >= (uint64_t{f} << (32 - table_bits))) {
+      words.push_back(static_cast<uint16_t>(x));
+      x >>= 16;
+    }
+    state[k % kRansLanes] = ((x / f) << table_bits) + (x % f) + cum[seg.symbols[k]];
+  }
+  std::vector<uint8_t> out = {static_cast<uint8_t>(RansMode::kRans),
+                              static_cast<uint8_t>(seg.levels - 1),
+                              static_cast<uint8_t>(table_bits)};
+  for (uint32_t f : freqs) {
+    for (; f >= 0x80; f >>= 7) out.push_back(static_cast<uint8_t>(f | 0x80));
+    out.push_back(static_cast<uint8_t>(f));
+  }
+  for (size_t l = 0; l < std::min<size_t>(count, kRansLanes); ++l) {
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<uint8_t>(state[l] >> (8 * b)));
+  }
+  for (size_t w = words.size(); w-- > 0;) {
+    out.push_back(static_cast<uint8_t>(words[w]));
+    out.push_back(static_cast<uint8_t>(words[w] >> 8));
+  }
+  return out.size() < packed.size() ? out : packed;
+}
+
+TEST(RansTest, EncoderMatchesDivisionReference) {
+  std::mt19937_64 rng(0xd1f);
+  for (int trial = 0; trial < 400; ++trial) {
+    const int table_bits = 8 + trial % 8;
+    const int levels = trial % 7 == 0 ? 2 : RandomLevels(rng);
+    const auto dist = testing::kAllDistributions[(trial / 8) % 5];
+    const size_t count = trial % 5 == 0 ? RandomCount(rng, 100) : RandomCount(rng, 50000);
+    const auto seg = RandomSegment(rng, levels, count, dist);
+    ASSERT_EQ(EncodeOrDie(RansCodec(table_bits), seg), ReferenceRansEncode(seg, table_bits))
+        << "levels " << levels << " count " << count << " table_bits " << table_bits;
+  }
+}
+
+TEST(RansTest, ScalarAndAvx2DecodersAgreeOnValidAndCorruptInput) {
+  if (!CpuHasAvx2()) GTEST_SKIP() << "no AVX2";
+  std::mt19937_64 rng(0xa7f2);
+  for (int trial = 0; trial < 120; ++trial) {
+    const int table_bits = 8 + trial % 8;
+    const int levels = RandomLevels(rng);
+    const auto dist = testing::kAllDistributions[trial % 5];
+    const auto seg = RandomSegment(rng, levels, RandomCount(rng, 40000), dist);
+    auto bytes = EncodeOrDie(RansCodec(table_bits), seg);
+    if (trial % 2 == 1 && !bytes.empty()) {
+      for (int f = 0; f < 4; ++f) {
+        bytes[std::uniform_int_distribution<size_t>(0, bytes.size() - 1)(rng)] ^=
+            static_cast<uint8_t>(1u << (rng() % 8));
+      }
+    }
+    const size_t count = seg.symbols.size();
+    std::vector<uint8_t> scalar(count + 1, 0xAB), avx2(count + 1, 0xAB);
+    const Status a = RansCodec(table_bits, PackImpl::kScalar)
+                         .Decode(bytes, seg.levels, count, scalar.data());
+    const Status b =
+        RansCodec(table_bits, PackImpl::kAvx2).Decode(bytes, seg.levels, count, avx2.data());
+    ASSERT_EQ(a.code(), b.code()) << a.ToString() << " vs " << b.ToString();
+    ASSERT_EQ(a.message(), b.message());
+    if (a.ok()) {
+      ASSERT_EQ(scalar, avx2);
+    }
   }
 }
 

@@ -62,6 +62,60 @@ Status ReadSegment(const Codec& codec, ByteReader& r, size_t max_count, CodeSegm
   return codec.Decode(coded, levels, count, segment->symbols.data());
 }
 
+// Streams a chunk's rows out of a KV view through a row-local transform.
+class GatherSource final : public RowSource {
+ public:
+  GatherSource(const Transform& transform, const ChunkInfo& info, const KvView& kv, int kind)
+      : transform_(transform), info_(info), kv_(kv), kind_(kind) {}
+  void Read(int head, int token, int count, float* out) override {
+    GatherRows(kv_, info_.layer, kind_, head, info_.token_begin + token, count, out);
+    transform_.TransformRows(info_, head, out, count, /*inverse=*/false);
+  }
+
+ private:
+  const Transform& transform_;
+  const ChunkInfo& info_;
+  const KvView& kv_;
+  int kind_;
+};
+
+// Streams decoded rows through the inverse of a row-local transform into
+// a KV view.
+class ScatterSink final : public RowSink {
+ public:
+  ScatterSink(const Transform& transform, const ChunkInfo& info, const MutableKvView& out,
+              int kind, bool stream)
+      : transform_(transform), info_(info), out_(out), kind_(kind), stream_(stream) {}
+  void Write(int head, int token, int count, float* rows) override {
+    transform_.TransformRows(info_, head, rows, count, /*inverse=*/true);
+    ScatterRows(rows, out_, info_.layer, kind_, head, info_.token_begin + token, count, stream_);
+  }
+  void WriteZeros(int head, int token, int count) override {
+    ZeroRows(out_, info_.layer, kind_, head, info_.token_begin + token, count);
+  }
+
+ private:
+  const Transform& transform_;
+  const ChunkInfo& info_;
+  const MutableKvView& out_;
+  int kind_;
+  bool stream_;
+};
+
+// Appends a raw record's single segment for a codec that stores 256-level
+// symbols verbatim: the header, then the region's bytes gathered straight
+// into `out` (no intermediate copy).
+void AppendVerbatimRawSegment(const KvView& kv, const ChunkSlot& slot, size_t bytes,
+                              std::vector<uint8_t>* out) {
+  ByteWriter w(out);
+  w.PutU16(256);
+  w.PutU32(static_cast<uint32_t>(bytes));
+  w.PutU32(static_cast<uint32_t>(bytes));
+  const size_t at = out->size();
+  out->resize(at + bytes);
+  GatherRawBytes(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens, out->data() + at);
+}
+
 }  // namespace
 
 Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot,
@@ -71,23 +125,37 @@ Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot
   const size_t elements = ChunkElements(kv.shape, slot.tokens);
   uint64_t payload = 0;
   if (slot.type == RecordType::kRaw) {
-    scratch.quantized.segments.resize(1);
-    CodeSegment& seg = scratch.quantized.segments[0];
-    seg.levels = 256;
-    seg.symbols.resize(elements * DTypeSize(kv.dtype));
-    GatherRawBytes(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens, seg.symbols.data());
-    KVSERVE_RETURN_IF_ERROR(AppendSegment(*stages.codec, seg, out, &payload));
+    const size_t raw_bytes = elements * DTypeSize(kv.dtype);
+    if (stages.codec->StoresVerbatim(256) && raw_bytes <= UINT32_MAX) {
+      AppendVerbatimRawSegment(kv, slot, raw_bytes, out);
+      payload = raw_bytes;
+    } else {
+      scratch.quantized.segments.resize(1);
+      CodeSegment& seg = scratch.quantized.segments[0];
+      seg.levels = 256;
+      seg.symbols.resize(raw_bytes);
+      GatherRawBytes(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens,
+                     seg.symbols.data());
+      KVSERVE_RETURN_IF_ERROR(AppendSegment(*stages.codec, seg, out, &payload));
+    }
     stats->raw_bytes += payload;
     stats->record_header_bytes += 10;
   } else {
     const ChunkInfo info = MakeInfo(kv.shape, kv.dtype, slot);
-    scratch.values.resize(elements);
-    GatherChunk(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens, scratch.values.data());
-    ChunkTensor x{scratch.values.data(), kv.shape.kv_heads, slot.tokens, kv.shape.head_dim};
     scratch.side.clear();
-    ByteWriter side(&scratch.side);
-    KVSERVE_RETURN_IF_ERROR(stages.transform->Forward(info, x, side));
-    KVSERVE_RETURN_IF_ERROR(stages.quantizer->Quantize(info, x, &scratch.quantized));
+    if (stages.transform->RowLocal(kv.shape.head_dim)) {
+      // Gather, transform and quantise a tile at a time; no side bytes.
+      GatherSource source(*stages.transform, info, kv, slot.kind);
+      KVSERVE_RETURN_IF_ERROR(stages.quantizer->QuantizeRows(info, source, &scratch.quantized));
+    } else {
+      scratch.values.resize(elements);
+      GatherChunk(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens,
+                  scratch.values.data());
+      ChunkTensor x{scratch.values.data(), kv.shape.kv_heads, slot.tokens, kv.shape.head_dim};
+      ByteWriter side(&scratch.side);
+      KVSERVE_RETURN_IF_ERROR(stages.transform->Forward(info, x, side));
+      KVSERVE_RETURN_IF_ERROR(stages.quantizer->Quantize(info, x, &scratch.quantized));
+    }
     const auto& q = scratch.quantized;
     if (q.segments.size() > kMaxSegments)
       return Status::Internal("quantizer produced too many segments");
@@ -128,15 +196,37 @@ Status DecodeChunk(const Stages& stages, std::span<const uint8_t> record, const 
                            shape.tokens + slot.token_begin;
   };
   if (slot.type == RecordType::kRaw) {
+    const size_t raw_bytes = elements * DTypeSize(out.dtype);
+    // Stores the region's source bytes (cache-bypassing for large outputs).
+    auto store_raw = [&](const uint8_t* bytes) {
+      const bool stream = PreferStreamingStores(out);
+      ScatterRawBytes(bytes, out, slot.layer, slot.kind, slot.token_begin, slot.tokens, stream);
+      if (stream) FinishStreamingStores();
+      if (keep_mask)
+        for (int h = 0; h < shape.kv_heads; ++h) std::memset(mask_row(h), 1, slot.tokens);
+    };
+    if (stages.codec->StoresVerbatim(256)) {
+      // The codec's bytes are the region's bytes: when the segment header
+      // says exactly that, scatter straight from the record. Anything else
+      // takes the general path below, which reports the precise error.
+      ByteReader peek = r;
+      uint16_t levels = 0;
+      uint32_t count = 0, coded_len = 0;
+      std::span<const uint8_t> coded;
+      if (peek.GetU16(&levels).ok() && peek.GetU32(&count).ok() &&
+          peek.GetU32(&coded_len).ok() && levels == 256 && count == raw_bytes &&
+          coded_len == raw_bytes && peek.GetSpan(coded_len, &coded).ok() && peek.done()) {
+        store_raw(coded.data());
+        return Status::Ok();
+      }
+    }
     scratch.quantized.segments.resize(1);
     CodeSegment& seg = scratch.quantized.segments[0];
-    KVSERVE_RETURN_IF_ERROR(ReadSegment(*stages.codec, r, elements * DTypeSize(out.dtype), &seg));
-    if (seg.levels != 256 || seg.symbols.size() != elements * DTypeSize(out.dtype))
+    KVSERVE_RETURN_IF_ERROR(ReadSegment(*stages.codec, r, raw_bytes, &seg));
+    if (seg.levels != 256 || seg.symbols.size() != raw_bytes)
       return Status::Corruption("raw record size does not match its token range");
     if (!r.done()) return Status::Corruption("trailing bytes in raw record");
-    ScatterRawBytes(seg.symbols.data(), out, slot.layer, slot.kind, slot.token_begin, slot.tokens);
-    if (keep_mask)
-      for (int h = 0; h < shape.kv_heads; ++h) std::memset(mask_row(h), 1, slot.tokens);
+    store_raw(seg.symbols.data());
     return Status::Ok();
   }
   uint32_t side_len, params_len;
@@ -157,6 +247,21 @@ Status DecodeChunk(const Stages& stages, std::span<const uint8_t> record, const 
   }
   if (!r.done()) return Status::Corruption("trailing bytes in coded record");
   const ChunkInfo info = MakeInfo(shape, out.dtype, slot);
+  if (side_bytes.empty() && stages.transform->RowLocal(shape.head_dim)) {
+    // Dequantise, inverse-transform and store a tile at a time. (Side bytes
+    // for a row-local transform are corrupt; the general path reports them.)
+    scratch.mask.assign(static_cast<size_t>(shape.kv_heads) * slot.tokens, 1);
+    const bool stream = PreferStreamingStores(out);
+    ScatterSink sink(*stages.transform, info, out, slot.kind, stream);
+    const Status status = stages.quantizer->DequantizeRows(info, q, sink, scratch.mask.data());
+    if (stream) FinishStreamingStores();
+    KVSERVE_RETURN_IF_ERROR(status);
+    if (keep_mask)
+      for (int h = 0; h < shape.kv_heads; ++h)
+        std::memcpy(mask_row(h), scratch.mask.data() + static_cast<size_t>(h) * slot.tokens,
+                    slot.tokens);
+    return Status::Ok();
+  }
   scratch.values.resize(elements);
   ChunkTensor x{scratch.values.data(), shape.kv_heads, slot.tokens, shape.head_dim};
   scratch.mask.assign(static_cast<size_t>(shape.kv_heads) * slot.tokens, 1);

@@ -2,7 +2,9 @@
 // thread pool, appending them to the sink in plan order so the bytes never
 // depend on scheduling.
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 
 #include "core/thread_pool.h"
@@ -107,17 +109,47 @@ class EncoderContextImpl final : public EncoderContext {
  private:
   ThreadPool& pool() { return own_pool_ ? *own_pool_ : ThreadPool::Shared(); }
 
-  // Encodes slots [begin, end) in parallel and appends them in order.
+  // Encodes slots [begin, end) in parallel and appends them in order. A
+  // worker that finishes a record appends every record that is complete
+  // and next in order (if no other worker is appending), so the copy into
+  // the sink overlaps encoding and reads records while they are still in
+  // cache; the caller appends whatever is left. Nothing at or after a
+  // failed record is appended.
   Status EncodeSlots(const KvView& kv, size_t begin, size_t end) {
     const size_t n = end - begin;
     outputs_.resize(n);
     std::vector<FrameStats> stats(n);
     std::vector<Status> status(n);
+    std::unique_ptr<std::atomic<uint8_t>[]> state(new std::atomic<uint8_t>[n]);
+    for (size_t i = 0; i < n; ++i) state[i].store(kPending, std::memory_order_relaxed);
+    std::mutex append_mu;
+    size_t next_append = 0;  // guarded by append_mu
+    Status sink_status;      // guarded by append_mu
+    auto flush = [&]() {
+      while (next_append < n && sink_status.ok() &&
+             state[next_append].load(std::memory_order_acquire) == kDone) {
+        const size_t i = next_append++;
+        sink_status = sink_->Append(outputs_[i]);
+        if (!sink_status.ok()) break;
+        stats_.record_header_bytes += stats[i].record_header_bytes;
+        stats_.transform_bytes += stats[i].transform_bytes;
+        stats_.param_bytes += stats[i].param_bytes;
+        stats_.code_bytes += stats[i].code_bytes;
+        stats_.raw_bytes += stats[i].raw_bytes;
+        stats_.chunks += stats[i].chunks;
+        stats_.total_bytes += outputs_[i].size();
+      }
+    };
     auto work = [&](size_t i) {
       thread_local ChunkScratch scratch;
       outputs_[i].clear();
       status[i] = pipeline::EncodeChunk(stages_, kv, slots_[begin + i], scratch, &outputs_[i],
                                         &stats[i]);
+      state[i].store(status[i].ok() ? kDone : kFailed, std::memory_order_release);
+      if (append_mu.try_lock()) {
+        flush();
+        append_mu.unlock();
+      }
     };
     if (options_.threads == 1) {
       for (size_t i = 0; i < n; ++i) work(i);
@@ -130,18 +162,12 @@ class EncoderContextImpl final : public EncoderContext {
         return status[i];
       }
     }
-    for (size_t i = 0; i < n; ++i) {
-      KVSERVE_RETURN_IF_ERROR(sink_->Append(outputs_[i]));
-      stats_.record_header_bytes += stats[i].record_header_bytes;
-      stats_.transform_bytes += stats[i].transform_bytes;
-      stats_.param_bytes += stats[i].param_bytes;
-      stats_.code_bytes += stats[i].code_bytes;
-      stats_.raw_bytes += stats[i].raw_bytes;
-      stats_.chunks += stats[i].chunks;
-      stats_.total_bytes += outputs_[i].size();
-    }
-    return Status::Ok();
+    std::lock_guard<std::mutex> lock(append_mu);
+    flush();
+    return sink_status;
   }
+
+  static constexpr uint8_t kPending = 0, kDone = 1, kFailed = 2;
 
   Profile profile_;
   EncodeOptions options_;

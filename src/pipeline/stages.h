@@ -121,6 +121,45 @@ class Transform {
                          ByteWriter& side) const = 0;
   virtual Status Inverse(const ChunkInfo& info, const ChunkTensor& x,
                          ByteReader& side) const = 0;
+
+  // Row-local fast path (optional). Returns true when this transform maps
+  // every (head, token) row of a chunk with rows of `head_dim` values on its
+  // own and writes no side bytes, so the pipeline may stream a chunk through
+  // TransformRows a few rows at a time instead of materialising it whole.
+  virtual bool RowLocal(int head_dim) const { (void)head_dim; return false; }
+  // Applies Forward (inverse == false) or Inverse to `count` consecutive
+  // rows of `info.head_dim` floats of head `head` (the head index within the
+  // chunk), in place. Only called when RowLocal(info.head_dim) is true; the
+  // bits must equal those Forward / Inverse give the same rows of a whole
+  // chunk.
+  virtual void TransformRows(const ChunkInfo& info, int head, float* rows, int count,
+                             bool inverse) const {
+    (void)info, (void)head, (void)rows, (void)count, (void)inverse;
+  }
+};
+
+// Supplies a chunk's fp32 rows (gathered and transformed) on demand: the
+// streaming encoder's view of the source. Not thread-safe.
+class RowSource {
+ public:
+  virtual ~RowSource() = default;
+  // Writes rows [token, token + count) of head `head` (chunk-relative) as
+  // dense [token][dim] floats into `out`.
+  virtual void Read(int head, int token, int count, float* out) = 0;
+};
+
+// Receives a chunk's decoded fp32 rows and stores them (inverse transform,
+// conversion to the output dtype): the streaming decoder's view of the
+// destination. Not thread-safe.
+class RowSink {
+ public:
+  virtual ~RowSink() = default;
+  // Stores rows [token, token + count) of head `head` from the dense
+  // [token][dim] floats `rows`, which the sink may overwrite.
+  virtual void Write(int head, int token, int count, float* rows) = 0;
+  // Stores rows [token, token + count) of head `head` as exact zeros (pruned
+  // tokens, whatever the transform would do to them).
+  virtual void WriteZeros(int head, int token, int count) = 0;
 };
 
 // ---------------------------------------------------------------- Quantizer
@@ -156,11 +195,50 @@ class Quantizer {
   // kept ones.
   virtual Status Dequantize(const ChunkInfo& info, const QuantizedChunk& in,
                             const ChunkTensor& x, uint8_t* keep_mask) const = 0;
+  // Streaming forms of Quantize / Dequantize: the same bytes and values,
+  // with the chunk's rows read from `rows` / written to `rows` a tile at a
+  // time, so no fp32 copy of the whole chunk is made. Errors as for
+  // Quantize / Dequantize; on a Dequantize error some rows may already have
+  // been written. The defaults materialise the chunk and call the
+  // non-streaming forms.
+  virtual Status QuantizeRows(const ChunkInfo& info, RowSource& rows, QuantizedChunk* out) const;
+  virtual Status DequantizeRows(const ChunkInfo& info, const QuantizedChunk& in, RowSink& rows,
+                                uint8_t* keep_mask) const;
   // Per-cache state the decoder needs that is not in the profile (e.g.
   // MixHQ's per-(layer, head) bit allocation), written once in the frame
   // header. Empty for most quantizers.
   virtual void SerializeState(ByteWriter& out) const { (void)out; }
 };
+
+inline Status Quantizer::QuantizeRows(const ChunkInfo& info, RowSource& rows,
+                                      QuantizedChunk* out) const {
+  thread_local std::vector<float> values;
+  values.resize(static_cast<size_t>(info.kv_heads) * info.tokens * info.head_dim);
+  ChunkTensor x{values.data(), info.kv_heads, info.tokens, info.head_dim};
+  for (int h = 0; h < info.kv_heads; ++h) rows.Read(h, 0, info.tokens, x.row(h, 0));
+  return Quantize(info, x, out);
+}
+
+inline Status Quantizer::DequantizeRows(const ChunkInfo& info, const QuantizedChunk& in,
+                                        RowSink& rows, uint8_t* keep_mask) const {
+  thread_local std::vector<float> values;
+  thread_local std::vector<uint8_t> mask;
+  values.resize(static_cast<size_t>(info.kv_heads) * info.tokens * info.head_dim);
+  mask.assign(static_cast<size_t>(info.kv_heads) * info.tokens, 1);
+  ChunkTensor x{values.data(), info.kv_heads, info.tokens, info.head_dim};
+  KVSERVE_RETURN_IF_ERROR(Dequantize(info, in, x, mask.data()));
+  for (int h = 0; h < info.kv_heads; ++h) {
+    for (int t = 0; t < info.tokens; ++t) {
+      if (mask[static_cast<size_t>(h) * info.tokens + t]) {
+        rows.Write(h, t, 1, x.row(h, t));
+      } else {
+        rows.WriteZeros(h, t, 1);
+      }
+    }
+  }
+  if (keep_mask != nullptr) std::memcpy(keep_mask, mask.data(), mask.size());
+  return Status::Ok();
+}
 
 // ------------------------------------------------------------------- Codec
 // Codes one segment losslessly.
@@ -175,6 +253,10 @@ class Codec {
   // outside out[0..count).
   virtual Status Decode(std::span<const uint8_t> in, uint16_t levels, size_t count,
                         uint8_t* out) const = 0;
+  // True when Encode of a segment with `levels` appends exactly its symbols,
+  // unchanged (and Decode accepts exactly those bytes): the pipeline then
+  // copies raw records straight between the KV view and the record.
+  virtual bool StoresVerbatim(uint16_t levels) const { (void)levels; return false; }
 };
 
 // Bits needed for symbols < levels (1 for levels == 2, 8 for 256).

@@ -186,6 +186,13 @@ KVSERVE_AVX2 inline __m256 EncodeVec(__m256 v, __m256 zero, __m256 inv, __m256 h
   return _mm256_round_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
+// Encodes row[d..d+8) with per-channel zeros[d..] and invs[d..].
+KVSERVE_AVX2 inline __m256 EncodeAt(const float* row, const float* zeros, const float* invs,
+                                    int d, __m256 h, __m256 lm1, bool symmetric) {
+  return EncodeVec(_mm256_loadu_ps(row + d), _mm256_loadu_ps(zeros + d),
+                   _mm256_loadu_ps(invs + d), h, lm1, symmetric);
+}
+
 KVSERVE_AVX2 inline void Store8Codes(__m256 rounded, uint8_t* out) {
   const __m256i c = _mm256_cvttps_epi32(rounded);
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
@@ -291,21 +298,31 @@ KVSERVE_AVX2 Status ComputeGridParams8(const GridSpec& spec, __m256 vmin, __m256
   return Status::Ok();
 }
 
+// kSym: spec.symmetric as a compile-time constant, so the element loops
+// carry no branch on it.
+template <bool kSym>
 KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape, const float* x,
                                     size_t stride, uint8_t* codes, GridParams* params) {
   const float lm1f = static_cast<float>(spec.levels - 1);
   const __m256 lm1 = _mm256_set1_ps(lm1f);
   const __m256 h = _mm256_set1_ps(lm1f * 0.5f);
-  const bool sym = spec.symmetric;
+  constexpr bool sym = kSym;
   const int dim = shape.dim;
   if (shape.axis == QuantAxis::kToken) {
     const int gc = (shape.group == 0 || shape.group >= dim) ? dim : shape.group;
     const int ng = dim / gc;
-    for (int t = 0; t < shape.tokens; ++t) {
-      const float* row = x + t * stride;
-      uint8_t* out = codes + static_cast<size_t>(t) * dim;
-      for (int g = 0; g < ng; ++g) {
-        const float* p = row + g * gc;
+    // Groups in group order (token-major), eight at a time: reduce each to
+    // its min / max, compute the eight grids at once (ComputeGridParams8,
+    // identical to ComputeGridParams per lane), then encode each group.
+    const size_t groups = static_cast<size_t>(shape.tokens) * ng;
+    alignas(32) float mins[8], maxs[8], zeros[8], invs[8];
+    for (size_t g0 = 0; g0 < groups; g0 += 8) {
+      const int batch = static_cast<int>(std::min<size_t>(8, groups - g0));
+      for (int j = 0; j < 8; ++j) {
+        // Pad a short batch by repeating its first group; the padding
+        // lanes' results are discarded.
+        const size_t g = g0 + (j < batch ? j : 0);
+        const float* p = x + (g / ng) * stride + (g % ng) * gc;
         __m256 vmin = _mm256_loadu_ps(p), vmax = vmin, bad = _mm256_setzero_ps();
         for (int i = 0; i < gc; i += 8) {
           const __m256 v = _mm256_loadu_ps(p + i);
@@ -313,12 +330,27 @@ KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
           vmax = _mm256_max_ps(vmax, v);
           bad = _mm256_or_ps(bad, NonFiniteMask(v));
         }
-        if (_mm256_movemask_ps(bad) != 0) return NonFinite();
-        GridParams& gp = params[static_cast<size_t>(t) * ng + g];
-        KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, HMin(vmin), HMax(vmax), &gp));
-        const __m256 zero = _mm256_set1_ps(gp.zero);
-        const __m256 inv = _mm256_set1_ps(InverseScale(gp.scale));
-        uint8_t* o = out + g * gc;
+        if (_mm256_movemask_ps(bad) != 0) {
+          // The scalar order: the earlier groups' grid errors come first.
+          for (int k = 0; k < j; ++k) {
+            GridParams unused;
+            KVSERVE_RETURN_IF_ERROR(ComputeGridParams(spec, mins[k], maxs[k], &unused));
+          }
+          return NonFinite();
+        }
+        mins[j] = HMin(vmin);
+        maxs[j] = HMax(vmax);
+      }
+      GridParams gp8[8];
+      KVSERVE_RETURN_IF_ERROR(ComputeGridParams8(spec, _mm256_load_ps(mins), _mm256_load_ps(maxs),
+                                                 gp8, zeros, invs));
+      for (int j = 0; j < batch; ++j) {
+        const size_t g = g0 + j;
+        params[g] = gp8[j];
+        const float* p = x + (g / ng) * stride + (g % ng) * gc;
+        uint8_t* o = codes + (g / ng) * dim + (g % ng) * gc;
+        const __m256 zero = _mm256_set1_ps(zeros[j]);
+        const __m256 inv = _mm256_set1_ps(invs[j]);
         int i = 0;
         for (; i + 32 <= gc; i += 32) {
           Store32Codes(EncodeVec(_mm256_loadu_ps(p + i), zero, inv, h, lm1, sym),
@@ -334,7 +366,16 @@ KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
     return Status::Ok();
   }
   const int gt = shape.group == 0 ? shape.tokens : shape.group;
-  std::vector<float> zeros(dim), invs(dim);
+  // Per-channel zero and 1/scale of the current token group; on the stack
+  // for every head_dim a frame allows.
+  float stack_buf[2 * 1024];
+  std::vector<float> heap_buf;
+  float* zeros = stack_buf;
+  if (dim > 1024) {
+    heap_buf.resize(2 * static_cast<size_t>(dim));
+    zeros = heap_buf.data();
+  }
+  float* invs = zeros + dim;
   for (int ta = 0; ta < shape.tokens; ta += gt) {
     const int tb = std::min(ta + gt, shape.tokens);
     GridParams* gps = params + static_cast<size_t>(ta / gt) * dim;
@@ -353,14 +394,28 @@ KVSERVE_AVX2 Status QuantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
     for (int t = ta; t < tb; ++t) {
       const float* row = x + t * stride;
       uint8_t* out = codes + static_cast<size_t>(t) * dim;
-      for (int d = 0; d < dim; d += 8) {
-        Store8Codes(EncodeVec(_mm256_loadu_ps(row + d), _mm256_loadu_ps(&zeros[d]),
-                              _mm256_loadu_ps(&invs[d]), h, lm1, sym),
-                    out + d);
+      int d = 0;
+      for (; d + 32 <= dim; d += 32) {
+        Store32Codes(EncodeAt(row, zeros, invs, d, h, lm1, sym),
+                     EncodeAt(row, zeros, invs, d + 8, h, lm1, sym),
+                     EncodeAt(row, zeros, invs, d + 16, h, lm1, sym),
+                     EncodeAt(row, zeros, invs, d + 24, h, lm1, sym), out + d);
       }
+      for (; d < dim; d += 8) Store8Codes(EncodeAt(row, zeros, invs, d, h, lm1, sym), out + d);
     }
   }
   return Status::Ok();
+}
+
+// Eight scales (field 0) or zeros (field 1) of params[0..8) as one vector.
+KVSERVE_AVX2 inline __m256 LoadField8(const GridParams* params, int field) {
+  const float* f = reinterpret_cast<const float*>(params);
+  const __m256 a = _mm256_loadu_ps(f);      // s0 z0 s1 z1 | s2 z2 s3 z3
+  const __m256 b = _mm256_loadu_ps(f + 8);  // s4 z4 s5 z5 | s6 z6 s7 z7
+  const __m256 picked = field == 0 ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))
+                                   : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+  // picked = x0 x1 x4 x5 | x2 x3 x6 x7
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(picked), 0xD8));
 }
 
 KVSERVE_AVX2 inline __m256 DecodeVec(__m256i c, __m256 scale, __m256 zero, __m256 h,
@@ -370,11 +425,12 @@ KVSERVE_AVX2 inline __m256 DecodeVec(__m256i c, __m256 scale, __m256 zero, __m25
                    : _mm256_add_ps(zero, _mm256_mul_ps(cf, scale));
 }
 
+template <bool kSym>
 KVSERVE_AVX2 Status DequantizeRunAvx2(const GridSpec& spec, const RunShape& shape,
                                       const uint8_t* codes, const GridParams* params, float* x,
                                       size_t stride) {
   const __m256 h = _mm256_set1_ps(static_cast<float>(spec.levels - 1) * 0.5f);
-  const bool sym = spec.symmetric;
+  constexpr bool sym = kSym;
   const int dim = shape.dim;
   __m256i max_code = _mm256_setzero_si256();
   if (shape.axis == QuantAxis::kToken) {
@@ -395,13 +451,22 @@ KVSERVE_AVX2 Status DequantizeRunAvx2(const GridSpec& spec, const RunShape& shap
     }
   } else {
     const int gt = shape.group == 0 ? shape.tokens : shape.group;
-    std::vector<float> scales(dim), zeros(dim);
+    // Per-channel scales and zeros of the current token group, on the
+    // stack for every head_dim a frame allows.
+    float stack_buf[2 * 1024];
+    std::vector<float> heap_buf;
+    float* scales = stack_buf;
+    if (dim > 1024) {
+      heap_buf.resize(2 * static_cast<size_t>(dim));
+      scales = heap_buf.data();
+    }
+    float* zeros = scales + dim;
     for (int ta = 0; ta < shape.tokens; ta += gt) {
       const int tb = std::min(ta + gt, shape.tokens);
       const GridParams* gps = params + static_cast<size_t>(ta / gt) * dim;
-      for (int d = 0; d < dim; ++d) {
-        scales[d] = gps[d].scale;
-        zeros[d] = gps[d].zero;
+      for (int d = 0; d < dim; d += 8) {
+        _mm256_storeu_ps(scales + d, LoadField8(gps + d, 0));
+        _mm256_storeu_ps(zeros + d, LoadField8(gps + d, 1));
       }
       for (int t = ta; t < tb; ++t) {
         float* row = x + t * stride;
@@ -409,8 +474,8 @@ KVSERVE_AVX2 Status DequantizeRunAvx2(const GridSpec& spec, const RunShape& shap
         for (int d = 0; d < dim; d += 8) {
           const __m256i c = Load8Codes(in + d);
           max_code = _mm256_max_epi32(max_code, c);
-          _mm256_storeu_ps(row + d, DecodeVec(c, _mm256_loadu_ps(&scales[d]),
-                                              _mm256_loadu_ps(&zeros[d]), h, sym));
+          _mm256_storeu_ps(row + d, DecodeVec(c, _mm256_loadu_ps(scales + d),
+                                              _mm256_loadu_ps(zeros + d), h, sym));
         }
       }
     }
@@ -427,6 +492,77 @@ bool Avx2Fits(const RunShape& shape) {
     return gc % 8 == 0;
   }
   return shape.dim % 8 == 0;
+}
+
+// fp16 params <-> GridParams, eight groups per step. Stored params are
+// always finite, and for finite values F16C's RNE conversion equals
+// FloatToHalf (and fp16 -> fp32 is exact either way); a batch holding a
+// non-finite value takes the scalar conversion instead, so the bytes never
+// differ.
+
+// Writes the fp16 bits of field `field` of params[0..count) to out.
+KVSERVE_AVX2 void StoreHalfFieldAvx2(const GridParams* params, size_t count, int field,
+                                     uint8_t* out) {
+  static_assert(sizeof(GridParams) == 2 * sizeof(float));
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 v = LoadField8(params + i, field);
+    if (_mm256_movemask_ps(NonFiniteMask(v)) == 0) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2 * i),
+                       _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+      continue;
+    }
+    for (size_t j = i; j < i + 8; ++j) {
+      const uint16_t h = FloatToHalf(field == 0 ? params[j].scale : params[j].zero);
+      std::memcpy(out + 2 * j, &h, 2);
+    }
+  }
+  for (; i < count; ++i) {
+    const uint16_t h = FloatToHalf(field == 0 ? params[i].scale : params[i].zero);
+    std::memcpy(out + 2 * i, &h, 2);
+  }
+}
+
+// Reads fp16 scales (and, unless `zeros` is null, zeros) of `count` groups
+// into params. Returns 0, or 1 if a scale is negative or not finite, or 2
+// if a zero is not finite (scales checked first, like the scalar path).
+KVSERVE_AVX2 int LoadHalfParamsAvx2(const uint8_t* scales, const uint8_t* zeros, size_t count,
+                                    GridParams* params) {
+  const __m256 zero_ps = _mm256_setzero_ps();
+  const __m256 max_ps = _mm256_set1_ps(FLT_MAX);
+  __m256 bad_scale = zero_ps, bad_zero = zero_ps;
+  float* f = reinterpret_cast<float*>(params);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256 s =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + 2 * i)));
+    bad_scale = _mm256_or_ps(bad_scale, _mm256_or_ps(_mm256_cmp_ps(s, zero_ps, _CMP_NGE_UQ),
+                                                     _mm256_cmp_ps(s, max_ps, _CMP_NLE_UQ)));
+    __m256 z = zero_ps;
+    if (zeros != nullptr) {
+      z = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zeros + 2 * i)));
+      bad_zero = _mm256_or_ps(bad_zero, NonFiniteMask(z));
+    }
+    const __m256 lo = _mm256_unpacklo_ps(s, z);  // s0 z0 s1 z1 | s4 z4 s5 z5
+    const __m256 hi = _mm256_unpackhi_ps(s, z);  // s2 z2 s3 z3 | s6 z6 s7 z7
+    _mm256_storeu_ps(f + 2 * i, _mm256_permute2f128_ps(lo, hi, 0x20));
+    _mm256_storeu_ps(f + 2 * i + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+  }
+  int bad = _mm256_movemask_ps(bad_scale) != 0 ? 1 : 0;
+  for (; i < count; ++i) {
+    uint16_t h;
+    std::memcpy(&h, scales + 2 * i, 2);
+    params[i].scale = _cvtsh_ss(h);
+    if (!IsFinite(params[i].scale) || params[i].scale < 0.0f) bad = 1;
+    params[i].zero = 0.0f;
+    if (zeros != nullptr) {
+      std::memcpy(&h, zeros + 2 * i, 2);
+      params[i].zero = _cvtsh_ss(h);
+      if (!IsFinite(params[i].zero)) bad_zero = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
+    }
+  }
+  if (bad) return 1;
+  return _mm256_movemask_ps(bad_zero) != 0 ? 2 : 0;
 }
 
 }  // namespace
@@ -497,17 +633,31 @@ size_t ParamBytesPerGroup(const GridSpec& spec) {
 
 void WriteGridParams(const GridSpec& spec, const GridParams* params, size_t count,
                      pipeline::ByteWriter& out) {
-  auto put = [&](float v) {
-    if (spec.scale_dtype == ScaleDType::kF16) {
-      out.PutU16(FloatToHalf(v));
-    } else {
-      out.PutF32(v);
+  // Staged in a local buffer and appended once: one resize instead of one
+  // per value on the encode hot path.
+  thread_local std::vector<uint8_t> bytes;
+  bytes.resize(count * ParamBytesPerGroup(spec));
+  uint8_t* p = bytes.data();
+  const int fields = spec.symmetric ? 1 : 2;
+  if (spec.scale_dtype == ScaleDType::kF16) {
+    for (int field = 0; field < fields; ++field, p += 2 * count) {
+      if (UseAvx2()) {
+        StoreHalfFieldAvx2(params, count, field, p);
+        continue;
+      }
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t h = FloatToHalf(field == 0 ? params[i].scale : params[i].zero);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
     }
-  };
-  for (size_t i = 0; i < count; ++i) put(params[i].scale);
-  if (!spec.symmetric) {
-    for (size_t i = 0; i < count; ++i) put(params[i].zero);
+  } else {
+    for (int field = 0; field < fields; ++field, p += 4 * count) {
+      for (size_t i = 0; i < count; ++i) {
+        std::memcpy(p + 4 * i, field == 0 ? &params[i].scale : &params[i].zero, 4);
+      }
+    }
   }
+  out.PutBytes(bytes.data(), bytes.size());
 }
 
 Status ReadGridParams(const GridSpec& spec, size_t count, pipeline::ByteReader& in,
@@ -515,28 +665,40 @@ Status ReadGridParams(const GridSpec& spec, size_t count, pipeline::ByteReader& 
   if (in.remaining() / ParamBytesPerGroup(spec) < count) {
     return Status::Corruption("quantiser params truncated");
   }
-  auto get = [&](float* v) -> Status {
-    if (spec.scale_dtype == ScaleDType::kF16) {
-      uint16_t h = 0;
-      KVSERVE_RETURN_IF_ERROR(in.GetU16(&h));
-      *v = HalfToFloat(h);
-      return Status::Ok();
-    }
-    return in.GetF32(v);
-  };
-  for (size_t i = 0; i < count; ++i) {
-    KVSERVE_RETURN_IF_ERROR(get(&params[i].scale));
-    if (!IsFinite(params[i].scale) || params[i].scale < 0.0f) {
-      return Status::Corruption("quantiser scale negative or not finite");
-    }
-    params[i].zero = 0.0f;
-  }
-  if (!spec.symmetric) {
+  std::span<const uint8_t> bytes;
+  KVSERVE_RETURN_IF_ERROR(in.GetSpan(count * ParamBytesPerGroup(spec), &bytes));
+  const bool f16 = spec.scale_dtype == ScaleDType::kF16;
+  const size_t width = f16 ? 2 : 4;
+  const uint8_t* scales = bytes.data();
+  const uint8_t* zeros = spec.symmetric ? nullptr : scales + width * count;
+  int bad = 0;
+  if (f16 && UseAvx2()) {
+    bad = LoadHalfParamsAvx2(scales, zeros, count, params);
+  } else {
+    auto get = [&](const uint8_t* at) {
+      if (f16) {
+        uint16_t h;
+        std::memcpy(&h, at, 2);
+        return HalfToFloat(h);
+      }
+      float v;
+      std::memcpy(&v, at, 4);
+      return v;
+    };
     for (size_t i = 0; i < count; ++i) {
-      KVSERVE_RETURN_IF_ERROR(get(&params[i].zero));
-      if (!IsFinite(params[i].zero)) return Status::Corruption("quantiser zero not finite");
+      params[i].scale = get(scales + width * i);
+      if (!IsFinite(params[i].scale) || params[i].scale < 0.0f) bad = 1;
+      params[i].zero = 0.0f;
+    }
+    if (bad == 0 && zeros != nullptr) {
+      for (size_t i = 0; i < count; ++i) {
+        params[i].zero = get(zeros + width * i);
+        if (!IsFinite(params[i].zero)) bad = 2;
+      }
     }
   }
+  if (bad == 1) return Status::Corruption("quantiser scale negative or not finite");
+  if (bad == 2) return Status::Corruption("quantiser zero not finite");
   return Status::Ok();
 }
 
@@ -563,7 +725,8 @@ Status QuantizeRun(const GridSpec& spec, const RunShape& shape, const float* x, 
     return Status::InvalidArgument("invalid quantisation run shape or level count");
   }
   if (UseAvx2() && Avx2Fits(shape)) {
-    return QuantizeRunAvx2(spec, shape, x, row_stride, codes, params);
+    return spec.symmetric ? QuantizeRunAvx2<true>(spec, shape, x, row_stride, codes, params)
+                          : QuantizeRunAvx2<false>(spec, shape, x, row_stride, codes, params);
   }
   return QuantizeRunScalar(spec, shape, x, row_stride, codes, params);
 }
@@ -574,7 +737,8 @@ Status DequantizeRun(const GridSpec& spec, const RunShape& shape, const uint8_t*
     return Status::Corruption("invalid quantisation run shape or level count");
   }
   if (UseAvx2() && Avx2Fits(shape)) {
-    return DequantizeRunAvx2(spec, shape, codes, params, x, row_stride);
+    return spec.symmetric ? DequantizeRunAvx2<true>(spec, shape, codes, params, x, row_stride)
+                          : DequantizeRunAvx2<false>(spec, shape, codes, params, x, row_stride);
   }
   return DequantizeRunScalar(spec, shape, codes, params, x, row_stride);
 }

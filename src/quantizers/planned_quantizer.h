@@ -54,6 +54,17 @@ class PlannedQuantizer : public pipeline::Quantizer {
   // Corruption if `in` does not match the chunk's plan exactly.
   Status Dequantize(const pipeline::ChunkInfo& info, const pipeline::QuantizedChunk& in,
                     const pipeline::ChunkTensor& x, uint8_t* keep_mask) const override;
+  // Streaming forms: each run is processed in tiles of whole quantisation
+  // groups (at most kTileFloats values where the groups allow), so the rows
+  // in flight stay in L1. Same bytes, values and errors as Quantize /
+  // Dequantize; rows of one run arrive in token order, runs in plan order.
+  Status QuantizeRows(const pipeline::ChunkInfo& info, pipeline::RowSource& rows,
+                      pipeline::QuantizedChunk* out) const override;
+  Status DequantizeRows(const pipeline::ChunkInfo& info, const pipeline::QuantizedChunk& in,
+                        pipeline::RowSink& rows, uint8_t* keep_mask) const override;
+
+  // Target size of one streaming tile, in floats (16 KiB).
+  static constexpr int kTileFloats = 4096;
 
  protected:
   // Fills plan->axis, plan->group and plan->runs for a chunk whose info has
@@ -84,6 +95,14 @@ class PlannedQuantizer : public pipeline::Quantizer {
 
  private:
   bool InfoMatches(const pipeline::ChunkInfo& info, const pipeline::ChunkTensor& x) const;
+  bool InfoMatches(const pipeline::ChunkInfo& info) const;
+  // Checks `in` against `plan` (segment count, levels, symbol counts, params
+  // size): Corruption naming the first mismatch.
+  Status CheckLayout(const pipeline::ChunkInfo& info, const ChunkPlan& plan,
+                     const pipeline::QuantizedChunk& in) const;
+  // Tokens per streaming tile for runs of `tokens` tokens under `plan`: a
+  // whole number of token groups (the whole run when groups span it).
+  int TileTokens(const ChunkPlan& plan, int tokens, int dim) const;
 
   QuantConfig config_;
   KvShape shape_;

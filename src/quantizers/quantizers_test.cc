@@ -257,6 +257,78 @@ TEST(QuantizersTest, EveryModeRoundTripsWithinHalfAStepAndIsDeterministic) {
   }
 }
 
+// Row source / sink over a dense [head][token][dim] chunk, for the
+// streaming forms.
+class VectorRows final : public pipeline::RowSource, public pipeline::RowSink {
+ public:
+  VectorRows(std::vector<float>* v, const ChunkInfo& info) : v_(v), info_(info) {}
+  void Read(int head, int token, int count, float* out) override {
+    std::memcpy(out, At(head, token), sizeof(float) * count * info_.head_dim);
+  }
+  void Write(int head, int token, int count, float* rows) override {
+    std::memcpy(At(head, token), rows, sizeof(float) * count * info_.head_dim);
+  }
+  void WriteZeros(int head, int token, int count) override {
+    std::fill(At(head, token), At(head, token) + static_cast<size_t>(count) * info_.head_dim,
+              0.0f);
+  }
+
+ private:
+  float* At(int head, int token) {
+    return v_->data() + (static_cast<size_t>(head) * info_.tokens + token) * info_.head_dim;
+  }
+  std::vector<float>* v_;
+  ChunkInfo info_;
+};
+
+TEST(QuantizersTest, StreamingFormsMatchWholeChunkForms) {
+  std::mt19937_64 rng(0x5712);
+  for (GridKernelIsa isa : {GridKernelIsa::kScalar, GridKernelIsa::kAuto}) {
+    SetGridKernelIsaForTesting(isa);
+    for (QuantizerType type : kLossyModes) {
+      for (int trial = 0; trial < 12; ++trial) {
+        Case k = MakeCase(rng, type);
+        const int total = Rand(rng, 1, 700);
+        const int coded = k.encoder->CodedTokens(total);
+        // Long chunks, so that runs span several streaming tiles.
+        const int chunk = RandomChunkTokens(rng, k.config) * Rand(rng, 1, 4);
+        for (int begin = 0; begin < coded; begin += chunk) {
+          ChunkInfo info{Rand(rng, 0, k.shape.layers - 1),
+                         k.shape.layers,
+                         Rand(rng, 0, 1) ? KvKind::kKey : KvKind::kValue,
+                         k.shape.kv_heads,
+                         k.shape.head_dim,
+                         begin,
+                         std::min(chunk, coded - begin),
+                         total,
+                         DType::kF32};
+          const size_t n = static_cast<size_t>(info.kv_heads) * info.tokens * info.head_dim;
+          std::vector<float> x = RandomChunkData(rng, n), y1(n, -7.0f), y2(n, -9.0f);
+          const ChunkTensor xt{x.data(), info.kv_heads, info.tokens, info.head_dim};
+          QuantizedChunk whole, streamed;
+          ASSERT_TRUE(k.encoder->Quantize(info, xt, &whole).ok());
+          VectorRows source(&x, info);
+          ASSERT_TRUE(k.encoder->QuantizeRows(info, source, &streamed).ok());
+          ASSERT_EQ(whole.params, streamed.params);
+          ASSERT_EQ(whole.segments.size(), streamed.segments.size());
+          for (size_t s = 0; s < whole.segments.size(); ++s) {
+            ASSERT_EQ(whole.segments[s].levels, streamed.segments[s].levels);
+            ASSERT_EQ(whole.segments[s].symbols, streamed.segments[s].symbols);
+          }
+          std::vector<uint8_t> mask1(n / info.head_dim, 7), mask2(n / info.head_dim, 8);
+          const ChunkTensor yt{y1.data(), info.kv_heads, info.tokens, info.head_dim};
+          ASSERT_TRUE(k.decoder->Dequantize(info, whole, yt, mask1.data()).ok());
+          VectorRows sink(&y2, info);
+          ASSERT_TRUE(k.decoder->DequantizeRows(info, whole, sink, mask2.data()).ok());
+          ASSERT_EQ(mask1, mask2);
+          ASSERT_EQ(0, std::memcmp(y1.data(), y2.data(), n * sizeof(float)));
+        }
+      }
+    }
+  }
+  SetGridKernelIsaForTesting(GridKernelIsa::kAuto);
+}
+
 TEST(QuantizersTest, CodedTokensLeavesResidualAndWholeTokenGroups) {
   std::mt19937_64 rng(12);
   for (QuantizerType type : kLossyModes) {

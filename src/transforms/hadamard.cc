@@ -164,37 +164,57 @@ Status HadamardTransform::Apply(const pipeline::ChunkInfo& info,
                                    std::to_string(d) +
                                    " (use the affine or identity transform instead)");
   }
-  bool use_avx2 = false;
-  switch (path_) {
-    case KernelPath::kAuto:
-      use_avx2 = d >= 8 && Avx2Available();
-      break;
-    case KernelPath::kScalar:
-      break;
-    case KernelPath::kAvx2:
-      if (!Avx2Available()) {
-        return Status::NotSupported("hadamard: AVX2 kernel requested but unavailable");
-      }
-      use_avx2 = d >= 8;  // rows shorter than one vector use the scalar kernel
-      break;
+  if (path_ == KernelPath::kAvx2 && !Avx2Available()) {
+    return Status::NotSupported("hadamard: AVX2 kernel requested but unavailable");
   }
-  const bool forward = !inverse;
-  const float c = HadamardScale(d);
+  const bool use_avx2 = UseAvx2(d);
   std::vector<uint32_t> mask(static_cast<size_t>(d));
   for (int head = 0; head < x.heads; ++head) {
     FillSignMask(seed_, info.layer, info.kind, head, d, mask.data());
-    for (int t = 0; t < x.tokens; ++t) {
-      float* row = x.row(head, t);
-#if KVSERVE_HAVE_AVX2_KERNELS
-      if (use_avx2) {
-        RowAvx2(row, d, mask.data(), c, forward);
-        continue;
-      }
-#endif
-      RowScalar(row, d, mask.data(), c, forward);
-    }
+    ApplyRows(x.row(head, 0), x.tokens, d, mask.data(), use_avx2, inverse);
   }
   return Status::Ok();
+}
+
+bool HadamardTransform::UseAvx2(int d) const {
+  // Rows shorter than one vector use the scalar kernel.
+  return path_ != KernelPath::kScalar && d >= 8 && Avx2Available();
+}
+
+void HadamardTransform::ApplyRows(float* rows, int count, int d, const uint32_t* mask,
+                                  bool use_avx2, bool inverse) const {
+  const bool forward = !inverse;
+  const float c = HadamardScale(d);
+  for (int t = 0; t < count; ++t) {
+    float* row = rows + static_cast<size_t>(t) * d;
+#if KVSERVE_HAVE_AVX2_KERNELS
+    if (use_avx2) {
+      RowAvx2(row, d, mask, c, forward);
+      continue;
+    }
+#endif
+    RowScalar(row, d, mask, c, forward);
+  }
+}
+
+bool HadamardTransform::RowLocal(int head_dim) const {
+  return IsPowerOfTwo(head_dim) && (path_ != KernelPath::kAvx2 || Avx2Available());
+}
+
+void HadamardTransform::TransformRows(const pipeline::ChunkInfo& info, int head, float* rows,
+                                      int count, bool inverse) const {
+  const int d = info.head_dim;
+  // One head's signs; d <= 1024 (the frame format's limit) keeps this on
+  // the stack.
+  uint32_t stack_mask[1024];
+  std::vector<uint32_t> heap_mask;
+  uint32_t* mask = stack_mask;
+  if (d > 1024) {
+    heap_mask.resize(static_cast<size_t>(d));
+    mask = heap_mask.data();
+  }
+  FillSignMask(seed_, info.layer, info.kind, head, d, mask);
+  ApplyRows(rows, count, d, mask, UseAvx2(d), inverse);
 }
 
 Status HadamardTransform::Forward(const pipeline::ChunkInfo& info,

@@ -84,11 +84,23 @@ class HadamardTransform final : public pipeline::Transform {
   Status Inverse(const pipeline::ChunkInfo& info, const pipeline::ChunkTensor& x,
                  pipeline::ByteReader& side) const override;
 
+  // Row-local whenever head_dim is a power of two (and the requested
+  // kernel can run here).
+  bool RowLocal(int head_dim) const override;
+  // Rotates `count` rows of head `head` exactly as Forward / Inverse do.
+  void TransformRows(const pipeline::ChunkInfo& info, int head, float* rows, int count,
+                     bool inverse) const override;
+
   uint64_t seed() const { return seed_; }
 
  private:
   Status Apply(const pipeline::ChunkInfo& info, const pipeline::ChunkTensor& x,
                bool inverse) const;
+  // Rotates `count` rows of `d` floats of one head; `mask` holds its signs.
+  void ApplyRows(float* rows, int count, int d, const uint32_t* mask, bool use_avx2,
+                 bool inverse) const;
+  // Whether the AVX2 row kernel runs for rows of d floats (d a power of two).
+  bool UseAvx2(int d) const;
 
   uint64_t seed_;
   KernelPath path_;

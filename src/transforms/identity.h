@@ -19,6 +19,10 @@ class IdentityTransform final : public pipeline::Transform {
   // holds any bytes; InvalidArgument for an empty or null tensor.
   Status Inverse(const pipeline::ChunkInfo& info, const pipeline::ChunkTensor& x,
                  pipeline::ByteReader& side) const override;
+  // Always row-local; TransformRows leaves the rows untouched.
+  bool RowLocal(int head_dim) const override { return true; }
+  void TransformRows(const pipeline::ChunkInfo& info, int head, float* rows, int count,
+                     bool inverse) const override {}
 };
 
 }  // namespace kvserve::transforms
