@@ -43,6 +43,7 @@
 #include "kvserve/kv.h"
 #include "kvserve/kv_file.h"
 #include "kvserve/profile.h"
+#include "kvserve/quality.h"
 #include "kvserve/status.h"
 
 namespace kvserve {
@@ -171,6 +172,94 @@ std::unique_ptr<Evaluator> MakeReconstructionProxyEvaluator(const KvView& kv,
 // "synth-unseen" (a third mix, never profiled). NotFound for other names.
 Result<SynthOptions> SynthWorkloadOptions(std::string_view workload);
 std::vector<std::string> SynthWorkloadNames();
+
+// ---------------------------------------------------------------------------
+// Task quality: the quality issue's QualityEvaluator behind Evaluator.
+
+struct TaskEvaluatorOptions {
+  int samples = 100;       // random subset size (ChooseSubset); 0 = all samples
+  uint64_t seed = 0;       // subset and bootstrap seed
+  std::string cache_dir;   // prefill cache (QualityOptions::cache_dir); "" = none
+  DType wire_dtype = DType::kF16;            // the KV is cast to this before encoding
+  const HeadScores* head_scores = nullptr;   // for mixhq / duo; caller keeps it alive
+  int codec_threads = 1;
+  int bootstrap_resamples = 1000;
+};
+
+// Task quality of a profile on one workload: QualityEvaluator::Evaluate on a
+// fixed sample subset, relative to the "none" profile through the same
+// prefill -> wire dtype -> encode -> decode -> import path. The estimate is
+// QualityReport::relative (exact-match ratio, or mean ppl_none/ppl for
+// perplexity workloads) with ci_half_width = (high - low) / 2 of its 95%
+// paired bootstrap interval. Same profile and options give the same number.
+// Not a proxy. Not thread-safe (neither is QualityEvaluator).
+class TaskEvaluator final : public Evaluator {
+ public:
+  // `quality` must outlive the object. InvalidArgument for no samples or a
+  // workload name that is empty.
+  static Result<std::unique_ptr<TaskEvaluator>> Create(QualityEvaluator* quality,
+                                                       std::string workload,
+                                                       std::vector<EvalSample> samples,
+                                                       TaskEvaluatorOptions options);
+
+  // "task:<workload>:n=<samples scored>:seed=<seed>".
+  std::string name() const override;
+  bool is_proxy() const override { return false; }
+  // NotSupported when the relative quality is undefined (the baseline
+  // scores 0, e.g. a model that never answers the workload); errors of the
+  // quality evaluator (invalid profile, missing head scores, runtime) as is.
+  Result<QualityEstimate> Evaluate(const Profile& profile) override;
+
+  // Sample-set key for the results database: the subset, the wire dtype and
+  // the model fingerprint, so a retrained model never reuses old rows.
+  std::string sample_set() const;
+  const std::string& workload() const { return workload_; }
+  // Samples scored per evaluation (min(samples, workload size)).
+  int samples_scored() const { return static_cast<int>(subset_.size()); }
+  // The full report of the last successful Evaluate; nullptr before one.
+  const QualityReport* last_report() const { return last_.has_value() ? &*last_ : nullptr; }
+
+  // The real KV cheap metrics (CR, codec speed) are measured on: the
+  // prefilled KV (wire dtype, from the prefill cache when present) of the
+  // subset sample with the median prompt length, cut to its first
+  // `max_tokens` tokens (all when <= 0). `description` (optional) receives
+  // "sample <id>, <shape> <dtype>".
+  Result<KvCache> CodecKv(int max_tokens, std::string* description = nullptr);
+
+ private:
+  TaskEvaluator() = default;
+  QualityEvaluator* quality_ = nullptr;
+  std::string workload_;
+  std::vector<EvalSample> samples_;
+  std::vector<int> subset_;
+  TaskEvaluatorOptions options_;
+  std::optional<QualityReport> last_;
+};
+
+// Codec metrics of a task evaluation: CR = sum of input bytes / sum of frame
+// bytes over the scored samples, encode/decode throughput over the mean
+// per-sample times (0 when a time is 0).
+CodecMetrics TaskCodecMetrics(const QualityReport& report);
+
+// Mean quality over several workloads with equal weights (paper §7.3,
+// KVServe-Unified): quality = mean of the parts, ci_half_width =
+// sqrt(sum of squared half-widths) / parts (independent parts), samples =
+// sum. name() = "mixed:" + the parts' names joined by '+'; a proxy iff any
+// part is. The parts must outlive the object. Not thread-safe.
+class MixedEvaluator final : public Evaluator {
+ public:
+  explicit MixedEvaluator(std::vector<Evaluator*> parts);
+  std::string name() const override;
+  bool is_proxy() const override;
+  // The first error of a part, unchanged; InvalidArgument with no parts.
+  Result<QualityEstimate> Evaluate(const Profile& profile) override;
+  // Qualities of the parts from the last successful Evaluate, in part order.
+  const std::vector<QualityEstimate>& last_parts() const { return last_parts_; }
+
+ private:
+  std::vector<Evaluator*> parts_;
+  std::vector<QualityEstimate> last_parts_;
+};
 
 // ---------------------------------------------------------------------------
 // Results database.

@@ -5,9 +5,9 @@
 // profile table the controller reads. Also generates recorded ground truth
 // (--generate-ground-truth) and the ablation / comparison report (--report).
 //
-// Quality comes from the best evaluator this build has. Until the task
-// evaluator (quality issue) lands that is the reconstruction proxy, and every
-// output says so.
+// Quality: with --model DIR and an eval workload, the task evaluator
+// (TaskEvaluator over kvserve quality's QualityEvaluator); with synthetic or
+// --kv caches, the reconstruction proxy, and every output says so.
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -46,6 +46,14 @@ struct ProfileArgs {
   std::string tables_dir;
   std::string unseen = "synth-unseen";
   int seeds = 10;
+  // Task mode (--model is a model directory).
+  int samples = 100;
+  uint64_t sample_seed = 0;
+  std::string cache_dir = ".cache/kvserve-quality";
+  std::string eval_dir = "data/eval";
+  std::string mix = "qa,math,code,prose";
+  int codec_kv_tokens = 1024;
+  int threads = 0;
 };
 
 // The KV cache (and head scores) quality and CR are measured on.
@@ -89,29 +97,6 @@ Result<KvSource> LoadKvSource(const ProfileArgs& a, const std::string& workload)
   }
   return s;
 }
-
-// Mean quality over several recorded workloads: a "mixed dataset" with equal
-// weights (paper §7.3, KVServe-Unified).
-class MixedEvaluator final : public Evaluator {
- public:
-  explicit MixedEvaluator(std::vector<std::unique_ptr<Evaluator>> parts)
-      : parts_(std::move(parts)) {}
-  std::string name() const override { return "mixed:" + parts_.front()->name(); }
-  bool is_proxy() const override { return parts_.front()->is_proxy(); }
-  Result<QualityEstimate> Evaluate(const Profile& profile) override {
-    QualityEstimate mean;
-    for (auto& p : parts_) {
-      auto q = p->Evaluate(profile);
-      if (!q.ok()) return q.status();
-      mean.quality += q->quality / static_cast<double>(parts_.size());
-      mean.samples += q->samples;
-    }
-    return mean;
-  }
-
- private:
-  std::vector<std::unique_ptr<Evaluator>> parts_;
-};
 
 Status WriteText(const std::string& path, const std::string& text) {
   return WriteBinaryFile(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
@@ -180,14 +165,15 @@ Result<SearchOutcome> RunSearch(const ProfileArgs& a, std::vector<Candidate> can
 
 // Candidates with measured codec metrics, cached in the database.
 Result<std::vector<Candidate>> MeasureCandidates(const ProfileArgs& a, const StrategySpace& space,
-                                                 const KvSource& source, ResultsDb* db,
+                                                 const KvView& kv, const HeadScores* scores,
+                                                 const std::string& sample_set, ResultsDb* db,
                                                  const std::string& workload) {
-  auto meter = MakeKvCodecMeter(source.kv.view(), &source.scores, 1);
+  auto meter = MakeKvCodecMeter(kv, scores, 1);
   std::vector<Candidate> out;
   int measured = 0, stored = 0;
   const double start = NowSeconds();
   for (const Profile& p : space.profiles()) {
-    EvaluationKey key{a.model, workload, p.ToString(), source.sample_set, "codec"};
+    EvaluationKey key{a.model, workload, p.ToString(), sample_set, "codec"};
     auto row = db->Get(key);
     if (row.ok() && row->codec) {
       out.push_back({p, *row->codec});
@@ -247,8 +233,190 @@ int RunGenerate(const ProfileArgs& a) {
   return 0;
 }
 
+
+// --- Task mode: --model is a model directory and --workload an eval set (or
+// "unified": the equal mix of --mix). Quality is the task evaluator's.
+
+bool IsModelDir(const std::string& model) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
+}
+
+std::vector<std::string> SplitWords(const std::string& list) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : list + ",") {
+    if (c == ',' || c == ' ') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+// One workload of a task search: its evaluator, caching wrapper and the real
+// KV its cheap metrics are measured on.
+struct TaskPart {
+  std::string workload;
+  std::unique_ptr<TaskEvaluator> evaluator;
+  std::unique_ptr<Evaluator> cached;  // results database in front of `evaluator`
+  std::vector<Candidate> candidates;
+  std::string codec_kv;
+};
+
+int RunTaskProfile(const ProfileArgs& a) {
+  if (a.workload.empty() || a.out.empty()) {
+    return ReportError(kCommand, Status::InvalidArgument("--workload and --out are required"));
+  }
+  auto db = ResultsDb::Open(a.db);
+  if (!db.ok()) return ReportError(kCommand, db.status());
+  auto space = StrategySpace::Load(a.space);
+  if (!space.ok()) return ReportError(kCommand, space.status());
+  auto quality = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
+  if (!quality.ok()) return ReportError(kCommand, quality.status());
+  const ModelConfig& config = (*quality)->model().config();
+
+  // Head scores for mixhq/duo: --head-scores, else <model>/head_scores.json.
+  std::string scores_path = a.head_scores;
+  if (scores_path.empty()) {
+    const auto fallback = std::filesystem::path(a.model) / "head_scores.json";
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(fallback, ec)) scores_path = fallback.string();
+  }
+  std::optional<HeadScores> scores;
+  if (!scores_path.empty()) {
+    auto s = HeadScores::Load(scores_path);
+    if (!s.ok()) return ReportError(kCommand, s.status());
+    if (s->layers != config.layers || s->kv_heads != config.kv_heads) {
+      return ReportError(kCommand, Status::InvalidArgument(fmt::format(
+                                       "head scores {} are for {} x {} heads, the model has {} x {}",
+                                       scores_path, s->layers, s->kv_heads, config.layers,
+                                       config.kv_heads)));
+    }
+    scores = std::move(*s);
+  }
+  std::vector<Profile> profiles;
+  int dropped = 0;
+  for (const Profile& p : space->profiles()) {
+    if (!scores && NeedsHeadScores(p)) {
+      ++dropped;
+      continue;
+    }
+    profiles.push_back(p);
+  }
+  if (dropped > 0) {
+    Progress(kCommand, "no head scores ({}/head_scores.json or --head-scores): {} mixhq/duo "
+             "configurations left out", a.model, dropped);
+  }
+  auto usable = StrategySpace::FromProfiles(profiles);
+  if (!usable.ok()) return ReportError(kCommand, usable.status());
+
+  const bool unified = a.workload == "unified";
+  const std::vector<std::string> names = unified ? SplitWords(a.mix) : std::vector{a.workload};
+  if (names.empty()) return ReportError(kCommand, Status::InvalidArgument("--mix is empty"));
+  TaskEvaluatorOptions options;
+  options.samples = a.samples;
+  options.seed = a.sample_seed;
+  options.cache_dir = a.cache_dir;
+  options.head_scores = scores ? &*scores : nullptr;
+  std::vector<TaskPart> parts;
+  for (const std::string& w : names) {
+    auto path = ResolveWorkloadPath(w, a.eval_dir);
+    if (!path.ok()) return ReportError(kCommand, path.status());
+    auto samples = LoadWorkload(*path);
+    if (!samples.ok()) return ReportError(kCommand, samples.status());
+    TaskPart part;
+    part.workload = w;
+    auto ev = TaskEvaluator::Create(quality->get(), w, std::move(*samples), options);
+    if (!ev.ok()) return ReportError(kCommand, ev.status());
+    part.evaluator = std::move(*ev);
+    auto kv = part.evaluator->CodecKv(a.codec_kv_tokens, &part.codec_kv);
+    if (!kv.ok()) return ReportError(kCommand, kv.status());
+    Progress(kCommand, "workload {}: {} ({} samples scored per evaluation); codec metrics on {}", w,
+             *path, part.evaluator->samples_scored(), part.codec_kv);
+    const std::string codec_set = fmt::format("realkv:{}:tokens={}", part.evaluator->sample_set(),
+                                              kv->shape().tokens);
+    auto c = MeasureCandidates(a, *usable, kv->view(), options.head_scores, codec_set, db->get(), w);
+    if (!c.ok()) return ReportError(kCommand, c.status());
+    part.candidates = std::move(*c);
+    part.cached = MakeCachingEvaluator(part.evaluator.get(), db->get(),
+                                       {a.model, w, "", part.evaluator->sample_set(), ""});
+    parts.push_back(std::move(part));
+  }
+  // Candidates: a unified search sees the mean codec metrics of its parts.
+  std::vector<Candidate> candidates = parts.front().candidates;
+  if (unified) {
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      CodecMetrics m{};
+      for (const TaskPart& p : parts) {
+        m.compression_ratio += p.candidates[i].codec.compression_ratio / parts.size();
+        m.encode_bytes_per_second += p.candidates[i].codec.encode_bytes_per_second / parts.size();
+        m.decode_bytes_per_second += p.candidates[i].codec.decode_bytes_per_second / parts.size();
+      }
+      candidates[i].codec = m;
+    }
+  }
+  std::vector<Evaluator*> cached_parts;
+  for (TaskPart& p : parts) cached_parts.push_back(p.cached.get());
+  MixedEvaluator mixed(cached_parts);
+  // A single workload goes straight to its evaluator (RunSearch caches it);
+  // the mix reads every part through the database, so evaluations shared
+  // with the per-workload searches are never paid twice.
+  Evaluator& evaluator = unified ? static_cast<Evaluator&>(mixed) : *parts.front().evaluator;
+  const std::string sample_set =
+      (unified ? "mix=" + a.mix + ";" : std::string()) + parts.front().evaluator->sample_set();
+  const std::string quality_kind = fmt::format(
+      "task: relative quality vs none (exact-match ratio; perplexity ratio for perplexity "
+      "workloads) on {} samples per workload (seed {}), model {}, 95% paired bootstrap CI",
+      parts.front().evaluator->samples_scored(), a.sample_seed, a.model);
+  Progress(kCommand, "quality evaluator: {}", evaluator.name());
+  Progress(kCommand, "{} search, workload {}, quality >= {}, budget {}, seed {}, db {}",
+           a.searcher, a.workload, a.quality_min, a.budget, a.seed, a.db);
+  auto outcome = RunSearch(a, std::move(candidates), evaluator, db->get(), a.workload, sample_set,
+                           true);
+  if (!outcome.ok()) return ReportError(kCommand, outcome.status());
+  const SearchTrace& trace = outcome->trace;
+  Progress(kCommand, "stopped: {}; {} evaluations ({} from the database), {} feasible",
+           trace.stop_reason, trace.observations.size(), outcome->reused, trace.Feasible().size());
+  if (trace.best_feasible < 0) {
+    return ReportError(kCommand, Status::NotFound("no feasible profile found"));
+  }
+  const Candidate& best = outcome->candidates[trace.best_feasible];
+  Progress(kCommand, "best feasible: {} (CR {:.3f})", best.profile.ToString(),
+           best.codec.compression_ratio);
+  std::vector<TableEntry> entries = FeasibleEntries(*outcome, a.workload);
+  if (unified) {
+    // Every row also carries each part's quality (answered by the database).
+    for (TableEntry& e : entries) {
+      for (TaskPart& p : parts) {
+        auto q = p.cached->Evaluate(e.profile);
+        if (!q.ok()) return ReportError(kCommand, q.status());
+        e.quality[p.workload] = q->quality;
+      }
+    }
+  }
+  auto table = BuildParetoTable(entries, a.workload, a.quality_min);
+  if (!table.ok()) return ReportError(kCommand, table.status());
+  std::string kv_text;
+  for (const TaskPart& p : parts) kv_text += (kv_text.empty() ? "" : "; ") + p.codec_kv;
+  const std::string provenance = fmt::format(
+      "kvserve profile --model {} --workload {}{}: {} search, quality >= {}, budget {}, seed {}; "
+      "{} evaluations; quality: {} ({}). CR and codec throughputs: CPU, 1 thread, measured on "
+      "real prefilled KV ({}).",
+      a.model, a.workload, unified ? " --mix " + a.mix : "", a.searcher, a.quality_min, a.budget,
+      a.seed, trace.observations.size(), evaluator.name(), quality_kind, kv_text);
+  if (Status s = WriteText(a.out, LabelledTableJson(*table, quality_kind, provenance)); !s.ok()) {
+    return ReportError(kCommand, s);
+  }
+  Progress(kCommand, "wrote {} ({} Pareto profiles)", a.out, table->size() - 1);
+  return 0;
+}
+
 int RunProfile(const ProfileArgs& a) {
   if (!a.generate_ground_truth.empty()) return RunGenerate(a);
+  if (a.kv.empty() && a.ground_truth.empty() && IsModelDir(a.model)) return RunTaskProfile(a);
   if (a.workload.empty() || a.out.empty()) {
     return ReportError(kCommand, Status::InvalidArgument("--workload and --out are required"));
   }
@@ -262,6 +430,7 @@ int RunProfile(const ProfileArgs& a) {
     truths.push_back(std::move(*t));
   }
   std::vector<Candidate> candidates;
+  std::vector<std::unique_ptr<Evaluator>> owned_parts;  // before `evaluator`: it points at them
   std::unique_ptr<Evaluator> evaluator;
   std::string quality_kind, sample_set, source_text;
   std::optional<KvSource> source;
@@ -275,8 +444,9 @@ int RunProfile(const ProfileArgs& a) {
       sample_set = "ground-truth:" + truths.front().workload;
     } else {
       // Mixed workload: average quality; codec metrics averaged too.
-      std::vector<std::unique_ptr<Evaluator>> parts;
-      for (const GroundTruth& t : truths) parts.push_back(t.MakeEvaluator());
+      for (const GroundTruth& t : truths) owned_parts.push_back(t.MakeEvaluator());
+      std::vector<Evaluator*> parts;
+      for (auto& p : owned_parts) parts.push_back(p.get());
       evaluator = std::make_unique<MixedEvaluator>(std::move(parts));
       sample_set = "ground-truth-mix";
       for (size_t i = 0; i < candidates.size(); ++i) {
@@ -302,7 +472,8 @@ int RunProfile(const ProfileArgs& a) {
     source = std::move(*s);
     Progress(kCommand, "space {}: {} configurations; KV: {}", a.space, space->size(),
              source->description);
-    auto c = MeasureCandidates(a, *space, *source, db->get(), a.workload);
+    auto c = MeasureCandidates(a, *space, source->kv.view(), &source->scores, source->sample_set,
+                               db->get(), a.workload);
     if (!c.ok()) return ReportError(kCommand, c.status());
     candidates = std::move(*c);
     evaluator = MakeReconstructionProxyEvaluator(source->kv.view(), &source->scores);
@@ -415,8 +586,12 @@ int RunReport(const ProfileArgs& a) {
   {
     auto c = truths.front().Candidates();
     if (!c.ok()) return ReportError(kCommand, c.status());
-    std::vector<std::unique_ptr<Evaluator>> parts;
-    for (const GroundTruth& t : truths) parts.push_back(t.MakeEvaluator());
+    std::vector<std::unique_ptr<Evaluator>> owned_parts;
+    std::vector<Evaluator*> parts;
+    for (const GroundTruth& t : truths) {
+      owned_parts.push_back(t.MakeEvaluator());
+      parts.push_back(owned_parts.back().get());
+    }
     for (size_t i = 0; i < c->size(); ++i) {
       CodecMetrics m{};
       for (const GroundTruth& t : truths) {
@@ -520,13 +695,18 @@ RunFn SetupProfile(CLI::App& sub) {
       "Offline profiler (paper §5.2): Bayesian search of the strategy space for the profiles "
       "with the highest compression ratio at quality >= --quality-min on a workload; every "
       "evaluation is stored in --db (rerun the same command to resume; nothing is evaluated "
-      "twice); writes the Pareto profile table (controller format) to --out. Until the task "
-      "evaluator lands, quality is the reconstruction proxy of the KV cache (labelled as such "
-      "everywhere). docs/profiling.md explains the engine and the outputs.");
-  sub.add_option("--model", a->model, "model directory or name (key of the results database)");
+      "twice); writes the Pareto profile table (controller format) to --out. With --model DIR "
+      "and an eval workload, quality is task quality relative to uncompressed (kvserve "
+      "quality's evaluator); otherwise it is the reconstruction proxy of a KV cache (labelled "
+      "as such everywhere). docs/profiling.md explains the engine and the outputs.");
+  sub.add_option("--model", a->model,
+                 "model directory (task quality through the real prefill/decode path) or a name "
+                 "(key of the results database for proxy runs)");
   sub.add_option("--workload", a->workload,
-                 "workload; without --kv/--ground-truth one of synth-smooth, synth-outlier, "
-                 "synth-unseen (synthetic KV)");
+                 "workload. With --model DIR (a model directory): an eval set name or file "
+                 "(data/eval/<name>.jsonl; task quality), or 'unified' (the mix of --mix). "
+                 "Otherwise, without --kv/--ground-truth: synth-smooth, synth-outlier or "
+                 "synth-unseen (synthetic KV, proxy quality)");
   sub.add_option("--quality-min", a->quality_min, "quality floor (relative to uncompressed)");
   sub.add_option("--budget", a->budget, "maximum evaluations")->check(CLI::Range(1, 1000000));
   sub.add_option("--out", a->out, "profile table JSON to write");
@@ -546,6 +726,24 @@ RunFn SetupProfile(CLI::App& sub) {
                  "files");
   sub.add_option("--tables-dir", a->tables_dir, "with --report: where the profile tables go");
   sub.add_option("--unseen", a->unseen, "with --report: synthetic workload never profiled");
+  sub.add_option("--samples", a->samples,
+                 "task mode: eval samples per workload and evaluation (random subset; 0 = all)")
+      ->capture_default_str();
+  sub.add_option("--sample-seed", a->sample_seed, "task mode: subset and bootstrap seed")
+      ->capture_default_str();
+  sub.add_option("--cache-dir", a->cache_dir, "task mode: prefill KV cache directory ('' = none)")
+      ->capture_default_str();
+  sub.add_option("--eval-dir", a->eval_dir, "task mode: where <workload>.jsonl eval sets live")
+      ->capture_default_str();
+  sub.add_option("--mix", a->mix,
+                 "task mode, --workload unified: the workloads averaged with equal weights")
+      ->capture_default_str();
+  sub.add_option("--codec-kv-tokens", a->codec_kv_tokens,
+                 "task mode: CR/codec speed are measured on the first N tokens of one prefilled "
+                 "sample's KV (the median-length one; 0 = all its tokens)")
+      ->capture_default_str();
+  sub.add_option("--threads", a->threads, "task mode: runtime threads (0 = all cores)")
+      ->capture_default_str();
   sub.add_option("--seeds", a->seeds, "with --report: seeds per ablation variant")
       ->check(CLI::Range(1, 1000));
   return [a] { return a->report.empty() ? RunProfile(*a) : RunReport(*a); };
