@@ -101,6 +101,9 @@ def main():
         w_(b["command"])
         w_(f"wall {b['wall_seconds']:.2f} s on {b['cores']} cores, load average {' '.join(b['load_average'])}")
         w_("```")
+        if b.get("note"):
+            w_("")
+            w_(b["note"] + ".")
         w_("")
     print("\n".join(out))
 
