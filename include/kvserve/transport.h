@@ -63,6 +63,22 @@ class Stream {
   virtual std::string RemoteAddress() const = 0;
 };
 
+// A Stream that forwards to a shared one: hands Connection (which wants
+// unique ownership) a stream while the caller keeps a handle to Close it from
+// another thread (a server's Stop) or to write raw bytes under it (tests).
+// Thread safety: that of the wrapped stream.
+class SharedStream final : public Stream {
+ public:
+  explicit SharedStream(std::shared_ptr<Stream> s) : s_(std::move(s)) {}
+  [[nodiscard]] Status Write(std::span<const uint8_t> b, double t) override { return s_->Write(b, t); }
+  [[nodiscard]] Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
+  void Close() override { s_->Close(); }
+  std::string RemoteAddress() const override { return s_->RemoteAddress(); }
+
+ private:
+  std::shared_ptr<Stream> s_;
+};
+
 // Accepts incoming streams. Thread safety: Accept from one thread; Close
 // from any thread (it makes a pending Accept return Unavailable soon).
 class Listener {

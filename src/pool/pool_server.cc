@@ -90,20 +90,6 @@ class PoolServer::Impl {
     }
   }
 
-  // Adapts a shared stream to the unique ownership Connection wants while
-  // keeping the object alive for the closer.
-  class SharedStream final : public Stream {
-   public:
-    explicit SharedStream(std::shared_ptr<Stream> s) : s_(std::move(s)) {}
-    Status Write(std::span<const uint8_t> b, double t) override { return s_->Write(b, t); }
-    Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
-    void Close() override { s_->Close(); }
-    std::string RemoteAddress() const override { return s_->RemoteAddress(); }
-
-   private:
-    std::shared_ptr<Stream> s_;
-  };
-
   void Serve(std::shared_ptr<Stream> stream) {
     auto conn = Connection::Establish(std::make_unique<SharedStream>(stream),
                                       Connection::Role::kServer, options_.connection);

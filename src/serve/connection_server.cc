@@ -4,23 +4,6 @@
 #include <utility>
 
 namespace kvserve::serve {
-namespace {
-
-// Gives Connection the unique ownership it wants while the server keeps a
-// handle to close the stream from Stop.
-class SharedStream final : public Stream {
- public:
-  explicit SharedStream(std::shared_ptr<Stream> s) : s_(std::move(s)) {}
-  Status Write(std::span<const uint8_t> b, double t) override { return s_->Write(b, t); }
-  Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
-  void Close() override { s_->Close(); }
-  std::string RemoteAddress() const override { return s_->RemoteAddress(); }
-
- private:
-  std::shared_ptr<Stream> s_;
-};
-
-}  // namespace
 
 Result<std::unique_ptr<ConnectionServer>> ConnectionServer::Start(Transport* transport,
                                                                   const std::string& address,

@@ -31,19 +31,6 @@ uint64_t RssBytes() {
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
-// Lets a test write raw bytes under an authenticated Connection.
-class SharedStream final : public Stream {
- public:
-  explicit SharedStream(std::shared_ptr<Stream> s) : s_(std::move(s)) {}
-  Status Write(std::span<const uint8_t> b, double t) override { return s_->Write(b, t); }
-  Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
-  void Close() override { s_->Close(); }
-  std::string RemoteAddress() const override { return s_->RemoteAddress(); }
-
- private:
-  std::shared_ptr<Stream> s_;
-};
-
 struct RawPeer {
   std::shared_ptr<Stream> stream;
   std::unique_ptr<Connection> connection;

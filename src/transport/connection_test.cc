@@ -318,7 +318,9 @@ TEST(TcpTransportTest, AddressesAreValidated) {
   l->reset();
   EXPECT_EQ(t->Connect(address, 2).status().code(), StatusCode::kUnavailable);
   auto v6 = t->Listen("[::1]:0");
-  if (v6.ok()) EXPECT_EQ((*v6)->Address().rfind("[::1]:", 0), 0u);
+  if (v6.ok()) {
+    EXPECT_EQ((*v6)->Address().rfind("[::1]:", 0), 0u);
+  }
 }
 
 }  // namespace

@@ -130,11 +130,15 @@ std::string RandomSecret() {
   return s;
 }
 
+// "Linux 6.1 x86_64, 2 cores, 1-min load average 0.42 at start": the load
+// says whether other work shared the machine with the measurement.
 std::string MachineDescription() {
   utsname u{};
   ::uname(&u);
-  return fmt::format("{} {} {}, {} cores", u.sysname, u.release, u.machine,
-                     std::thread::hardware_concurrency());
+  std::string load = "unknown";
+  std::ifstream("/proc/loadavg") >> load;
+  return fmt::format("{} {} {}, {} cores, 1-min load average {} at start", u.sysname, u.release,
+                     u.machine, std::thread::hardware_concurrency(), load);
 }
 
 // Encode/decode throughput, CR and fixed overhead of `spec` on `kv`,

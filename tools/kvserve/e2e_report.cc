@@ -169,7 +169,7 @@ std::string E2eMarkdown(const E2eReport& r) {
         "generates. Times are wall-clock, measured, not modelled. The protocol, the stages and "
         "the failure handling are described in the last sections.\n\n";
   md += fmt::format("```\n$ {}\n```\n\n", r.command);
-  md += fmt::format("- Machine: {} (shared with other builds while measuring; expect noise).\n", r.machine);
+  md += fmt::format("- Machine: {}.\n", r.machine);
   md += fmt::format("- Model: {} — {}.\n", r.model_note, r.model_shape);
   md += fmt::format("- Requests: {} prompt tokens (random ids), {} generated tokens (greedy), workload "
                     "`{}`, quality floor {}; V = {} of f32 KV per request; {} requests per method "
