@@ -146,6 +146,10 @@ struct PrefillWorkerOptions {
   ControllerOptions controller;         // model.kind/layers set by the worker when layers == 0
   BandwidthEstimatorOptions estimator;
   int encode_threads = 1;
+  // Stream the KV while the prefill runs: each layer is encoded and sent as
+  // soon as the model has computed it, so the transfer overlaps the rest of
+  // the prefill. Off: prefill first, then encode and send layer by layer.
+  bool overlap_prefill = true;
   // Per-head retrieval scores for profiles that need them (mixhq, duo); not
   // owned, may be null (such profiles then fail to encode, clearly).
   const HeadScores* head_scores = nullptr;

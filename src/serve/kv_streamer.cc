@@ -3,8 +3,9 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <string>
+#include <cstring>
 #include <deque>
+#include <string>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,10 +31,15 @@ class ByteQueue {
     closed_ = true;
     not_empty_.notify_all();
   }
-  // False once closed and drained.
+  // False once closed and drained. Time spent waiting for an item adds to
+  // idle_seconds().
   bool Pop(std::vector<uint8_t>* out) {
     std::unique_lock<std::mutex> lock(mu_);
-    not_empty_.wait(lock, [&] { return !items_.empty() || closed_; });
+    if (items_.empty() && !closed_) {
+      const double wait_start = MonotonicSeconds();
+      not_empty_.wait(lock, [&] { return !items_.empty() || closed_; });
+      idle_seconds_ += MonotonicSeconds() - wait_start;
+    }
     if (items_.empty()) return false;
     *out = std::move(items_.front());
     items_.pop_front();
@@ -50,6 +56,10 @@ class ByteQueue {
     std::lock_guard<std::mutex> lock(mu_);
     return failed_;
   }
+  double idle_seconds() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return idle_seconds_;
+  }
 
  private:
   std::mutex mu_;
@@ -58,12 +68,67 @@ class ByteQueue {
   size_t capacity_;
   bool closed_ = false;
   bool failed_ = false;
+  double idle_seconds_ = 0;
 };
 
-}  // namespace
+// Layers of a cache that a producer fills in order: the encoder waits for
+// layer l to be ready; the producer marks layers ready or fails.
+class LayerGate {
+ public:
+  // True once `layer` is ready; false when the producer failed. Waiting
+  // time adds to wait_seconds().
+  bool Wait(int layer) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (ready_ <= layer && !failed_) {
+      const double wait_start = MonotonicSeconds();
+      cv_.wait(lock, [&] { return ready_ > layer || failed_; });
+      wait_seconds_ += MonotonicSeconds() - wait_start;
+    }
+    return ready_ > layer;
+  }
+  void MarkReady(int layers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_ = std::max(ready_, layers);
+    cv_.notify_all();
+  }
+  void Fail() {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = true;
+    cv_.notify_all();
+  }
+  double wait_seconds() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return wait_seconds_;
+  }
 
-Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder, const KvView& kv,
-                              uint64_t transfer_id, int max_queued_layers) {
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int ready_ = 0;
+  bool failed_ = false;
+  double wait_seconds_ = 0;
+};
+
+// Copies the single-layer view `from` into layer `layer` of `to`.
+void CopyLayer(const KvView& from, const MutableKvView& to, int layer) {
+  const size_t row = static_cast<size_t>(to.shape.head_dim) * DTypeSize(to.dtype);
+  const bool rows_contiguous = from.strides.dim == 1;
+  for (int kind = 0; kind < 2; ++kind)
+    for (int h = 0; h < to.shape.kv_heads; ++h)
+      for (int t = 0; t < to.shape.tokens; ++t) {
+        if (rows_contiguous) {
+          std::memcpy(to.At(layer, kind, h, t, 0), from.At(0, kind, h, t, 0), row);
+        } else {
+          for (int d = 0; d < to.shape.head_dim; ++d)
+            std::memcpy(to.At(layer, kind, h, t, d), from.At(0, kind, h, t, d), DTypeSize(to.dtype));
+        }
+      }
+}
+
+// The encode/send pipeline of StreamKv; with a gate, layer l is encoded
+// only once the gate says it is ready.
+Result<StreamResult> StreamLayers(Connection& connection, EncoderContext& encoder, const KvView& kv,
+                                  uint64_t transfer_id, int max_queued_layers, LayerGate* gate) {
   StreamResult result;
   FrameSender sender(&connection);
   ByteSink& wire = sender.sink(transfer_id);
@@ -99,6 +164,11 @@ Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder, c
   Status encode_status = timed([&] { return encoder.Begin(kv.shape, kv.dtype, sink); });
   if (encode_status.ok()) flush();
   for (int layer = 0; encode_status.ok() && layer < kv.shape.layers; ++layer) {
+    if (gate != nullptr && !gate->Wait(layer)) {
+      encode_status = Status::Unavailable("the producer of the KV failed before layer " +
+                                      std::to_string(layer));
+      break;
+    }
     encode_status = timed([&] { return encoder.EncodeLayer(layer, kv); });
     if (encode_status.ok() && !flush()) break;  // the sender failed
   }
@@ -116,8 +186,50 @@ Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder, c
   if (sender.sink_has_partial())
     return Status::Internal("encoder left an incomplete record in transfer " + std::to_string(transfer_id));
   KVSERVE_ASSIGN_OR_RETURN(result.transfer, sender.Finish());
-  result.kv_seconds = MonotonicSeconds() - start;
+  result.ack_time = MonotonicSeconds();
+  // Waiting for the producer is not KV movement: the part of the sender's
+  // idle time during which the encoder, too, waited for a layer.
+  const double producer_wait = gate == nullptr ? 0.0 : std::min(gate->wait_seconds(), queue.idle_seconds());
+  result.kv_seconds = std::max(result.ack_time - start - producer_wait, 1e-9);
   return result;
+}
+
+}  // namespace
+
+Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder, const KvView& kv,
+                              uint64_t transfer_id, int max_queued_layers) {
+  return StreamLayers(connection, encoder, kv, transfer_id, max_queued_layers, nullptr);
+}
+
+Result<StreamResult> StreamKvWhileProducing(Connection& connection, EncoderContext& encoder,
+                                            const KvShape& shape, DType dtype,
+                                            uint64_t transfer_id, const LayerProducer& produce,
+                                            int max_queued_layers) {
+  KvCache staging(dtype, shape);
+  const MutableKvView target = staging.mutable_view();
+  LayerGate gate;
+  Result<StreamResult> streamed = Status::Internal("unset");
+  std::thread stream_thread([&] {
+    streamed = StreamLayers(connection, encoder, staging.view(), transfer_id, max_queued_layers, &gate);
+  });
+  int next_layer = 0;
+  Status produced = produce([&](int layer, const KvView& layer_kv) {
+    if (layer != next_layer || layer >= shape.layers || layer_kv.dtype != dtype ||
+        layer_kv.shape.layers != 1 || layer_kv.shape.kv_heads != shape.kv_heads ||
+        layer_kv.shape.tokens != shape.tokens || layer_kv.shape.head_dim != shape.head_dim) {
+      gate.Fail();  // the transfer is aborted; the producer's result is still whole
+      return;
+    }
+    CopyLayer(layer_kv, target, layer);
+    gate.MarkReady(++next_layer);
+  });
+  if (produced.ok() && next_layer != shape.layers)
+    produced = Status::Internal("the producer delivered " + std::to_string(next_layer) + " of " +
+                                std::to_string(shape.layers) + " layers in the expected shape");
+  if (!produced.ok()) gate.Fail();
+  stream_thread.join();
+  if (!produced.ok()) return produced;
+  return streamed;
 }
 
 Result<StreamResult> StreamFrame(Connection& connection, std::span<const uint8_t> frame,
@@ -133,7 +245,8 @@ Result<StreamResult> StreamFrame(Connection& connection, std::span<const uint8_t
     return s.WithContext("sending stored frame as transfer " + std::to_string(transfer_id));
   }
   KVSERVE_ASSIGN_OR_RETURN(result.transfer, sender.Finish());
-  result.kv_seconds = MonotonicSeconds() - start;
+  result.ack_time = MonotonicSeconds();
+  result.kv_seconds = result.ack_time - start;
   return result;
 }
 

@@ -6,16 +6,22 @@
 #define KVSERVE_SERVE_KV_STREAMER_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "kvserve/codec.h"
+#include "kvserve/runtime.h"
 #include "kvserve/transport.h"
 
 namespace kvserve::serve {
 
 struct StreamResult {
   double encode_seconds = 0;  // sum of Begin/EncodeLayer/Finish times
-  double kv_seconds = 0;      // encode start to the receiver's ack
+  // Encode start to the receiver's ack, less the time the pipeline sat
+  // waiting for a producer's next layer (StreamKvWhileProducing): the KV
+  // movement time the latency model predicts.
+  double kv_seconds = 0;
+  double ack_time = 0;        // MonotonicSeconds() when the ack arrived
   TransferStats transfer;     // from FrameSender::Finish
 };
 
@@ -28,6 +34,29 @@ struct StreamResult {
 [[nodiscard]] Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder,
                                             const KvView& kv, uint64_t transfer_id,
                                             int max_queued_layers = 4);
+
+// Produces a KV cache layer by layer: calls `on_layer` once per layer, in
+// order, as soon as that layer is final (Model::Prefill's
+// PrefillOptions::on_layer_ready has this shape), and returns its status.
+using LayerProducer = std::function<Status(const LayerReadyCallback& on_layer)>;
+
+// As StreamKv, but overlapped with the producer of the KV (a prefill):
+// runs `produce` on the calling thread while other threads encode each
+// layer as soon as it is ready and send its records, so the transfer of
+// layer l proceeds while the producer computes layer l+1. `shape` and
+// `dtype` are those of the whole cache the producer makes (every layer's
+// view must match them with layers == 1). Each ready layer is copied into
+// a staging cache (the producer's view is valid only during its call).
+// When the producer fails the transfer is aborted and its error returned;
+// when the transfer fails the producer still runs to completion (its
+// result is the caller's to use for a retry) and the transfer's error is
+// returned. Thread safety: `produce` runs on the calling thread only.
+[[nodiscard]] Result<StreamResult> StreamKvWhileProducing(Connection& connection,
+                                                          EncoderContext& encoder,
+                                                          const KvShape& shape, DType dtype,
+                                                          uint64_t transfer_id,
+                                                          const LayerProducer& produce,
+                                                          int max_queued_layers = 4);
 
 // Streams an already encoded frame (e.g. fetched from the KV pool) as
 // transfer `transfer_id`, record by record; encode_seconds is 0. Corruption

@@ -7,12 +7,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "kvserve/codec.h"
 #include "kvserve/serve.h"
 #include "serve/connection_server.h"
+#include "serve/kv_streamer.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -59,11 +61,19 @@ class PrefillWorker::Impl {
   Result<Chosen> Choose(const ServeRequest& request, double kv_bytes);
   // Sends `kv` encoded with `spec` (or the stored `frame` when non-null) and
   // the generate message, retrying per the failure rules; fills the stage
-  // timings in `t`.
+  // timings in `t`. When `streamed` is non-null, the first attempt's
+  // transfer already ran (overlapped with the prefill, on the connection
+  // DecodeConnection() returns) and this is its result.
   Result<serve::ResultMessage> SendAndGenerate(serve::PrefillContext& ctx, const KvView& kv,
                                                const std::string& spec,
                                                const std::vector<uint8_t>* frame,
-                                               RequestTimings* t);
+                                               RequestTimings* t,
+                                               const Result<serve::StreamResult>* streamed = nullptr);
+  // Runs the prefill of the request in `ctx`; with options_.overlap_prefill
+  // and a decode connection, streams the KV encoded with `spec` as transfer
+  // 1 while it runs and stores that transfer's result in `*streamed`.
+  Result<PrefillResult> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
+                                   std::optional<Result<serve::StreamResult>>* streamed);
   // pool_path.cc: true (and ctx/t filled) when a stored encoding of the
   // prompt's prefix is fetched; false to recompute.
   Result<bool> TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t);

@@ -152,7 +152,8 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext
                                                                    const KvView& kv,
                                                                    const std::string& spec,
                                                                    const std::vector<uint8_t>* frame,
-                                                                   RequestTimings* t) {
+                                                                   RequestTimings* t,
+                                                                   const Result<serve::StreamResult>* streamed) {
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     t->attempts = attempt;
@@ -163,7 +164,9 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext
     }
     const uint64_t transfer_id = ctx.request->id * 64 + static_cast<uint64_t>(attempt);
     Result<serve::StreamResult> sent = Status::Internal("unset");
-    if (frame != nullptr) {
+    if (attempt == 1 && streamed != nullptr) {
+      sent = *streamed;
+    } else if (frame != nullptr) {
       sent = serve::StreamFrame(**connection, *frame, transfer_id);
     } else {
       KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
@@ -224,6 +227,33 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext
                           std::to_string(options_.max_attempts) + " attempts");
 }
 
+Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
+                                                      const std::string& spec,
+                                                      std::optional<Result<serve::StreamResult>>* streamed) {
+  const std::vector<int32_t>& prompt = ctx.request->prompt;
+  if (!options_.overlap_prefill) return model_->Prefill(prompt);
+  auto encoder = Encoder(spec);
+  auto connection = DecodeConnection();
+  if (!encoder.ok() || !connection.ok()) return model_->Prefill(prompt);  // the retry loop reports it
+  const ModelConfig& c = model_->config();
+  const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
+  Result<PrefillResult> prefill = Status::Internal("unset");
+  auto sent = serve::StreamKvWhileProducing(
+      **connection, **encoder, shape, DType::kF32, ctx.request->id * 64 + 1,
+      [&](const LayerReadyCallback& on_layer) {
+        PrefillOptions options;
+        options.on_layer_ready = on_layer;
+        prefill = model_->Prefill(prompt, options);
+        return prefill.status();
+      });
+  if (!prefill.ok()) {
+    DropDecodeConnection();  // the transfer was aborted
+    return prefill;
+  }
+  *streamed = std::move(sent);
+  return prefill;
+}
+
 ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   FlushPoolStoresLocked();
@@ -277,7 +307,8 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   t.predicted_kv_seconds = chosen->decision.predicted_seconds;
 
   const double prefill_start = MonotonicSeconds();
-  auto prefill = model_->Prefill(request.prompt);
+  std::optional<Result<serve::StreamResult>> streamed;
+  auto prefill = RunPrefill(ctx, chosen->spec, &streamed);
   if (!prefill.ok()) {
     response.status = prefill.status().WithContext("prefill");
     return response;
@@ -288,7 +319,8 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   ctx.kv_tokens = request.prompt;
   ctx.last_logits = std::move(prefill->logits);
 
-  auto result = SendAndGenerate(ctx, prefill->kv.view(), chosen->spec, nullptr, &t);
+  auto result = SendAndGenerate(ctx, prefill->kv.view(), chosen->spec, nullptr, &t,
+                                streamed ? &*streamed : nullptr);
   if (!result.ok()) {
     response.status = result.status();
     return response;
