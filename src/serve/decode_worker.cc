@@ -105,7 +105,7 @@ class DecodeWorker::Impl {
     uint64_t transfer_id = 0;
     uint64_t records = 0;
     double decode_seconds = 0;
-    bool refused = false;       // the handler refused the current frame
+    bool refused = false;  // the handler refused the current frame
     std::vector<HeldFrame> held;
     uint64_t held_bytes = 0;
   };

@@ -35,7 +35,7 @@ std::span<const int32_t> PrefixOf(const std::vector<int32_t>& prompt) {
 struct Candidate {
   const ProfileCost* row = nullptr;  // null for raw ("none")
   std::vector<uint64_t> chunk_bytes;
-  bool open = true;                  // every chunk so far had this profile
+  bool open = true;  // every chunk so far had this profile
 };
 
 }  // namespace

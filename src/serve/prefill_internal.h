@@ -33,7 +33,7 @@ struct PrefillContext {
 struct PendingPoolStore {
   PoolKey key;                      // profile filled per encoding
   std::vector<std::string> profiles;
-  KvCache kv;                       // the chunk's tokens only
+  KvCache kv;  // the chunk's tokens only
 };
 
 }  // namespace serve

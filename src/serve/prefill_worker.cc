@@ -150,11 +150,9 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   return chosen;
 }
 
-Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext& ctx,
-                                                                   const KvView& kv,
-                                                                   const std::string& spec,
-                                                                   const std::vector<std::vector<uint8_t>>* frames,
-                                                                   RequestTimings* t) {
+Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
+    PrefillContext& ctx, const KvView& kv, const std::string& spec,
+    const std::vector<std::vector<uint8_t>>* frames, RequestTimings* t) {
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     t->attempts = attempt;

@@ -149,8 +149,8 @@ TEST(ServePoolTest, PrefixHitsGenerateWhatRecomputingDoes) {
     EXPECT_EQ(second->timings.prefill_seconds, 0);
     EXPECT_EQ(second->tokens.size(), first->tokens.size());
     EXPECT_EQ(second->tokens, first->tokens);
-    const auto chunks = PrefixChunkHashes(std::span<const int32_t>(r.prompt).first(r.prompt.size() - 1),
-                                          o.pool_chunk_tokens);
+    const auto chunks = PrefixChunkHashes(
+        std::span<const int32_t>(r.prompt).first(r.prompt.size() - 1), o.pool_chunk_tokens);
     ASSERT_FALSE(chunks.empty());
     EXPECT_EQ(second->timings.prefix_chunks, static_cast<int>(chunks.size()));
     for (uint64_t hash : chunks) {

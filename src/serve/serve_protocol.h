@@ -26,7 +26,7 @@ inline constexpr size_t kMaxGenerateTransfers = 4096;
 struct GenerateMessage {
   uint64_t request_id = 0;
   std::vector<uint64_t> transfer_ids;  // 1..kMaxGenerateTransfers frames, in order
-  std::vector<int32_t> prompt;  // ids of the frames' KV tokens, concatenated
+  std::vector<int32_t> prompt;         // ids of the frames' KV tokens, concatenated
   // Tokens to run after importing the KV, before sampling (a prefix hit
   // whose KV covers only part of the prompt); empty: sample from
   // last_logits.

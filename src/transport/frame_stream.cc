@@ -212,10 +212,11 @@ Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& be
   stats.transfer_id = transport::GetU64(begin_message.payload.data());
   stats.frame_bytes = begin_message.payload.size() - 8;
   stats.wire_bytes = transport::kMessageHeaderBytes + begin_message.payload.size();
-  Status verdict = handler.on_header
-                       ? handler.on_header(stats.transfer_id,
-                                           std::span<const uint8_t>(begin_message.payload).subspan(8))
-                       : Status::Ok();
+  Status verdict =
+      handler.on_header
+          ? handler.on_header(stats.transfer_id,
+                              std::span<const uint8_t>(begin_message.payload).subspan(8))
+          : Status::Ok();
   for (;;) {
     KVSERVE_RETURN_IF_ERROR(connection.Receive(&m));
     stats.wire_bytes += transport::kMessageHeaderBytes + m.payload.size();
