@@ -11,6 +11,13 @@
 // docs/e2e.md describes the protocol (message types 0x30-0x3F), the timings
 // and the failure handling; src/serve/ holds one component per file.
 //
+// Prefix pool: a request's prompt prefix is stored per chunk of
+// pool_chunk_tokens tokens; a later request sharing the first k chunks
+// fetches those k frames, streams them to the decode worker as k transfers
+// and has the decode worker run the rest of its prompt (src/serve/
+// pool_path.cc), when the controller predicts that to be faster than
+// recomputing.
+//
 // Failure rules: a frame whose records fail their checksums or do not cover
 // the whole cache is never imported (the decode worker refuses it and the
 // prefill worker re-sends it); a lost decode connection is redialled, trying
@@ -85,6 +92,7 @@ struct RequestTimings {
   bool prefix_hit = false;        // KV came from the pool
   bool recomputed = false;        // pool hit ignored: recomputing was predicted faster
   int attempts = 0;               // frame transfers tried (1 = first try worked)
+  int prefix_chunks = 0;          // pool chunks the KV came from (0 unless prefix_hit)
 };
 
 struct ServeResponse {
@@ -159,6 +167,12 @@ struct PrefillWorkerOptions {
   // Profiles a missed prefix is stored under (specs; "none" for raw). Empty:
   // only the profile that was sent.
   std::vector<std::string> pool_store_profiles;
+  // Tokens per pool chunk (>= 1): a prompt's prefix (all tokens but the
+  // last) is stored as one frame per full chunk, keyed by the hash of the
+  // tokens up to the chunk's end, so prompts sharing only their first
+  // chunks share those frames. A prompt of at most this many tokens is
+  // never stored.
+  int pool_chunk_tokens = 128;
   // Prefill seconds per prompt token before the first measurement (the
   // recompute estimate of the pool path).
   double prefill_seconds_per_token_prior = 1e-4;

@@ -399,6 +399,13 @@ struct FrameHandler {
                                                  const FrameHandler& handler,
                                                  double timeout_seconds = -1);
 
+// As ReceiveFrame, for a receiver that has already received the transfer's
+// Begin message `begin` itself (e.g. one that waits for either a frame or
+// another message type). Corruption (and the connection failed) when
+// `begin` is not a frame begin.
+[[nodiscard]] Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& begin,
+                                                     const FrameHandler& handler);
+
 // Monotonic clock in seconds, the one goodput timing uses.
 double MonotonicSeconds();
 

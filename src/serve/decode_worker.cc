@@ -1,8 +1,12 @@
-// Copyright kvserve authors. The decode worker: receives a streamed frame,
-// decodes each chunk record as it arrives, imports the KV into the runtime
-// and generates (docs/e2e.md §Decode worker).
+// Copyright kvserve authors. The decode worker: receives streamed frames,
+// decodes each chunk record as it arrives, and on a GENERATE concatenates
+// the KV of the frames it names along tokens (one frame on the normal path;
+// one per pool chunk when the prefill worker forwards a prefix hit), imports
+// it into the runtime, runs the rest of the prompt and generates
+// (docs/e2e.md §Decode worker).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +17,70 @@
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
+namespace {
+
+// A complete, verified frame held until the GENERATE that names it.
+struct HeldFrame {
+  uint64_t transfer_id = 0;
+  KvCache kv;
+  std::vector<uint8_t> keep_mask;  // [layer][kind][head][token], 0 = pruned
+  double decode_seconds = 0;
+};
+
+std::string IdList(const std::vector<uint64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < 8; ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  if (ids.size() > 8) out += ",... (" + std::to_string(ids.size()) + ")";
+  return out;
+}
+
+// The KV of `frames` (same layers, heads, dims and dtype; each contiguous)
+// concatenated along tokens, and their keep masks concatenated per (layer,
+// kind, head) into `*keep_mask` ([layer][kind][head][token]; left empty
+// when no frame carries one). InvalidArgument when the frames differ in
+// shape or dtype.
+Result<KvCache> Concatenate(const std::vector<HeldFrame>& frames, std::vector<uint8_t>* keep_mask) {
+  const KvShape& first = frames.front().kv.shape();
+  const DType dtype = frames.front().kv.dtype();
+  KvShape shape = first;
+  shape.tokens = 0;
+  bool any_mask = false;
+  for (const HeldFrame& f : frames) {
+    const KvShape& s = f.kv.shape();
+    if (s.layers != first.layers || s.kv_heads != first.kv_heads || s.head_dim != first.head_dim ||
+        f.kv.dtype() != dtype)
+      return Status::InvalidArgument("transfer " + std::to_string(f.transfer_id) +
+                                     ": frame shape or dtype differs from the first frame's");
+    shape.tokens += s.tokens;
+    any_mask = any_mask || !f.keep_mask.empty();
+  }
+  KvCache out(dtype, shape);
+  MutableKvView dst = out.mutable_view();
+  const size_t element = DTypeSize(dtype);
+  const size_t slots = static_cast<size_t>(shape.layers) * 2 * shape.kv_heads;
+  if (any_mask) keep_mask->assign(slots * shape.tokens, 1);
+  int offset = 0;
+  for (const HeldFrame& f : frames) {
+    const KvView src = f.kv.view();
+    const int tokens = src.shape.tokens;
+    // Contiguous caches: the tokens x dims of one (layer, kind, head) are
+    // one run of bytes in both.
+    const size_t run = static_cast<size_t>(tokens) * shape.head_dim * element;
+    for (int l = 0; l < shape.layers; ++l)
+      for (int kind = 0; kind < 2; ++kind)
+        for (int h = 0; h < shape.kv_heads; ++h) {
+          std::memcpy(dst.At(l, kind, h, offset, 0), src.At(l, kind, h, 0, 0), run);
+          if (f.keep_mask.empty()) continue;
+          const size_t slot = (static_cast<size_t>(l) * 2 + kind) * shape.kv_heads + h;
+          std::copy_n(f.keep_mask.begin() + slot * tokens, tokens,
+                      keep_mask->begin() + slot * shape.tokens + offset);
+        }
+    offset += tokens;
+  }
+  return out;
+}
+
+}  // namespace
 
 class DecodeWorker::Impl {
  public:
@@ -27,7 +95,9 @@ class DecodeWorker::Impl {
     return Status::Ok();
   }
 
-  // The state of one connection: the frame being (or last) received.
+  // The state of one connection: the frame being received, and the
+  // complete, verified frames received since the last GENERATE, in arrival
+  // order (their KV bytes in total bounded by max_kv_bytes).
   struct Session {
     std::unique_ptr<DecoderContext> decoder;
     KvCache kv;
@@ -35,16 +105,22 @@ class DecodeWorker::Impl {
     uint64_t transfer_id = 0;
     uint64_t records = 0;
     double decode_seconds = 0;
-    bool complete = false;      // a whole, verified frame is held
-    bool refused = false;       // the handler refused the last frame
+    bool refused = false;  // the handler refused the current frame
+    std::vector<HeldFrame> held;
+    uint64_t held_bytes = 0;
   };
 
+  static void DropHeld(Session& s) {
+    s.held.clear();
+    s.held_bytes = 0;
+  }
+
   Status OnHeader(Session& s, uint64_t transfer_id, std::span<const uint8_t> header) {
-    s.complete = false;
     s.transfer_id = transfer_id;
     s.records = 0;
     s.decode_seconds = 0;
     s.keep_mask.clear();
+    s.kv = KvCache();
     KVSERVE_ASSIGN_OR_RETURN(size_t used, s.decoder->Start(header));
     if (used != header.size()) return Status::Corruption("frame header: trailing bytes");
     const FrameInfo& info = s.decoder->info();
@@ -56,10 +132,13 @@ class DecodeWorker::Impl {
                                      std::to_string(info.shape.tokens) + "x" +
                                      std::to_string(info.shape.head_dim) +
                                      " does not fit the decode worker's model");
+    if (!s.held.empty() && info.dtype != s.held.front().kv.dtype())
+      return Status::InvalidArgument("frame dtype differs from the frames held for the request");
     const uint64_t bytes = static_cast<uint64_t>(info.shape.NumElements()) * DTypeSize(info.dtype);
-    if (bytes > options_.max_kv_bytes)
-      return Status::ResourceExhausted("frame declares " + std::to_string(bytes) +
-                                       " KV bytes, above the decode worker's limit");
+    if (bytes > options_.max_kv_bytes || s.held_bytes > options_.max_kv_bytes - bytes)
+      return Status::ResourceExhausted("frame declares " + std::to_string(bytes) + " KV bytes (" +
+                                       std::to_string(s.held_bytes) +
+                                       " already held), above the decode worker's limit");
     s.kv = KvCache(info.dtype, info.shape);
     return Status::Ok();
   }
@@ -95,37 +174,48 @@ class DecodeWorker::Impl {
     };
     Message message;
     while (!server_->stopping()) {
-      // A frame, or a GENERATE for the frame just received.
-      s.refused = false;
+      // A frame, or the GENERATE for the frames just received.
       const double wait_start = MonotonicSeconds();
-      auto frame = ReceiveFrame(connection, handler, /*timeout_seconds=*/0.5);
-      if (!frame.ok()) {
+      Status st = connection.Receive(&message, /*timeout_seconds=*/0.5);
+      if (!st.ok()) {
         // An idle timeout leaves the connection usable; a broken connection
         // repeats its error at once.
-        if (frame.status().code() == StatusCode::kTimeout && !s.refused &&
-            MonotonicSeconds() - wait_start > 0.25)
-          continue;
-        if (!s.refused) return;  // connection broken, peer gone, or aborted transfer
-        // Refused (and acknowledged as such): the sender still sends the
-        // frame's GENERATE, which is answered with the refusal below.
-        s.complete = false;
-        refused_frames_.fetch_add(1);
-      } else {
-        s.complete = s.records == s.decoder->info().chunk_count;
-        if (!s.complete) refused_frames_.fetch_add(1);
+        if (st.code() == StatusCode::kTimeout && MonotonicSeconds() - wait_start > 0.25) continue;
+        return;
       }
-      Status st = connection.Receive(&message);
-      if (!st.ok()) return;
+      if (message.type == kMsgFrameBegin) {
+        s.refused = false;
+        auto frame = ReceiveFrameFrom(connection, message, handler);
+        if (!frame.ok() && !s.refused) return;  // connection broken, peer gone, or aborted transfer
+        if (!frame.ok() || s.records != s.decoder->info().chunk_count) {
+          // Refused (and acknowledged as such) or incomplete: the sender
+          // still sends the request's GENERATE, which no longer matches the
+          // frames held and is answered with a refusal.
+          DropHeld(s);
+          s.kv = KvCache();
+          refused_frames_.fetch_add(1);
+          continue;
+        }
+        HeldFrame held;
+        held.transfer_id = s.transfer_id;
+        held.kv = std::move(s.kv);
+        held.keep_mask = std::move(s.keep_mask);
+        held.decode_seconds = s.decode_seconds;
+        s.held_bytes += static_cast<uint64_t>(held.kv.view().LogicalBytes());
+        s.held.push_back(std::move(held));
+        s.kv = KvCache();
+        s.keep_mask.clear();
+        continue;
+      }
       if (message.type != kMsgServeGenerate) {
-        connection.Fail(Status::Corruption("expected a generate message, got type " +
+        connection.Fail(Status::Corruption("expected a frame or a generate message, got type " +
                                            std::to_string(message.type)));
         return;
       }
       serve::ResultMessage result = Generate(s, message);
+      DropHeld(s);
       if (!connection.Send(kMsgServeResult, 0, serve::EncodeResult(result)).ok()) return;
       if (result.status.ok()) completed_.fetch_add(1);
-      s.complete = false;
-      s.kv = KvCache();
     }
   }
 
@@ -137,29 +227,50 @@ class DecodeWorker::Impl {
       return result;
     }
     result.request_id = generate->request_id;
-    result.decode_kv_seconds = s.decode_seconds;
-    if (!s.complete || generate->transfer_id != s.transfer_id) {
+    bool match = generate->transfer_ids.size() == s.held.size();
+    for (size_t i = 0; match && i < s.held.size(); ++i) {
+      match = generate->transfer_ids[i] == s.held[i].transfer_id;
+      result.decode_kv_seconds += s.held[i].decode_seconds;
+    }
+    if (!match) {
+      std::vector<uint64_t> held_ids;
+      for (const HeldFrame& f : s.held) held_ids.push_back(f.transfer_id);
       result.status = Status::Corruption(
-          "request " + std::to_string(generate->request_id) + ": no complete verified frame for transfer " +
-          std::to_string(generate->transfer_id) + " (received " + std::to_string(s.records) +
-          " records); refusing to generate from it");
+          "request " + std::to_string(generate->request_id) +
+          ": no complete verified frame for transfers " + IdList(generate->transfer_ids) +
+          " (holding " + std::to_string(s.held.size()) + " verified frames: " + IdList(held_ids) +
+          "); refusing to generate from them");
       return result;
     }
     const double start = MonotonicSeconds();
-    auto kv = KvState::FromView(s.kv.view(), generate->prompt);
+    std::vector<uint8_t> concatenated_mask;
+    KvCache concatenated;
+    const KvCache* kv_cache = &s.held.front().kv;
+    const std::vector<uint8_t>* keep_mask = &s.held.front().keep_mask;
+    if (s.held.size() > 1) {
+      auto joined = Concatenate(s.held, &concatenated_mask);
+      if (!joined.ok()) {
+        result.status = joined.status();
+        return result;
+      }
+      concatenated = std::move(*joined);
+      kv_cache = &concatenated;
+      keep_mask = &concatenated_mask;
+    }
+    auto kv = KvState::FromView(kv_cache->view(), generate->prompt);
     if (!kv.ok()) {
       result.status = kv.status().WithContext("importing the KV");
       return result;
     }
-    if (!s.keep_mask.empty() &&
-        std::find(s.keep_mask.begin(), s.keep_mask.end(), 0) != s.keep_mask.end()) {
+    if (!keep_mask->empty() &&
+        std::find(keep_mask->begin(), keep_mask->end(), 0) != keep_mask->end()) {
       // Pruned tokens (duo): hide them from attention, per head ([layer][K][head][token]).
-      const KvShape& shape = s.kv.shape();
+      const KvShape& shape = kv_cache->shape();
       for (int l = 0; l < shape.layers; ++l)
         for (int h = 0; h < shape.kv_heads; ++h) {
           const size_t offset = ((static_cast<size_t>(l) * 2) * shape.kv_heads + h) * shape.tokens;
           Status st = kv->SetKeepMask(
-              l, h, std::span<const uint8_t>(s.keep_mask).subspan(offset, shape.tokens));
+              l, h, std::span<const uint8_t>(*keep_mask).subspan(offset, shape.tokens));
           if (!st.ok()) {
             result.status = st;
             return result;

@@ -1,17 +1,27 @@
 // Copyright kvserve authors. The prefill worker's KV-pool path (paper §7.2,
 // Fig. 14): the KV of a prompt's prefix (every token but the last) is stored
-// under one or more profiles, keyed by (model, PrefixHash(prefix), profile);
-// on a later request with the same prefix the worker predicts, with the
-// controller's latency model, the time to fetch-and-decode each stored
-// encoding at the measured bandwidth and the time to recompute, and takes
-// the fastest one that meets the quality floor. A pool that fails (e.g.
-// Redis restarting) makes the request a miss, never a failure.
+// per chunk of C = pool_chunk_tokens tokens, one frame per full chunk and
+// profile, chunk i (tokens [iC, (i+1)C)) keyed by (model, PrefixChunkHashes
+// (prefix, C)[i], profile): the hash covers every token up to the chunk's
+// end, so a chunk's frame is only reused after the same tokens. A later
+// request whose prefix shares the first k chunks (a shared system prompt or
+// document with a different question) finds them; for each profile stored
+// for all of them the worker predicts, with the controller's latency model,
+// the time to fetch and decode the frames at the measured bandwidth plus the
+// time the decode worker takes to run the rest of the prompt, compares that
+// with recomputing, and takes the fastest that meets the quality floor. The
+// chosen frames are streamed to the decode worker as k transfers, which it
+// concatenates along tokens before running the rest of the prompt. A pool
+// that fails (e.g. Redis restarting) makes the request a miss, never a
+// failure.
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "kvserve/pool.h"
 #include "kvserve/profile.h"
 #include "serve/prefill_internal.h"
+#include "serve/serve_protocol.h"
 
 namespace kvserve {
 namespace {
@@ -20,23 +30,70 @@ std::span<const int32_t> PrefixOf(const std::vector<int32_t>& prompt) {
   return std::span<const int32_t>(prompt).first(prompt.size() - 1);
 }
 
+// One stored encoding a hit could use: its profile and the bytes of its
+// frames for chunks 0, 1, ... (as long as the pool holds all of them).
+struct Candidate {
+  const ProfileCost* row = nullptr;  // null for raw ("none")
+  std::vector<uint64_t> chunk_bytes;
+  bool open = true;  // every chunk so far had this profile
+};
+
 }  // namespace
 
 Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t) {
   const ServeRequest& r = *ctx.request;
   if (r.prompt.size() < 2) return false;
-  const uint64_t hash = PrefixHash(PrefixOf(r.prompt));
-  auto entries = options_.pool->Lookup(options_.model_id, hash);
-  if (!entries.ok() || entries->empty()) return false;  // miss (or pool down: recompute)
+  const int chunk_tokens = options_.pool_chunk_tokens;
+  std::vector<uint64_t> hashes = PrefixChunkHashes(PrefixOf(r.prompt), chunk_tokens);
+  if (hashes.size() > serve::kMaxGenerateTransfers) hashes.resize(serve::kMaxGenerateTransfers);
+  if (hashes.empty()) return false;
 
   const ProfileTable& table = controller_->table();
+  auto workload = table.WorkloadIndex(r.workload);
+  // The profiles a hit may use: exactly r.method, or (adaptive) raw and the
+  // table's profiles that meet the quality floor; an unknown profile's
+  // quality is unknown, so it is never used.
+  auto usable = [&](const std::string& spec, const ProfileCost** row) {
+    *row = nullptr;
+    if (r.method != kMethodAdaptive && spec != r.method) return false;
+    if (spec == "none") return true;
+    for (int i = 1; i < table.size(); ++i)
+      if (table.profile(i).spec == spec) *row = &table.profile(i);
+    if (*row == nullptr) return false;
+    return r.method != kMethodAdaptive ||
+           (workload.ok() &&
+            table.Quality(static_cast<int>(*row - &table.profile(0)), *workload) >= r.quality_min);
+  };
+
+  // Walk the chunks while some usable profile is stored for all of them.
+  std::map<std::string, Candidate> candidates;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    auto entries = options_.pool->Lookup(options_.model_id, hashes[i]);
+    if (!entries.ok() || entries->empty()) break;  // miss (or pool down): stop here
+    bool any = false;
+    for (const PoolEntryInfo& e : *entries) {
+      if (i == 0) {
+        const ProfileCost* row = nullptr;
+        if (usable(e.profile, &row)) candidates[e.profile].row = row;
+      }
+      auto c = candidates.find(e.profile);
+      if (c == candidates.end() || !c->second.open || c->second.chunk_bytes.size() != i) continue;
+      c->second.chunk_bytes.push_back(e.bytes);
+      any = true;
+    }
+    for (auto& [spec, c] : candidates) c.open = c.open && c.chunk_bytes.size() == i + 1;
+    if (!any) break;
+  }
+
   const double bandwidth = estimator_.Estimate(decode_peer_);
   const ModelConfig& c = model_->config();
-  const double kv_bytes = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim * static_cast<double>(r.prompt.size() - 1);
-  auto workload = table.WorkloadIndex(r.workload);
+  const double bytes_per_token = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim;
+  const double prompt_tokens = static_cast<double>(r.prompt.size());
+  const double chunk_kv_bytes = bytes_per_token * chunk_tokens;
 
   // Recompute: prefill, then the controller's choice for the PD transfer.
-  double recompute = seconds_per_token_ * static_cast<double>(r.prompt.size());
+  const double kv_bytes = bytes_per_token * prompt_tokens;
+  double recompute = seconds_per_token_ * prompt_tokens;
   if (workload.ok()) {
     ControllerRequest cr;
     cr.workload = *workload;
@@ -50,40 +107,51 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     recompute += kv_bytes / bandwidth;
   }
 
-  // Fetch: the stored frame crosses the link and is decoded (no encode).
-  const PoolEntryInfo* best_entry = nullptr;
+  // Fetch k chunks: their frames cross the link and are decoded (no
+  // encode), then the decode worker runs the prompt's other tokens. A
+  // forced method takes its longest run; adaptive takes the fastest (profile,
+  // k), possibly fewer chunks than stored when the frames are slow to move.
+  std::string best_spec;
+  size_t best_chunks = 0;
   double best_seconds = std::numeric_limits<double>::infinity();
-  for (const PoolEntryInfo& e : *entries) {
-    if (r.method != kMethodAdaptive && e.profile != r.method) continue;
-    double seconds = static_cast<double>(e.bytes) / bandwidth;
-    if (e.profile != "none") {
-      const ProfileCost* row = nullptr;
-      for (int i = 1; i < table.size(); ++i)
-        if (table.profile(i).spec == e.profile) row = &table.profile(i);
-      if (row == nullptr) continue;  // unknown profile: its quality is unknown
-      if (r.method == kMethodAdaptive &&
-          (!workload.ok() || table.Quality(static_cast<int>(row - &table.profile(0)), *workload) < r.quality_min))
-        continue;
-      seconds += row->overhead_seconds + kv_bytes / row->decode_bytes_per_second;
-    }
-    if (seconds < best_seconds) {
-      best_seconds = seconds;
-      best_entry = &e;
+  for (const auto& [spec, candidate] : candidates) {
+    double seconds = 0;
+    for (size_t k = 1; k <= candidate.chunk_bytes.size(); ++k) {
+      seconds += static_cast<double>(candidate.chunk_bytes[k - 1]) / bandwidth;
+      if (candidate.row != nullptr)
+        seconds += candidate.row->overhead_seconds +
+                   chunk_kv_bytes / candidate.row->decode_bytes_per_second;
+      const double rest = prompt_tokens - static_cast<double>(k) * chunk_tokens;
+      const double total = seconds + seconds_per_token_ * rest;
+      const bool better = r.method == kMethodAdaptive ? total < best_seconds : k > best_chunks;
+      if (better) {
+        best_seconds = total;
+        best_spec = spec;
+        best_chunks = k;
+      }
     }
   }
-  if (best_entry == nullptr) return false;
+  if (best_chunks == 0) return false;
   if (r.method == kMethodAdaptive && recompute < best_seconds) {
     t->recomputed = true;
     return false;
   }
   const double fetch_start = MonotonicSeconds();
-  Status s = options_.pool->Get({options_.model_id, hash, best_entry->profile}, &ctx.pool_frame);
+  ctx.pool_frames.clear();
+  for (size_t i = 0; i < best_chunks; ++i) {
+    std::vector<uint8_t> frame;
+    // Evicted meanwhile or pool down: use the chunks fetched so far.
+    if (!options_.pool->Get({options_.model_id, hashes[i], best_spec}, &frame).ok()) break;
+    ctx.pool_frames.push_back(std::move(frame));
+  }
   t->pool_fetch_seconds = MonotonicSeconds() - fetch_start;
-  if (!s.ok()) return false;  // evicted meanwhile or pool down: recompute
-  ctx.kv_tokens.assign(r.prompt.begin(), r.prompt.end() - 1);
-  ctx.suffix = {r.prompt.back()};
-  t->profile = best_entry->profile;
+  if (ctx.pool_frames.empty()) return false;  // recompute
+  const size_t covered = ctx.pool_frames.size() * static_cast<size_t>(chunk_tokens);
+  ctx.kv_tokens.assign(r.prompt.begin(), r.prompt.begin() + covered);
+  ctx.suffix.assign(r.prompt.begin() + covered, r.prompt.end());
+  t->profile = best_spec;
   t->prefix_hit = true;
+  t->prefix_chunks = static_cast<int>(ctx.pool_frames.size());
   t->bandwidth_estimate = bandwidth;
   t->predicted_kv_seconds = best_seconds;
   return true;
@@ -92,16 +160,22 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
 void PrefillWorker::Impl::QueuePoolStores(const ServeRequest& r, const KvState& kv,
                                           const std::string& sent_spec) {
   if (r.prompt.size() < 2) return;
-  KvView prefix = kv.view();
-  prefix.shape.tokens = static_cast<int32_t>(r.prompt.size() - 1);
-  auto copy = KvCache::CopyFrom(prefix);
-  if (!copy.ok()) return;
-  serve::PendingPoolStore store;
-  store.key = {options_.model_id, PrefixHash(PrefixOf(r.prompt)), ""};
-  store.profiles = options_.pool_store_profiles;
-  if (store.profiles.empty()) store.profiles = {sent_spec};
-  store.kv = std::move(*copy);
-  pending_stores_.push_back(std::move(store));
+  const int chunk_tokens = options_.pool_chunk_tokens;
+  const std::vector<uint64_t> hashes = PrefixChunkHashes(PrefixOf(r.prompt), chunk_tokens);
+  const KvView whole = kv.view();
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    KvView chunk = whole;
+    chunk.data = whole.At(0, 0, 0, static_cast<int>(i) * chunk_tokens, 0);
+    chunk.shape.tokens = chunk_tokens;
+    auto copy = KvCache::CopyFrom(chunk);
+    if (!copy.ok()) return;
+    serve::PendingPoolStore store;
+    store.key = {options_.model_id, hashes[i], ""};
+    store.profiles = options_.pool_store_profiles;
+    if (store.profiles.empty()) store.profiles = {sent_spec};
+    store.kv = std::move(*copy);
+    pending_stores_.push_back(std::move(store));
+  }
 }
 
 void PrefillWorker::Impl::FlushPoolStores() {
@@ -116,7 +190,13 @@ void PrefillWorker::Impl::FlushPoolStoresLocked() {
   }
   std::vector<uint8_t> frame;
   for (serve::PendingPoolStore& store : pending_stores_) {
+    // A chunk shared with an earlier prompt is usually stored already: skip
+    // the profiles the pool holds instead of encoding them again.
+    auto stored = options_.pool->Lookup(store.key.model_id, store.key.prefix_hash);
     for (const std::string& spec : store.profiles) {
+      if (stored.ok() && std::any_of(stored->begin(), stored->end(),
+                                     [&](const PoolEntryInfo& e) { return e.profile == spec; }))
+        continue;
       auto encoder = Encoder(spec);
       if (!encoder.ok()) continue;
       frame.clear();

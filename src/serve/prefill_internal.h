@@ -26,14 +26,16 @@ struct PrefillContext {
   std::vector<int32_t> kv_tokens;   // ids of the KV sent
   std::vector<int32_t> suffix;      // prompt tokens the decode worker runs first
   std::vector<float> last_logits;   // when suffix is empty
-  std::vector<uint8_t> pool_frame;  // a prefix hit's stored frame
+  // A prefix hit's stored frames, one per pool chunk, in token order.
+  std::vector<std::vector<uint8_t>> pool_frames;
 };
 
-// A KV waiting to be stored in the pool after its response went out.
+// A prompt chunk's KV waiting to be stored in the pool after its response
+// went out.
 struct PendingPoolStore {
   PoolKey key;                      // profile filled per encoding
   std::vector<std::string> profiles;
-  KvCache kv;
+  KvCache kv;  // the chunk's tokens only
 };
 
 }  // namespace serve
@@ -59,24 +61,37 @@ class PrefillWorker::Impl {
   Result<Connection*> DecodeConnection();
   void DropDecodeConnection();
   Result<Chosen> Choose(const ServeRequest& request, double kv_bytes);
-  // Sends `kv` encoded with `spec` (or the stored `frame` when non-null) and
-  // the generate message, retrying per the failure rules; fills the stage
-  // timings in `t`. When `streamed` is non-null, the first attempt's
-  // transfer already ran (overlapped with the prefill, on the connection
-  // DecodeConnection() returns) and this is its result.
+  // Sends `kv` encoded with `spec` as one transfer (or, when `frames` is
+  // non-null, each stored frame as its own transfer, back to back) and the
+  // generate message naming them, retrying per the failure rules; fills the
+  // stage timings in `t` (summed over the frames). When `streamed` is
+  // non-null, the first attempt's transfer of `kv` already ran (overlapped
+  // with the prefill, on the connection DecodeConnection() returns, as
+  // transfer FirstTransferId(1)) and this is its result.
   Result<serve::ResultMessage> SendAndGenerate(serve::PrefillContext& ctx, const KvView& kv,
                                                const std::string& spec,
-                                               const std::vector<uint8_t>* frame,
+                                               const std::vector<std::vector<uint8_t>>* frames,
                                                RequestTimings* t,
                                                const Result<serve::StreamResult>* streamed = nullptr);
+  // The first transfer id of `attempt` of `request_id`: distinct per
+  // request, attempt and frame (modulo 2^64; the decode worker only matches
+  // them against the frames since the last GENERATE).
+  static uint64_t FirstTransferId(uint64_t request_id, int attempt) {
+    return (request_id * 64 + static_cast<uint64_t>(attempt)) * serve::kMaxGenerateTransfers;
+  }
   // Runs the prefill of the request in `ctx`; with options_.overlap_prefill
-  // and a decode connection, streams the KV encoded with `spec` as transfer
-  // 1 while it runs and stores that transfer's result in `*streamed`.
+  // and a decode connection, streams the KV encoded with `spec` as the
+  // first attempt's transfer while it runs and stores that transfer's
+  // result in `*streamed`.
   Result<PrefillResult> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
                                    std::optional<Result<serve::StreamResult>>* streamed);
-  // pool_path.cc: true (and ctx/t filled) when a stored encoding of the
-  // prompt's prefix is fetched; false to recompute.
+  // pool_path.cc: true (and ctx/t filled) when stored encodings of the
+  // prompt's first chunks are fetched; false to recompute.
   Result<bool> TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t);
+  // pool_path.cc: queues the full chunks of the prompt's prefix (all tokens
+  // but the last) in `kv` for storing under the pool profiles (or
+  // `sent_spec`); FlushPoolStores encodes and stores those not yet in the
+  // pool.
   void QueuePoolStores(const ServeRequest& request, const KvState& kv, const std::string& sent_spec);
   void FlushPoolStores();
   void FlushPoolStoresLocked();

@@ -35,6 +35,8 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
   if (options_.decode_addresses.empty())
     return Status::InvalidArgument("prefill worker needs at least one decode worker address");
   if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
+  if (options_.pool_chunk_tokens < 1)
+    return Status::InvalidArgument("pool_chunk_tokens must be >= 1");
   if (options_.controller.model.kind == LatencyModelKind::kStreamed &&
       options_.controller.model.layers <= 0)
     options_.controller.model.layers = model_->config().layers;
@@ -148,12 +150,10 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   return chosen;
 }
 
-Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext& ctx,
-                                                                   const KvView& kv,
-                                                                   const std::string& spec,
-                                                                   const std::vector<uint8_t>* frame,
-                                                                   RequestTimings* t,
-                                                                   const Result<serve::StreamResult>* streamed) {
+Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
+    PrefillContext& ctx, const KvView& kv, const std::string& spec,
+    const std::vector<std::vector<uint8_t>>* frames, RequestTimings* t,
+    const Result<serve::StreamResult>* streamed) {
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     t->attempts = attempt;
@@ -162,18 +162,36 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext
       last = connection.status();
       continue;
     }
-    const uint64_t transfer_id = ctx.request->id * 64 + static_cast<uint64_t>(attempt);
-    Result<serve::StreamResult> sent = Status::Internal("unset");
+    const uint64_t first_id = FirstTransferId(ctx.request->id, attempt);
+    std::vector<uint64_t> transfer_ids;
+    Status sent = Status::Ok();
+    serve::StreamResult total;
+    auto add = [&](const serve::StreamResult& r) {
+      total.encode_seconds += r.encode_seconds;
+      total.kv_seconds += r.kv_seconds;
+      total.transfer.busy_seconds += r.transfer.busy_seconds;
+      total.transfer.frame_bytes += r.transfer.frame_bytes;
+    };
     if (attempt == 1 && streamed != nullptr) {
-      sent = *streamed;
-    } else if (frame != nullptr) {
-      sent = serve::StreamFrame(**connection, *frame, transfer_id);
+      transfer_ids.push_back(first_id);
+      if (streamed->ok()) add(**streamed);
+      sent = streamed->status();
+    } else if (frames != nullptr) {
+      for (size_t i = 0; i < frames->size(); ++i) transfer_ids.push_back(first_id + i);
+      for (size_t i = 0; i < frames->size() && sent.ok(); ++i) {
+        auto one = serve::StreamFrame(**connection, (*frames)[i], transfer_ids[i]);
+        if (one.ok()) add(*one);
+        sent = one.status();
+      }
     } else {
+      transfer_ids.push_back(first_id);
       KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
-      sent = serve::StreamKv(**connection, *encoder, kv, transfer_id);
+      auto one = serve::StreamKv(**connection, *encoder, kv, first_id);
+      if (one.ok()) add(*one);
+      sent = one.status();
     }
     if (!sent.ok()) {
-      last = sent.status();
+      last = sent;
       if (!serve::IsRetryable(last)) {
         DropDecodeConnection();  // e.g. an encoder error: the transfer was aborted
         return last;
@@ -186,14 +204,14 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(PrefillContext
       // then answered with the refusal), or the connection broke (the
       // exchange below fails and the connection is dropped).
     } else {
-      t->encode_seconds = sent->encode_seconds;
-      t->transfer_seconds = sent->transfer.busy_seconds;
-      t->kv_seconds = sent->kv_seconds;
-      t->frame_bytes = sent->transfer.frame_bytes;
+      t->encode_seconds = total.encode_seconds;
+      t->transfer_seconds = total.transfer.busy_seconds;
+      t->kv_seconds = total.kv_seconds;
+      t->frame_bytes = total.transfer.frame_bytes;
     }
     serve::GenerateMessage g;
     g.request_id = ctx.request->id;
-    g.transfer_id = transfer_id;
+    g.transfer_ids = std::move(transfer_ids);
     g.prompt = ctx.kv_tokens;
     g.suffix = ctx.suffix;
     g.max_new_tokens = ctx.request->max_new_tokens;
@@ -239,7 +257,7 @@ Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
   const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
   Result<PrefillResult> prefill = Status::Internal("unset");
   auto sent = serve::StreamKvWhileProducing(
-      **connection, **encoder, shape, DType::kF32, ctx.request->id * 64 + 1,
+      **connection, **encoder, shape, DType::kF32, FirstTransferId(ctx.request->id, 1),
       [&](const LayerReadyCallback& on_layer) {
         PrefillOptions options;
         options.on_layer_ready = on_layer;
@@ -280,7 +298,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
       return response;
     }
     if (*hit) {
-      auto result = SendAndGenerate(ctx, KvView{}, t.profile, &ctx.pool_frame, &t);
+      auto result = SendAndGenerate(ctx, KvView{}, t.profile, &ctx.pool_frames, &t);
       if (result.ok()) {
         t.decode_kv_seconds = result->decode_kv_seconds;
         t.generation_seconds = result->generation_seconds;
@@ -289,8 +307,9 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
         response.tokens = std::move(result->tokens);
         return response;
       }
-      // The stored entry could not be used: fall back to recomputing.
+      // The stored entries could not be used: fall back to recomputing.
       t.prefix_hit = false;
+      t.prefix_chunks = 0;
       t.recomputed = true;
     }
   }

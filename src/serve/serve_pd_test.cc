@@ -149,9 +149,15 @@ TEST(ServePoolTest, PrefixHitsGenerateWhatRecomputingDoes) {
     EXPECT_EQ(second->timings.prefill_seconds, 0);
     EXPECT_EQ(second->tokens.size(), first->tokens.size());
     EXPECT_EQ(second->tokens, first->tokens);
-    auto entries = pool->Lookup("model", PrefixHash(std::span<const int32_t>(r.prompt).first(r.prompt.size() - 1)));
-    ASSERT_TRUE(entries.ok());
-    EXPECT_EQ(entries->size(), 2u);  // stored under both profiles
+    const auto chunks = PrefixChunkHashes(
+        std::span<const int32_t>(r.prompt).first(r.prompt.size() - 1), o.pool_chunk_tokens);
+    ASSERT_FALSE(chunks.empty());
+    EXPECT_EQ(second->timings.prefix_chunks, static_cast<int>(chunks.size()));
+    for (uint64_t hash : chunks) {
+      auto entries = pool->Lookup("model", hash);
+      ASSERT_TRUE(entries.ok());
+      EXPECT_EQ(entries->size(), 2u);  // stored under both profiles
+    }
   }
 }
 

@@ -135,7 +135,8 @@ std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
                   {"feasible", t.feasible},
                   {"prefix_hit", t.prefix_hit},
                   {"recomputed", t.recomputed},
-                  {"attempts", t.attempts}};
+                  {"attempts", t.attempts},
+                  {"prefix_chunks", t.prefix_chunks}};
   return JsonBytes(json{{"id", r.id},
                         {"status", StatusJson(r.status)},
                         {"tokens", r.tokens},
@@ -174,12 +175,13 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_hit", &t.prefix_hit, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "recomputed", &t.recomputed, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "attempts", &t.attempts, kWhat));
+  KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_chunks", &t.prefix_chunks, kWhat));
   return r;
 }
 
 std::vector<uint8_t> EncodeGenerate(const GenerateMessage& m) {
   std::vector<uint8_t> head = JsonBytes(json{{"id", m.request_id},
-                                             {"transfer_id", m.transfer_id},
+                                             {"transfer_ids", m.transfer_ids},
                                              {"prompt", m.prompt},
                                              {"suffix", m.suffix},
                                              {"max_new_tokens", m.max_new_tokens},
@@ -206,7 +208,16 @@ Result<GenerateMessage> DecodeGenerate(std::span<const uint8_t> payload) {
   GenerateMessage m;
   uint64_t logits = 0;
   KVSERVE_RETURN_IF_ERROR(Field(j, "id", &m.request_id, kWhat));
-  KVSERVE_RETURN_IF_ERROR(Field(j, "transfer_id", &m.transfer_id, kWhat));
+  // Bound the list before converting it (the JSON itself is bounded by the
+  // connection's message limit).
+  auto ids = j.find("transfer_ids");
+  if (ids == j.end() || !ids->is_array())
+    return Status::Corruption("generate message lacks a \"transfer_ids\" list");
+  if (ids->empty() || ids->size() > kMaxGenerateTransfers)
+    return Status::Corruption("generate message names " + std::to_string(ids->size()) +
+                              " transfers; 1.." + std::to_string(kMaxGenerateTransfers) +
+                              " allowed");
+  KVSERVE_RETURN_IF_ERROR(Field(j, "transfer_ids", &m.transfer_ids, kWhat));
   KVSERVE_RETURN_IF_ERROR(Field(j, "prompt", &m.prompt, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "suffix", &m.suffix, kWhat));
   KVSERVE_RETURN_IF_ERROR(Field(j, "max_new_tokens", &m.max_new_tokens, kWhat));

@@ -5,6 +5,7 @@
 #ifndef KVSERVE_SERVE_SERVE_PROTOCOL_H_
 #define KVSERVE_SERVE_SERVE_PROTOCOL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -14,12 +15,18 @@
 
 namespace kvserve::serve {
 
-// What the decode worker needs after a frame: the prompt ids (one per KV
-// token), how to sample, and the logits of the last prompt token.
+// Most transfers one GENERATE may name (a decoded message naming more is
+// Corruption): with 128-token pool chunks, a 512K-token prefix.
+inline constexpr size_t kMaxGenerateTransfers = 4096;
+
+// What the decode worker needs after the frames of a request: the
+// transfers whose KV it concatenates along tokens, in order (one on the
+// normal path, one per pool chunk on a prefix hit), the prompt ids (one per
+// KV token), how to sample, and the logits of the last prompt token.
 struct GenerateMessage {
   uint64_t request_id = 0;
-  uint64_t transfer_id = 0;  // the frame this applies to
-  std::vector<int32_t> prompt;  // ids of the frame's KV tokens
+  std::vector<uint64_t> transfer_ids;  // 1..kMaxGenerateTransfers frames, in order
+  std::vector<int32_t> prompt;         // ids of the frames' KV tokens, concatenated
   // Tokens to run after importing the KV, before sampling (a prefix hit
   // whose KV covers only part of the prompt); empty: sample from
   // last_logits.

@@ -175,7 +175,7 @@ TEST(ServeSecurityTest, MalformedRecordsAreRefusedAndNeverGeneratedFrom) {
     g.max_new_tokens = r.max_new_tokens;
     g.last_logits = prefill->logits;
     auto generate = [&](uint64_t transfer_id) -> Result<serve::ResultMessage> {
-      g.transfer_id = transfer_id;
+      g.transfer_ids = {transfer_id};
       KVSERVE_RETURN_IF_ERROR(peer.connection->Send(kMsgServeGenerate, 0, serve::EncodeGenerate(g)));
       Message m;
       KVSERVE_RETURN_IF_ERROR(peer.connection->Receive(&m, 30));

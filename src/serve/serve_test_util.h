@@ -123,6 +123,8 @@ struct ClusterOptions {
   double shape_bytes_per_second = 0;
   KvPool* pool = nullptr;
   std::vector<std::string> pool_store_profiles;
+  // Small chunks, so that the tests' prompts of tens of tokens span several.
+  int pool_chunk_tokens = 16;
 };
 
 inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
@@ -149,6 +151,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.max_attempts = o.max_attempts;
   p.pool = o.pool;
   p.pool_store_profiles = o.pool_store_profiles;
+  p.pool_chunk_tokens = o.pool_chunk_tokens;
   auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), TestTable(), p);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   if (!w.ok()) return nullptr;

@@ -195,21 +195,28 @@ Result<TransferStats> ReceiveFrame(Connection& connection, const FrameHandler& h
                                    double timeout_seconds) {
   Message m;
   KVSERVE_RETURN_IF_ERROR(connection.Receive(&m, timeout_seconds));
-  if (m.type != kMsgFrameBegin || m.payload.size() < 8) {
+  return ReceiveFrameFrom(connection, m, handler);
+}
+
+Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& begin_message,
+                                       const FrameHandler& handler) {
+  if (begin_message.type != kMsgFrameBegin || begin_message.payload.size() < 8) {
     Status s = Status::Corruption("expected a frame begin, got message type " +
-                                  std::to_string(m.type));
+                                  std::to_string(begin_message.type));
     connection.Fail(s);
     return s;
   }
+  Message m;
   const double begin = MonotonicSeconds();
   TransferStats stats;
-  stats.transfer_id = transport::GetU64(m.payload.data());
-  stats.frame_bytes = m.payload.size() - 8;
-  stats.wire_bytes = transport::kMessageHeaderBytes + m.payload.size();
-  Status verdict = handler.on_header
-                       ? handler.on_header(stats.transfer_id,
-                                           std::span<const uint8_t>(m.payload).subspan(8))
-                       : Status::Ok();
+  stats.transfer_id = transport::GetU64(begin_message.payload.data());
+  stats.frame_bytes = begin_message.payload.size() - 8;
+  stats.wire_bytes = transport::kMessageHeaderBytes + begin_message.payload.size();
+  Status verdict =
+      handler.on_header
+          ? handler.on_header(stats.transfer_id,
+                              std::span<const uint8_t>(begin_message.payload).subspan(8))
+          : Status::Ok();
   for (;;) {
     KVSERVE_RETURN_IF_ERROR(connection.Receive(&m));
     stats.wire_bytes += transport::kMessageHeaderBytes + m.payload.size();

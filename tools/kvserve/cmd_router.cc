@@ -105,15 +105,16 @@ int RunRouter(const RouterArgs& a) {
           "{{\"id\":{},\"profile\":\"{}\",\"jct_s\":{:.6f},\"ttft_s\":{:.6f},\"prefill_s\":{:.6f},"
           "\"encode_s\":{:.6f},\"transfer_s\":{:.6f},\"decode_kv_s\":{:.6f},\"generation_s\":{:.6f},"
           "\"kv_s\":{:.6f},\"kv_bytes\":{},\"frame_bytes\":{},\"bandwidth_gbps\":{:.4f},"
-          "\"prefix_hit\":{},\"attempts\":{}}}\n",
+          "\"prefix_hit\":{},\"prefix_chunks\":{},\"attempts\":{}}}\n",
           r.id, t.profile, t.jct_seconds, t.ttft_seconds, t.prefill_seconds, t.encode_seconds,
           t.transfer_seconds, t.decode_kv_seconds, t.generation_seconds, t.kv_seconds, t.kv_bytes,
-          t.frame_bytes, BytesPerSecondToGbps(t.bandwidth_estimate), t.prefix_hit, t.attempts);
+          t.frame_bytes, BytesPerSecondToGbps(t.bandwidth_estimate), t.prefix_hit, t.prefix_chunks,
+          t.attempts);
     } else {
       Progress(kCommand, "request {}: {} JCT {:.1f} ms (prefill {:.1f}, KV {:.1f}, generation {:.1f}) {}{}",
                r.id, t.profile, t.jct_seconds * 1e3, t.prefill_seconds * 1e3, t.kv_seconds * 1e3,
                t.generation_seconds * 1e3, HumanBytes(t.frame_bytes),
-               t.prefix_hit ? " (prefix hit)" : "");
+               t.prefix_hit ? fmt::format(" (prefix hit, {} chunks)", t.prefix_chunks) : "");
     }
   }
   fmt::print(stderr, "\n{} requests, {} failed, {} prefix hits\n", a.requests, failed, hits);

@@ -40,6 +40,7 @@ struct ServeArgs {
   int redis_port = 6379;
   uint64_t pool_budget_mb = 1024;
   std::string pool_profiles;
+  int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
   int threads = 0;
   int codec_threads = 1;
   double duration_seconds = 0;
@@ -121,6 +122,7 @@ int RunServe(const ServeArgs& a) {
     }
     o.pool = pool.get();
     o.pool_store_profiles = SplitList(a.pool_profiles);
+    o.pool_chunk_tokens = a.pool_chunk_tokens;
     auto w = PrefillWorker::Start(tcp.get(), model->get(), std::move(*table), o);
     if (!w.ok()) return ReportError(kCommand, w.status());
     prefill = std::move(*w);
@@ -175,6 +177,9 @@ RunFn SetupServe(CLI::App& sub) {
   sub.add_option("--pool-budget-mb", a->pool_budget_mb, "prefill: memory pool budget");
   sub.add_option("--pool-profiles", a->pool_profiles,
                  "prefill: store missed prefixes under these profiles (default: the one sent)");
+  sub.add_option("--pool-chunk-tokens", a->pool_chunk_tokens,
+                 "prefill: tokens per pool chunk (prompts sharing their first chunks share them)")
+      ->check(CLI::Range(1, 1 << 20));
   sub.add_option("--threads", a->threads, "model threads (0 = all cores)");
   sub.add_option("--codec-threads", a->codec_threads, "encode/decode threads");
   sub.add_option("--timeout", a->timeout_seconds, "idle timeout of every network wait, seconds");

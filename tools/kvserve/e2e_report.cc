@@ -86,14 +86,15 @@ Over the authenticated, checksummed connections of `docs/transport.md`, user mes
 | 0x30 | REQUEST | client → prefill | JSON: id, workload, prompt ids, max_new_tokens, slo_seconds, quality_min, method (`adaptive` or a profile), sampling, use_pool |
 | 0x31 | RESPONSE | prefill → client | JSON: id, status {code, message}, tokens, timings |
 | 0x10–0x14 | FRAME_* | prefill → decode | the KV frame, streamed record by record (`docs/transport.md` §4) |
-| 0x32 | GENERATE | prefill → decode | u32 JSON length, JSON (id, transfer id, KV token ids, suffix ids, sampling, logits count), f32 logits of the last prompt token |
+| 0x32 | GENERATE | prefill → decode | u32 JSON length, JSON (id, transfer ids (1..4096), KV token ids, suffix ids, sampling, logits count), f32 logits of the last prompt token |
 | 0x33 | RESULT | decode → prefill | JSON: id, status, tokens, decode-of-KV, generation and first-token seconds |
 
-Every frame is followed by exactly one GENERATE naming its transfer id. The decode worker
-decodes each record as it arrives (`DecoderContext::DecodeRecord` in the receive callback), and
-generates only when the frame it holds is complete and verified: every record passed its
-checksum and the record count equals the header's chunk count. Otherwise RESULT carries
-Corruption and no tokens.
+A request's frames (one; or one per pool chunk on a prefix hit) are followed by exactly one
+GENERATE naming their transfer ids in order. The decode worker decodes each record as it
+arrives (`DecoderContext::DecodeRecord` in the receive callback), and generates only when the
+frames it holds since the last GENERATE are exactly those named, each complete and verified:
+every record passed its checksum and the record count equals the header's chunk count. Their
+KV is concatenated along tokens. Otherwise RESULT carries Corruption and no tokens.
 
 ### Stages and timings (per request, `RequestTimings`)
 
@@ -144,7 +145,9 @@ processes. `ctest -L serve` runs all of them (about 10 s).
 ### Limits
 
 - One request at a time per prefill worker (the model uses every core); no batching.
-- The pool keys the whole prompt prefix (all tokens but the last), not per chunk.
+- The pool stores only full chunks of C tokens of the prefix; the tokens after the last full
+  chunk (at least the last prompt token) run on the decode worker on a hit, and a hit's new
+  tail chunks are not stored (only a miss stores chunks).
 - Qualities in the controller's table come from the table file, not from this run.
 - Bandwidth is emulated by the sender's token bucket on loopback; the tc/netns check of that
   emulation is `tests/netns_shaping_test.sh` (docs/transport.md §6).
@@ -312,12 +315,16 @@ std::string E2eMarkdown(const E2eReport& r) {
   }
 
   md += "\n## Prefix caching: TTFT of a pool hit vs recomputing (paper Fig. 14)\n\n";
-  md += "The prefill worker keeps an embedded pool; a prompt's prefix (all tokens but the last) "
-        "is stored under raw and every floor-feasible profile after a miss. On a repeat the "
-        "worker predicts, with the controller's latency model at the measured bandwidth, the "
-        "time to fetch and decode each stored encoding and the time to recompute, and takes the "
-        "fastest that meets the floor. TTFT = request arrival at the prefill worker to the first "
-        "token sampled on the decode worker.\n\n";
+  md += fmt::format(
+      "The prefill worker keeps an embedded pool; a prompt's prefix (all tokens but the last) "
+      "is stored in chunks of C = {} tokens, one frame per full chunk, under raw and every "
+      "floor-feasible profile after a miss. On a repeat (or a prompt sharing its first chunks) "
+      "the worker predicts, with the controller's latency model at the measured bandwidth, the "
+      "time to fetch and decode the stored chunks of each encoding plus the time for the decode "
+      "worker to run the rest of the prompt, and the time to recompute, and takes the fastest "
+      "that meets the floor. TTFT = request arrival at the prefill worker to the first "
+      "token sampled on the decode worker.\n\n",
+      PrefillWorkerOptions{}.pool_chunk_tokens);
   md += "| Gbps | TTFT recompute (ms) | TTFT hit (ms) | speedup | what the hit used |\n| ---: | ---: | ---: | ---: | --- |\n";
   for (const auto& p : r.prefix)
     md += fmt::format("| {:.3g} | {} | {} | {:.2f}x | `{}` |\n", p.gbps, Ms(p.ttft_recompute), Ms(p.ttft_hit),

@@ -1,0 +1,306 @@
+// The KV pool per prefix chunk: a prompt sharing only its first chunks with
+// a stored one gets a partial hit on exactly those chunks and generates what
+// recomputing does; a full repeat hits every full chunk of the prefix; a
+// prompt without a full prefix chunk is never stored; the decode worker
+// generates only from exactly the frames a GENERATE names, in order, within
+// its memory bound; the GENERATE's transfer list is bounded.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kvserve/codec.h"
+#include "kvserve/pool.h"
+#include "kvserve/profile.h"
+#include "kvserve/serve.h"
+#include "serve/serve_protocol.h"
+#include "serve/serve_test_util.h"
+
+namespace kvserve {
+namespace {
+
+using servetest::Reference;
+using servetest::SmallModel;
+
+ServeRequest PoolRequest(uint64_t id, std::vector<int32_t> prompt, std::mt19937_64& rng) {
+  ServeRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = 6;
+  r.method = "none";
+  r.use_pool = true;
+  r.sampling.temperature = (id % 2 == 0) ? 0.0f : 0.8f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = rng();
+  return r;
+}
+
+std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+TEST(ServePrefixChunkTest, SharedFirstChunksGiveAPartialHitThatGeneratesWhatRecomputingDoes) {
+  auto pool = NewMemoryPool();
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"none"};
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(505);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    // A shared "document" of two chunks, then different questions.
+    const std::vector<int32_t> shared = servetest::RandomPrompt(rng, 2 * c, 2 * c);
+    std::vector<int32_t> tail_a = servetest::RandomPrompt(rng, 5, 3 * c);
+    std::vector<int32_t> tail_b = servetest::RandomPrompt(rng, 1, 3 * c);
+    tail_b[0] = (tail_a[0] + 1) % servetest::SmallSpec().vocab;  // chunk 2 differs
+    auto first = cluster->client->Submit(PoolRequest(100 + 2 * i, Concat(shared, tail_a), rng));
+    ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+    EXPECT_FALSE(first->timings.prefix_hit);
+
+    ServeRequest b = PoolRequest(101 + 2 * i, Concat(shared, tail_b), rng);
+    auto hit = cluster->client->Submit(b);
+    ASSERT_TRUE(hit.ok() && hit->status.ok()) << hit->status.ToString();
+    EXPECT_TRUE(hit->timings.prefix_hit);
+    EXPECT_EQ(hit->timings.prefix_chunks, 2);
+    EXPECT_EQ(hit->timings.profile, "none");
+    EXPECT_EQ(hit->timings.prefill_seconds, 0);
+    EXPECT_EQ(hit->tokens, Reference(SmallModel(), b));
+    b.use_pool = false;
+    auto without = cluster->client->Submit(b);
+    ASSERT_TRUE(without.ok() && without->status.ok()) << without->status.ToString();
+    EXPECT_FALSE(without->timings.prefix_hit);
+    EXPECT_EQ(hit->tokens, without->tokens);
+  }
+}
+
+TEST(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
+  auto pool = NewMemoryPool();
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"none", "kivi-4"};
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(606);
+  uint64_t chunks = 0;
+  for (int i = 0; i < 4; ++i) {
+    // Round 0: the prefix is a whole number of chunks (the suffix is the
+    // last token only).
+    const int n = i == 0 ? 3 * c + 1 : std::uniform_int_distribution<int>(c + 1, 8 * c)(rng);
+    ServeRequest r = PoolRequest(200 + i, servetest::RandomPrompt(rng, n, n), rng);
+    SCOPED_TRACE(std::to_string(n) + " tokens");
+    auto first = cluster->client->Submit(r);
+    ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+    EXPECT_FALSE(first->timings.prefix_hit);
+    auto second = cluster->client->Submit(r);
+    ASSERT_TRUE(second.ok() && second->status.ok()) << second->status.ToString();
+    EXPECT_TRUE(second->timings.prefix_hit);
+    EXPECT_EQ(second->timings.prefix_chunks, (n - 1) / c);
+    EXPECT_EQ(second->tokens, first->tokens);
+    EXPECT_EQ(second->tokens, Reference(SmallModel(), r));
+    chunks += (n - 1) / c;
+  }
+  // Each chunk was stored once per profile (the hits stored nothing).
+  auto stats = pool->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->entries, 2 * chunks);
+}
+
+TEST(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
+  auto pool = NewMemoryPool();
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"none"};
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(707);
+  for (int i = 0; i < 4; ++i) {
+    const int n = i == 0 ? c : std::uniform_int_distribution<int>(1, c)(rng);
+    ServeRequest r = PoolRequest(300 + i, servetest::RandomPrompt(rng, n, n), rng);
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      auto response = cluster->client->Submit(r);
+      ASSERT_TRUE(response.ok() && response->status.ok()) << response->status.ToString();
+      EXPECT_FALSE(response->timings.prefix_hit) << n << " tokens";
+      EXPECT_EQ(response->tokens, Reference(SmallModel(), r));
+    }
+  }
+  auto stats = pool->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->entries, 0u);
+  // One more token and the prefix is a full chunk: stored, then a hit.
+  ServeRequest r = PoolRequest(400, servetest::RandomPrompt(rng, c + 1, c + 1), rng);
+  ASSERT_TRUE(cluster->client->Submit(r).ok());
+  auto hit = cluster->client->Submit(r);
+  ASSERT_TRUE(hit.ok() && hit->status.ok());
+  EXPECT_TRUE(hit->timings.prefix_hit);
+  EXPECT_EQ(hit->timings.prefix_chunks, 1);
+}
+
+// An authenticated raw connection to the decode worker, speaking the serve
+// protocol by hand.
+struct Peer {
+  std::unique_ptr<Connection> connection;
+
+  Status SendFrame(uint64_t transfer_id, const std::vector<uint8_t>& frame) {
+    FrameSender sender(connection.get());
+    KVSERVE_RETURN_IF_ERROR(sender.sink(transfer_id).Append(frame));
+    return sender.Finish().status();
+  }
+  Result<serve::ResultMessage> Generate(const serve::GenerateMessage& g) {
+    KVSERVE_RETURN_IF_ERROR(connection->Send(kMsgServeGenerate, 0, serve::EncodeGenerate(g)));
+    Message m;
+    KVSERVE_RETURN_IF_ERROR(connection->Receive(&m, 30));
+    return serve::DecodeResult(m.payload);
+  }
+};
+
+Peer Dial(Transport& tcp, const std::string& address) {
+  Peer p;
+  auto c = Connection::Dial(tcp, address, servetest::Options("pd-secret", "raw-peer"));
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (c.ok()) p.connection = std::move(*c);
+  return p;
+}
+
+// The `profile` frames of tokens [i*chunk, (i+1)*chunk) of `kv`, i < count.
+std::vector<std::vector<uint8_t>> ChunkFrames(const KvState& kv, int chunk, int count,
+                                              const char* profile) {
+  std::vector<std::vector<uint8_t>> frames;
+  auto encoder = EncoderContext::Create(Profile::Parse(profile).value(), {.threads = 1});
+  EXPECT_TRUE(encoder.ok());
+  for (int i = 0; i < count; ++i) {
+    KvView view = kv.view();
+    view.data = view.At(0, 0, 0, i * chunk, 0);
+    view.shape.tokens = chunk;
+    auto copy = KvCache::CopyFrom(view);
+    EXPECT_TRUE(copy.ok());
+    frames.emplace_back();
+    VectorSink sink(&frames.back());
+    EXPECT_TRUE((*encoder)->Encode(copy->view(), sink).ok());
+  }
+  return frames;
+}
+
+TEST(ServePrefixChunkTest, GenerateMustNameExactlyTheFramesReceived) {
+  auto cluster = servetest::StartCluster();
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(808);
+  const int chunk = 16;
+  for (int round = 0; round < 3; ++round) {
+    ServeRequest r;
+    r.prompt = servetest::RandomPrompt(rng, 2 * chunk + 1, 5 * chunk);
+    r.max_new_tokens = 5;
+    auto prefill = SmallModel().Prefill(r.prompt);
+    ASSERT_TRUE(prefill.ok());
+    const auto frames = ChunkFrames(prefill->kv, chunk, 2, "none");
+    Peer peer = Dial(*cluster->tcp, cluster->decode->address());
+    ASSERT_TRUE(peer.connection);
+    serve::GenerateMessage g;
+    g.request_id = round;
+    g.prompt.assign(r.prompt.begin(), r.prompt.begin() + 2 * chunk);
+    g.suffix.assign(r.prompt.begin() + 2 * chunk, r.prompt.end());
+    g.max_new_tokens = r.max_new_tokens;
+    const uint64_t a = rng(), b = a + 1 + rng() % 100;
+    // (frames sent, ids named): every mismatch is refused.
+    const std::vector<std::pair<std::vector<int>, std::vector<uint64_t>>> refused = {
+        {{0, 1}, {b, a}}, {{0, 1}, {a}}, {{0, 1}, {a, b, b + 1}}, {{}, {a}}, {{0}, {a, b}}};
+    for (const auto& [sent, ids] : refused) {
+      for (size_t i = 0; i < sent.size(); ++i)
+        ASSERT_TRUE(peer.SendFrame(i == 0 ? a : b, frames[sent[i]]).ok());
+      g.transfer_ids = ids;
+      auto result = peer.Generate(g);
+      ASSERT_TRUE(result.ok()) << result.status().ToString();
+      EXPECT_EQ(result->status.code(), StatusCode::kCorruption) << result->status.ToString();
+      EXPECT_TRUE(result->tokens.empty());
+    }
+    // Exactly the frames, in order: the concatenated KV and the suffix
+    // generate what one process does.
+    ASSERT_TRUE(peer.SendFrame(a, frames[0]).ok());
+    ASSERT_TRUE(peer.SendFrame(b, frames[1]).ok());
+    g.transfer_ids = {a, b};
+    auto result = peer.Generate(g);
+    ASSERT_TRUE(result.ok());
+    ASSERT_TRUE(result->status.ok()) << result->status.ToString();
+    EXPECT_EQ(result->tokens, Reference(SmallModel(), r));
+  }
+}
+
+TEST(ServePrefixChunkTest, HeldFramesAreBoundedByTheDecodeWorkersKvLimit) {
+  auto tcp = NewTcpTransport();
+  DecodeWorkerOptions d;
+  d.connection = servetest::Options("pd-secret", "decode-0");
+  const int chunk = 16;
+  const uint64_t chunk_bytes = uint64_t{4} * 4 * 2 * 4 * 16 * chunk;  // f32, the small model
+  d.max_kv_bytes = chunk_bytes * 3 / 2;
+  auto decode = DecodeWorker::Start(tcp.get(), &SmallModel(), d);
+  ASSERT_TRUE(decode.ok());
+  std::mt19937_64 rng(909);
+  const std::vector<int32_t> prompt = servetest::RandomPrompt(rng, 3 * chunk, 3 * chunk);
+  auto prefill = SmallModel().Prefill(prompt);
+  ASSERT_TRUE(prefill.ok());
+  const auto frames = ChunkFrames(prefill->kv, chunk, 2, "none");
+  Peer peer = Dial(*tcp, (*decode)->address());
+  ASSERT_TRUE(peer.connection);
+  ASSERT_TRUE(peer.SendFrame(1, frames[0]).ok());
+  Status second = peer.SendFrame(2, frames[1]);
+  EXPECT_EQ(second.code(), StatusCode::kResourceExhausted) << second.ToString();
+  serve::GenerateMessage g;
+  g.transfer_ids = {1, 2};
+  g.prompt.assign(prompt.begin(), prompt.begin() + 2 * chunk);
+  g.suffix.assign(prompt.begin() + 2 * chunk, prompt.end());
+  auto result = peer.Generate(g);
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->status.code(), StatusCode::kCorruption) << result->status.ToString();
+  // One frame fits: served.
+  ASSERT_TRUE(peer.SendFrame(3, frames[0]).ok());
+  g.transfer_ids = {3};
+  g.prompt.assign(prompt.begin(), prompt.begin() + chunk);
+  g.suffix.assign(prompt.begin() + chunk, prompt.end());
+  result = peer.Generate(g);
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(result->status.ok()) << result->status.ToString();
+  EXPECT_EQ((*decode)->refused_frames(), 1);
+}
+
+TEST(ServeProtocolTest, GenerateTransferListIsBounded) {
+  std::mt19937_64 rng(1010);
+  serve::GenerateMessage g;
+  g.request_id = rng();
+  g.prompt = {1, 2, 3};
+  g.suffix = {4};
+  for (size_t count : {size_t{1}, size_t{2} + rng() % 100, serve::kMaxGenerateTransfers}) {
+    g.transfer_ids.resize(count);
+    for (auto& id : g.transfer_ids) id = rng();
+    auto decoded = serve::DecodeGenerate(serve::EncodeGenerate(g));
+    ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+    EXPECT_EQ(decoded->transfer_ids, g.transfer_ids);
+    EXPECT_EQ(decoded->prompt, g.prompt);
+    EXPECT_EQ(decoded->suffix, g.suffix);
+  }
+  for (size_t count :
+       {size_t{0}, serve::kMaxGenerateTransfers + 1, serve::kMaxGenerateTransfers * 4}) {
+    g.transfer_ids.assign(count, 7);
+    auto decoded = serve::DecodeGenerate(serve::EncodeGenerate(g));
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorruption) << count;
+  }
+}
+
+TEST(ServeProtocolTest, ResponseCarriesThePrefixChunkCount) {
+  std::mt19937_64 rng(1111);
+  for (int i = 0; i < 4; ++i) {
+    ServeResponse r;
+    r.id = rng();
+    r.timings.prefix_hit = true;
+    r.timings.prefix_chunks = static_cast<int>(rng() % 5000);
+    auto decoded = serve::DecodeResponse(serve::EncodeResponse(r));
+    ASSERT_TRUE(decoded.ok());
+    EXPECT_EQ(decoded->timings.prefix_chunks, r.timings.prefix_chunks);
+    EXPECT_TRUE(decoded->timings.prefix_hit);
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
