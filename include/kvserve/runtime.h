@@ -282,6 +282,11 @@ Status WriteRandomModel(const std::string& dir, const RandomModelSpec& spec);
 // BLAS the runtime uses, on n x n x n products; and that BLAS's description.
 double MeasureSgemmGflops(int n, int repeats);
 std::string BlasDescription();
+// Caps the BLAS library's threads for the whole process (n >= 1; it is
+// process-wide state, unlike RuntimeOptions::threads). Serving processes
+// that share cores with a codec thread or another process set it so idle
+// BLAS threads do not spin on the cores the others need.
+void SetBlasThreads(int n);
 
 struct HeadCalibrationOptions {
   int sink_tokens = 4;

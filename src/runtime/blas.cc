@@ -56,4 +56,5 @@ std::string BlasDescription() {
 namespace kvserve {
 double MeasureSgemmGflops(int n, int repeats) { return runtime::MeasureSgemmGflops(n, repeats); }
 std::string BlasDescription() { return runtime::BlasDescription(); }
+void SetBlasThreads(int n) { openblas_set_num_threads(std::max(1, n)); }
 }  // namespace kvserve

@@ -82,9 +82,11 @@ class PrefillWorker::Impl {
   // Runs the prefill of the request in `ctx`; with options_.overlap_prefill
   // and a decode connection, streams the KV encoded with `spec` as the
   // first attempt's transfer while it runs and stores that transfer's
-  // result in `*streamed`.
+  // result in `*streamed`. Sets `*prefill_end` to the MonotonicSeconds()
+  // when the model finished (the transfer may end later).
   Result<PrefillResult> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
-                                   std::optional<Result<serve::StreamResult>>* streamed);
+                                   std::optional<Result<serve::StreamResult>>* streamed,
+                                   double* prefill_end);
   // pool_path.cc: true (and ctx/t filled) when stored encodings of the
   // prompt's first chunks are fetched; false to recompute.
   Result<bool> TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t);

@@ -247,21 +247,29 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
 
 Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
                                                       const std::string& spec,
-                                                      std::optional<Result<serve::StreamResult>>* streamed) {
+                                                      std::optional<Result<serve::StreamResult>>* streamed,
+                                                      double* prefill_end_out) {
   const std::vector<int32_t>& prompt = ctx.request->prompt;
-  if (!options_.overlap_prefill) return model_->Prefill(prompt);
+  auto plain = [&] {
+    auto result = model_->Prefill(prompt);
+    *prefill_end_out = MonotonicSeconds();
+    return result;
+  };
+  if (!options_.overlap_prefill) return plain();
   auto encoder = Encoder(spec);
   auto connection = DecodeConnection();
-  if (!encoder.ok() || !connection.ok()) return model_->Prefill(prompt);  // the retry loop reports it
+  if (!encoder.ok() || !connection.ok()) return plain();  // the retry loop reports it
   const ModelConfig& c = model_->config();
   const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
   Result<PrefillResult> prefill = Status::Internal("unset");
+  double prefill_end = 0;
   auto sent = serve::StreamKvWhileProducing(
       **connection, **encoder, shape, DType::kF32, FirstTransferId(ctx.request->id, 1),
       [&](const LayerReadyCallback& on_layer) {
         PrefillOptions options;
         options.on_layer_ready = on_layer;
         prefill = model_->Prefill(prompt, options);
+        prefill_end = MonotonicSeconds();
         return prefill.status();
       });
   if (!prefill.ok()) {
@@ -269,6 +277,7 @@ Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
     return prefill;
   }
   *streamed = std::move(sent);
+  *prefill_end_out = prefill_end;
   return prefill;
 }
 
@@ -327,12 +336,13 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
 
   const double prefill_start = MonotonicSeconds();
   std::optional<Result<serve::StreamResult>> streamed;
-  auto prefill = RunPrefill(ctx, chosen->spec, &streamed);
+  double prefill_end = 0;
+  auto prefill = RunPrefill(ctx, chosen->spec, &streamed, &prefill_end);
   if (!prefill.ok()) {
     response.status = prefill.status().WithContext("prefill");
     return response;
   }
-  t.prefill_seconds = MonotonicSeconds() - prefill_start;
+  t.prefill_seconds = prefill_end - prefill_start;
   seconds_per_token_ = 0.7 * seconds_per_token_ +
                        0.3 * t.prefill_seconds / static_cast<double>(request.prompt.size());
   ctx.kv_tokens = request.prompt;

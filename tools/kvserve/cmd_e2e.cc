@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,10 +45,12 @@ constexpr std::string_view kCommand = "e2e";
 
 struct E2eArgs {
   std::string model;
-  std::string table = "configs/profile_table.example.json";
-  std::string workload = "chat";
-  double quality_min = 0.99;
-  int prompt_tokens = 256;
+  std::string table;           // default: configs/profiles/<model>-<workload>.json
+  std::string quality_report;  // default: docs/results/quality/<workload>.json (shipped model)
+  std::string prompts;         // default: configs/e2e/<model>-<workload>.jsonl
+  std::string workload = "qa";
+  double quality_min = 0.97;
+  int prompt_tokens = 512;
   int new_tokens = 8;
   int requests = 4;
   int points = 5;
@@ -56,6 +59,7 @@ struct E2eArgs {
   int switch_requests = 18;
   int prefix_prompts = 1;
   int threads = 1;
+  bool overlap_prefill = true;
   uint64_t seed = 1;
   std::string markdown = "docs/e2e.md";
   std::string svg_jct = "docs/e2e_jct.svg";
@@ -209,6 +213,7 @@ int RunE2e(const E2eArgs& a) {
   auto dir = ServeModelDirectory(kCommand, a.model);
   if (!dir.ok()) return ReportError(kCommand, dir.status());
   rep.model_note = *dir;
+  SetBlasThreads(a.threads);  // the decode process and the codec threads share the cores
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
   const ModelConfig& mc = (*model)->config();
@@ -228,18 +233,83 @@ int RunE2e(const E2eArgs& a) {
   if (Status s = decode.Start(*dir, secret); !s.ok()) return ReportError(kCommand, s);
   Progress(kCommand, "decode worker at {}", decode.address());
 
-  // --- Calibrate the profiles on this machine and this model's real KV.
-  auto source_table = ProfileTable::Load(a.table);
-  if (!source_table.ok()) return ReportError(kCommand, source_table.status().WithContext(a.table));
-  auto workload_index = source_table->WorkloadIndex(a.workload);
+  // --- Profiles, qualities and prompts: the shipped model's task tables
+  // and workload prompts when they exist, else the example table.
+  const std::string model_name = std::filesystem::path(*dir).filename().string();
+  std::string table_path = a.table, workload_name = a.workload, report_path = a.quality_report;
+  if (table_path.empty()) {
+    table_path = fmt::format("configs/profiles/{}-{}.json", model_name, a.workload);
+    if (report_path.empty() && std::filesystem::exists(table_path))
+      report_path = fmt::format("docs/results/quality/{}.json", a.workload);
+    if (!std::filesystem::exists(table_path)) {
+      rep.calibration_notes.push_back(fmt::format(
+          "No task table {} for this model: profiles and qualities come from the example table "
+          "(workload `chat`), not from measurements of this model.", table_path));
+      table_path = "configs/profile_table.example.json";
+      workload_name = "chat";
+    }
+  }
+  rep.workload = workload_name;
+  auto source_table = ProfileTable::Load(table_path);
+  if (!source_table.ok()) return ReportError(kCommand, source_table.status().WithContext(table_path));
+  auto workload_index = source_table->WorkloadIndex(workload_name);
   if (!workload_index.ok())
     return ReportError(kCommand, workload_index.status().WithContext("--workload"));
+  rep.table_source = table_path;
+  // Measured qualities of more pipelines (e.g. the presets) for the same
+  // workload: `kvserve quality` results, a JSON array of {profile, relative}.
+  std::vector<std::pair<std::string, double>> reported;
+  if (!report_path.empty() && std::filesystem::exists(report_path)) {
+    auto bytes = ReadBinaryFile(report_path);
+    if (!bytes.ok()) return ReportError(kCommand, bytes.status());
+    auto j = nlohmann::json::parse(bytes->begin(), bytes->end(), nullptr, false);
+    if (!j.is_array()) return ReportError(kCommand, Status::Corruption(report_path + ": not a JSON array"));
+    for (const auto& e : j)
+      if (e.contains("profile") && e.contains("relative") && e["relative"].is_number())
+        reported.emplace_back(e["profile"].get<std::string>(), e["relative"].get<double>());
+    rep.report_source = report_path;
+  }
   std::mt19937_64 rng(a.seed);
+  std::vector<std::vector<int32_t>> file_prompts;
+  std::string prompts_path = a.prompts;
+  if (prompts_path.empty()) prompts_path = fmt::format("configs/e2e/{}-{}.jsonl", model_name, workload_name);
+  if (std::filesystem::exists(prompts_path)) {
+    auto bytes = ReadBinaryFile(prompts_path);
+    if (!bytes.ok()) return ReportError(kCommand, bytes.status());
+    const std::string text_value(bytes->begin(), bytes->end());
+    const std::string* text = &text_value;
+    size_t line_start = 0;
+    while (line_start < text->size()) {
+      size_t end = text->find('\n', line_start);
+      if (end == std::string::npos) end = text->size();
+      auto j = nlohmann::json::parse(text->substr(line_start, end - line_start), nullptr, false);
+      line_start = end + 1;
+      if (j.is_discarded() || !j.is_object() || !j.contains("prompt_ids") || !j["prompt_ids"].is_array())
+        continue;
+      std::vector<int32_t> ids;
+      for (const auto& v : j["prompt_ids"])
+        if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+      if (ids.size() > static_cast<size_t>(a.prompt_tokens))
+        ids.erase(ids.begin(), ids.end() - a.prompt_tokens);  // keep the end (the question)
+      bool valid = ids.size() >= 2;
+      for (int32_t t : ids) valid = valid && t >= 0 && t < mc.vocab_size;
+      if (valid) file_prompts.push_back(std::move(ids));
+    }
+    if (file_prompts.empty())
+      return ReportError(kCommand, Status::InvalidArgument(prompts_path + ": no usable prompt_ids lines"));
+    rep.prompt_source = fmt::format("{} prompts of `{}` from {} (their last {} tokens)", file_prompts.size(),
+                                    workload_name, prompts_path, a.prompt_tokens);
+  } else {
+    rep.prompt_source = fmt::format("random token ids ({} not found)", prompts_path);
+  }
+  size_t next_prompt = 0;
   auto random_prompt = [&] {
+    if (!file_prompts.empty()) return file_prompts[next_prompt++ % file_prompts.size()];
     std::vector<int32_t> p(a.prompt_tokens);
     for (auto& t : p) t = static_cast<int32_t>(rng() % mc.vocab_size);
     return p;
   };
+  Progress(kCommand, "profiles from {}; prompts: {}", table_path, rep.prompt_source);
   Progress(kCommand, "calibrating profiles on the KV of a {}-token prefill", a.prompt_tokens);
   (void)(*model)->Prefill(random_prompt());  // warm caches
   const double prefill_start = NowSeconds();
@@ -248,9 +318,27 @@ int RunE2e(const E2eArgs& a) {
   const double prefill_seconds = NowSeconds() - prefill_start;
   const KvView kv = calibration_prefill->kv.view();
   rep.kv_bytes = static_cast<double>(kv.LogicalBytes());
+  // Candidates: the table's rows, then the report's pipelines not in it
+  // (their quality: the reported one for this workload only).
+  std::vector<ProfileCost> candidates;
+  for (int i = 1; i < source_table->size(); ++i) candidates.push_back(source_table->profile(i));
+  for (const auto& [spec, quality] : reported) {
+    auto parsed = Profile::Parse(spec);
+    if (!parsed.ok() || parsed->ToString() == "identity+raw+pack") continue;
+    bool known = false;
+    for (const ProfileCost& c : candidates) {
+      auto q = Profile::Parse(c.spec);
+      known = known || (q.ok() && *q == *parsed);
+    }
+    if (known) continue;
+    ProfileCost row;
+    row.spec = parsed->ToString();
+    for (const std::string& w : source_table->workloads()) row.quality[w] = 0.0;  // unknown: infeasible
+    row.quality[workload_name] = quality;
+    candidates.push_back(row);
+  }
   std::vector<ProfileCost> rows;
-  for (int i = 1; i < source_table->size(); ++i) {
-    const ProfileCost& src = source_table->profile(i);
+  for (const ProfileCost& src : candidates) {
     auto measured = Calibrate(src.spec, kv, 2, head_scores.get());
     if (!measured.ok()) {
       rep.calibration_notes.push_back(fmt::format("`{}` left out: {}", src.spec, measured.status().ToString()));
@@ -265,7 +353,7 @@ int RunE2e(const E2eArgs& a) {
   auto table = ProfileTable::FromRowsAndWorkloads(rows, source_table->workloads());
   if (!table.ok()) return ReportError(kCommand, table.status());
   rep.table = *table;
-  const int workload = *table->WorkloadIndex(a.workload);
+  const int workload = *table->WorkloadIndex(workload_name);
   const LatencyModel latency{LatencyModelKind::kStreamed, mc.layers};
 
   // Baseline presets: their quality is the table's when the table lists the
@@ -310,6 +398,8 @@ int RunE2e(const E2eArgs& a) {
   po.decode_connection.io_timeout_seconds = 120;
   po.model_id = std::filesystem::path(*dir).filename().string();
   po.controller.model = latency;
+  po.overlap_prefill = a.overlap_prefill;
+  rep.overlap_prefill = a.overlap_prefill;
   po.pool = pool.get();
   po.head_scores = head_scores.get();
   po.pool_store_profiles = {"none"};
@@ -326,7 +416,7 @@ int RunE2e(const E2eArgs& a) {
                     bool use_pool) -> Result<ServeResponse> {
     ServeRequest r;
     r.id = next_id++;
-    r.workload = a.workload;
+    r.workload = workload_name;
     r.prompt = prompt;
     r.max_new_tokens = a.new_tokens;
     r.quality_min = a.quality_min;
@@ -400,7 +490,12 @@ int RunE2e(const E2eArgs& a) {
     const double point_start = NowSeconds();
     for (int round = -1; round < a.requests; ++round) {  // round -1 warms the link estimate
       const std::vector<int32_t> prompt = random_prompt();
-      for (size_t m = 0; m < rep.methods.size(); ++m) {
+      // Methods in a fresh random order per round: no method always runs
+      // first (cold) or right after another one's generation.
+      std::vector<size_t> order(rep.methods.size());
+      for (size_t m = 0; m < order.size(); ++m) order[m] = m;
+      std::shuffle(order.begin(), order.end(), rng);
+      for (size_t m : order) {
         auto response = submit(rep.methods[m].method, prompt, false);
         if (!response.ok()) return ReportError(kCommand, response.status());
         if (round < 0) continue;
@@ -497,10 +592,19 @@ RunFn SetupE2e(CLI::App& sub) {
   sub.add_option("--model,-m", a->model,
                  "HF model directory (default: the first under models/, else a random-weight "
                  "fallback model)");
-  sub.add_option("--table", a->table, "profile table whose profiles (and qualities) to use");
+  sub.add_option("--table", a->table,
+                 "profile table whose profiles (and qualities) to use (default: "
+                 "configs/profiles/<model>-<workload>.json, else the example table)");
+  sub.add_option("--quality-report", a->quality_report,
+                 "`kvserve quality` results whose pipelines join the candidates with their measured "
+                 "quality (default with the model's task table: docs/results/quality/<workload>.json)");
+  sub.add_option("--prompts", a->prompts,
+                 "JSONL of {\"prompt_ids\": [...]} prompts (default: configs/e2e/<model>-<workload>.jsonl, "
+                 "else random token ids)");
   sub.add_option("--workload", a->workload, "workload label of every request");
   sub.add_option("--quality-min", a->quality_min, "quality floor of every request");
-  sub.add_option("--prompt-tokens", a->prompt_tokens, "prompt length")->check(CLI::Range(16, 1 << 20));
+  sub.add_option("--prompt-tokens", a->prompt_tokens,
+                 "prompt length (file prompts: their last N tokens)")->check(CLI::Range(16, 1 << 20));
   sub.add_option("--new-tokens", a->new_tokens, "tokens generated per request")->check(CLI::Range(1, 4096));
   sub.add_option("--requests", a->requests, "requests per method and bandwidth")->check(CLI::Range(1, 10000));
   sub.add_option("--points", a->points, "bandwidths in the sweep")->check(CLI::Range(1, 100));
@@ -508,8 +612,10 @@ RunFn SetupE2e(CLI::App& sub) {
   sub.add_option("--max-gbps", a->max_gbps, "highest bandwidth (default: from the latency model)");
   sub.add_option("--switch-requests", a->switch_requests, "requests in the bandwidth-change run");
   sub.add_option("--prefix-prompts", a->prefix_prompts, "prompts per bandwidth in the prefix-pool run");
-  sub.add_option("--seed", a->seed, "seed of the prompts");
-  sub.add_option("--threads", a->threads, "prefill worker model threads (the decode process uses 1)");
+  sub.add_option("--seed", a->seed, "seed of the random prompts and of the method order");
+  sub.add_flag("!--no-overlap", a->overlap_prefill,
+               "send the KV after the prefill instead of streaming it while the prefill runs");
+  sub.add_option("--threads", a->threads, "prefill worker model threads, BLAS included (the decode process uses 1)");
   sub.add_option("--markdown", a->markdown, "report path");
   sub.add_option("--svg", a->svg_jct, "JCT-vs-bandwidth plot path");
   sub.add_option("--switch-svg", a->svg_switch, "bandwidth-change plot path");

@@ -60,6 +60,7 @@ int RunServe(const ServeArgs& a) {
     return ReportError(kCommand, Status::InvalidArgument("--role must be prefill or decode"));
   auto dir = ServeModelDirectory(kCommand, a.model);
   if (!dir.ok()) return ReportError(kCommand, dir.status());
+  if (a.threads > 0) SetBlasThreads(a.threads);
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
   BlockStopSignals();
@@ -180,7 +181,7 @@ RunFn SetupServe(CLI::App& sub) {
   sub.add_option("--pool-chunk-tokens", a->pool_chunk_tokens,
                  "prefill: tokens per pool chunk (prompts sharing their first chunks share them)")
       ->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--threads", a->threads, "model threads (0 = all cores)");
+  sub.add_option("--threads", a->threads, "model threads, BLAS included (0 = all cores)");
   sub.add_option("--codec-threads", a->codec_threads, "encode/decode threads");
   sub.add_option("--timeout", a->timeout_seconds, "idle timeout of every network wait, seconds");
   sub.add_option("--duration", a->duration_seconds, "stop after this many seconds (0 = on Ctrl-C)");

@@ -109,10 +109,16 @@ KV is concatenated along tokens. Otherwise RESULT carries Corruption and no toke
 | TTFT | prefill + decode | request arrival at the prefill worker to the first token |
 | JCT | client | submit to response |
 
-Encoding and sending overlap: the request thread encodes layer l+1 while a sender thread writes
-layer l (at most 4 layers queued), and the receiver decodes records as they arrive. Encoding
-starts when prefill ends (prefill/encode overlap is not used), so the KV time is what the
-controller's streamed latency model (`LatencyModelKind::kStreamed`, L = layers) predicts.
+Prefill, encoding and sending overlap (`PrefillWorkerOptions::overlap_prefill`, on by
+default; `kvserve e2e --no-overlap` turns it off): the model's per-layer callback copies each
+layer's K/V into a staging cache as soon as the layer is computed, an encode thread encodes it
+while the model computes the next layer, a sender thread writes the records (at most 4 layers
+queued), and the receiver decodes records as they arrive. The KV time fed to the bandit is
+encode start to the receiver's ack less the time the sender sat idle while the encoder waited
+for the prefill's next layer, so it stays what the controller's streamed latency model
+(`LatencyModelKind::kStreamed`, L = layers) predicts. The choice is unchanged by the overlap:
+the time left after the prefill grows with the KV time, so the profile with the least
+predicted KV time also leaves the least after the prefill.
 
 ### Controller loop
 
@@ -148,7 +154,9 @@ processes. `ctest -L serve` runs all of them (about 10 s).
 - The pool stores only full chunks of C tokens of the prefix; the tokens after the last full
   chunk (at least the last prompt token) run on the decode worker on a hit, and a hit's new
   tail chunks are not stored (only a miss stores chunks).
-- Qualities in the controller's table come from the table file, not from this run.
+- Qualities in the controller's table come from the table files (measured on whole prompts
+  by `kvserve profile` and `kvserve quality`), not from this run; the run's prompts are the
+  last tokens of held-out prompts of the workload.
 - Bandwidth is emulated by the sender's token bucket on loopback; the tc/netns check of that
   emulation is `tests/netns_shaping_test.sh` (docs/transport.md §6).
 )";
@@ -174,18 +182,29 @@ std::string E2eMarkdown(const E2eReport& r) {
   md += fmt::format("```\n$ {}\n```\n\n", r.command);
   md += fmt::format("- Machine: {}.\n", r.machine);
   md += fmt::format("- Model: {} — {}.\n", r.model_note, r.model_shape);
-  md += fmt::format("- Requests: {} prompt tokens (random ids), {} generated tokens (greedy), workload "
+  md += fmt::format("- Requests: {} prompt tokens ({}), {} generated tokens (greedy), workload "
                     "`{}`, quality floor {}; V = {} of f32 KV per request; {} requests per method "
-                    "and bandwidth after one warm-up round; methods interleaved on the same prompts.\n",
-                    r.prompt_tokens, r.new_tokens, r.workload, r.quality_min,
+                    "and bandwidth after one warm-up round; every round sends one prompt through "
+                    "every method, in a fresh random order.\n",
+                    r.prompt_tokens, r.prompt_source, r.new_tokens, r.workload, r.quality_min,
                     HumanBytes(static_cast<uint64_t>(r.kv_bytes)), r.requests);
+  md += fmt::format("- Profiles: {}{}.\n", r.table_source,
+                    r.report_source.empty() ? ""
+                                            : fmt::format(", plus the pipelines measured in {} (their "
+                                                          "`relative` quality for `{}`)",
+                                                          r.report_source, r.workload));
+  md += r.overlap_prefill
+            ? "- The prefill worker streams each layer's KV as soon as the model has computed it, "
+              "so encode and transfer overlap the rest of the prefill.\n"
+            : "- The prefill worker sends the KV after the prefill (no overlap).\n";
   md += fmt::format("- Run time: {:.0f} s.\n\n", r.seconds);
 
   md += "## Profiles, calibrated on this machine\n\n";
   md += "The controller chooses from the profiles of the table, re-measured here on the real KV "
         "of the model (one codec thread; CR counts every byte of the frame; t0 is what a "
         "16-token request costs beyond its share of the throughput). Qualities are the table's "
-        "(not re-measured). Written to `" + r.table_path + "`.\n\n";
+        "(not re-measured; measured on whole prompts of the workload by `kvserve profile` / "
+        "`kvserve quality`). Written to `" + r.table_path + "`.\n\n";
   md += "| profile | CR | encode GB/s | decode GB/s | t0 (ms) | quality (" + r.workload + ") |\n";
   md += "| --- | ---: | ---: | ---: | ---: | ---: |\n";
   auto w = r.table.WorkloadIndex(r.workload);
@@ -235,8 +254,9 @@ std::string E2eMarkdown(const E2eReport& r) {
         "is the fastest floor-feasible fixed method at that point, chosen with hindsight.\n\n";
   // KV-movement time alone: what the methods differ in, without the noise
   // of prefill and generation on a shared machine.
-  md += "Mean KV-movement time in ms (encode start to the decode worker's ack), the part of the "
-        "JCT the methods differ in:\n\n| Gbps |";
+  md += "Mean KV-movement time in ms (encode start to the decode worker's ack, less the time "
+        "the pipeline waited for the prefill's next layer: what the latency model predicts and "
+        "the bandit learns from), the part of the JCT the methods differ in:\n\n| Gbps |";
   for (const auto& m : r.methods) md += " " + m.label + " |";
   md += "\n| ---: |";
   for (size_t m = 0; m < r.methods.size(); ++m) md += " ---: |";
@@ -286,7 +306,16 @@ std::string E2eMarkdown(const E2eReport& r) {
           kv = PredictSeconds({LatencyModelKind::kStreamed, r.layers}, r.table.profile(i), r.kv_bytes, bw);
       predicted_kv += kv / static_cast<double>(p.samples[adaptive].size());
     }
-    const double predicted = (prefill + r.kv_bytes / bw + generation) / (prefill + predicted_kv + generation);
+    // With the overlap, the KV movement of layer l starts when the prefill
+    // has computed it: what remains after the prefill is the larger of the
+    // last layer's share and the KV time beyond the prefill's (L-1)/L.
+    auto exposed = [&](double kv) {
+      if (!r.overlap_prefill) return kv;
+      const double layers = std::max(1, r.layers);
+      return std::max(kv / layers, kv - prefill * (layers - 1) / layers);
+    };
+    const double predicted = (prefill + exposed(r.kv_bytes / bw) + generation) /
+                             (prefill + exposed(predicted_kv) + generation);
     md += fmt::format("| {:.3g} | {}| {:.2f}x | {:.2f}x |\n", p.gbps, list, predicted,
                       MeanJct(p, 0) / MeanJct(p, adaptive));
   }
@@ -294,8 +323,10 @@ std::string E2eMarkdown(const E2eReport& r) {
   md += "\n## Stage breakdown (paper Fig. 15)\n\n";
   md += "Mean seconds per stage in ms at the lowest and the highest bandwidth. The stages "
         "overlap (encode, send and decode run layer by layer in a pipeline), so they do not add "
-        "up to the JCT; `KV` is the KV-movement time the bandit learns from (encode start to the "
-        "decode worker's acknowledgement, after its last record decoded).\n\n";
+        "up to the JCT, and with the overlap encode and transfer also run during the prefill; "
+        "`KV` is the KV-movement time the bandit learns from (encode start to the decode "
+        "worker's acknowledgement, after its last record decoded, less the time spent waiting "
+        "for the prefill's next layer).\n\n";
   md += "| Gbps | method | prefill | encode | transfer | decode KV | generation | KV | JCT | frame |\n";
   md += "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
   for (const E2ePoint* p : {&r.points.front(), &r.points.back()}) {

@@ -56,6 +56,10 @@ struct E2eReport {
   ProfileTable table;            // calibrated
   std::string table_path;
   std::vector<std::string> calibration_notes;
+  std::string table_source;      // profile table the candidates came from
+  std::string report_source;     // quality results adding candidates ("" none)
+  std::string prompt_source;     // where the prompts came from
+  bool overlap_prefill = true;   // KV streamed while the prefill runs
   std::string range_reason;
   std::vector<E2eMethod> methods;
   std::vector<E2ePoint> points;
