@@ -519,9 +519,18 @@ int RunE2e(const E2eArgs& a) {
     (*prefill)->SetLinkRate(GbpsToBytesPerSecond(gbps));
     for (int i = 0; i < a.prefix_prompts; ++i) {
       const std::vector<int32_t> prompt = random_prompt();
+      // Same document, another question: the first prompt with its last
+      // half replaced by another prompt's tokens.
+      std::vector<int32_t> shared = prompt;
+      const std::vector<int32_t> other = random_prompt();
+      const size_t tail = std::max<size_t>(1, std::min(shared.size(), other.size()) / 2);
+      std::copy(other.end() - static_cast<std::ptrdiff_t>(tail), other.end(),
+                shared.end() - static_cast<std::ptrdiff_t>(tail));
       auto miss = submit(kMethodAdaptive, prompt, true);
       auto hit = submit(kMethodAdaptive, prompt, true);
-      if (!miss.ok() || !hit.ok() || !miss->status.ok() || !hit->status.ok()) {
+      auto partial = submit(kMethodAdaptive, shared, true);
+      if (!miss.ok() || !hit.ok() || !partial.ok() || !miss->status.ok() || !hit->status.ok() ||
+          !partial->status.ok()) {
         Progress(kCommand, "  prefix request failed");
         continue;
       }
@@ -530,6 +539,11 @@ int RunE2e(const E2eArgs& a) {
       p.ttft_recompute = miss->timings.ttft_seconds;
       p.ttft_hit = hit->timings.ttft_seconds;
       p.hit_profile = hit->timings.prefix_hit ? hit->timings.profile : "recompute";
+      p.hit_chunks = hit->timings.prefix_chunks;
+      p.ttft_shared = partial->timings.ttft_seconds;
+      p.shared_profile = partial->timings.prefix_hit ? partial->timings.profile : "recompute";
+      p.shared_chunks = partial->timings.prefix_chunks;
+      p.shared_tail = static_cast<int>(tail);
       rep.prefix.push_back(p);
     }
     Progress(kCommand, "prefix pool at {:.3g} Gbps: TTFT recompute {:.0f} ms, hit {:.0f} ms ({})", gbps,
@@ -587,7 +601,7 @@ RunFn SetupE2e(CLI::App& sub) {
       "cachegen, the best static profile and kvserve adaptive (the controller with its bandit), "
       "recording prefill, encode, transfer, decode-of-KV and generation times and the JCT. Then "
       "TTFT of prefix-pool hits vs recompute, and a run where the link rate changes mid-run. "
-      "Writes docs/e2e.md, the JCT plot and the switching plot. Default run: about two minutes "
+      "Writes docs/e2e.md, the JCT plot and the switching plot. Default run: about a minute "
       "on two cores.");
   sub.add_option("--model,-m", a->model,
                  "HF model directory (default: the first under models/, else a random-weight "

@@ -267,20 +267,28 @@ std::string E2eMarkdown(const E2eReport& r) {
       md += " " + Ms(Mean(Field(p.samples[m], &RequestTimings::kv_seconds))) + " |";
     md += "\n";
   }
-  // Quality floors, checked against the table for every adaptive request.
+  // Quality floors, checked against the table for every adaptive request:
+  // the sweep's, the bandwidth-change run's and the prefix hits'.
   {
     int total = 0, below = 0;
     auto wi = r.table.WorkloadIndex(r.workload);
+    auto check = [&](const std::string& spec) {
+      ++total;
+      double q = 1.0;  // raw ("none") and recomputing are lossless
+      for (int i = 1; i < r.table.size(); ++i)
+        if (r.table.profile(i).spec == spec) q = wi.ok() ? r.table.Quality(i, *wi) : -1;
+      below += q < r.quality_min;
+    };
     for (const auto& p : r.points)
-      for (const auto& t : p.samples[AdaptiveIndex(r)]) {
-        ++total;
-        double q = 1.0;
-        for (int i = 1; i < r.table.size(); ++i)
-          if (r.table.profile(i).spec == t.profile) q = wi.ok() ? r.table.Quality(i, *wi) : -1;
-        below += q < r.quality_min;
-      }
-    md += fmt::format("\nQuality floor: {} of {} kvserve requests used a profile whose table quality "
-                      "for `{}` is below {} (checked per request against the profile table).\n\n",
+      for (const auto& t : p.samples[AdaptiveIndex(r)]) check(t.profile);
+    for (const auto& s : r.switches) check(s.profile);
+    for (const auto& p : r.prefix) {
+      check(p.hit_profile);
+      check(p.shared_profile);
+    }
+    md += fmt::format("\nQuality floor: {} of {} kvserve requests (the sweep, the bandwidth-change run "
+                      "and the prefix hits) used a profile whose table quality for `{}` is below {} "
+                      "(checked per request against the profile table).\n\n",
                       below, total, r.workload, r.quality_min);
   }
   md += fmt::format("![JCT vs bandwidth]({})\n\n",
@@ -356,10 +364,22 @@ std::string E2eMarkdown(const E2eReport& r) {
       "that meets the floor. TTFT = request arrival at the prefill worker to the first "
       "token sampled on the decode worker.\n\n",
       PrefillWorkerOptions{}.pool_chunk_tokens);
-  md += "| Gbps | TTFT recompute (ms) | TTFT hit (ms) | speedup | what the hit used |\n| ---: | ---: | ---: | ---: | --- |\n";
+  md += "Per bandwidth: a new prompt (a miss: prefill, send, store), the same prompt again (a "
+        "hit on every full chunk), and a prompt sharing the first half of its tokens with it (the "
+        "same document with another question: a hit on the shared chunks, the rest run on the "
+        "decode worker).\n\n";
+  md += "| Gbps | TTFT recompute (ms) | TTFT repeat (ms) | speedup | repeat used | TTFT shared prefix (ms) | speedup | shared prefix used |\n"
+        "| ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n";
+  auto used = [](const std::string& profile, int chunks) {
+    return profile == "recompute" ? std::string("recompute")
+                                  : fmt::format("{} chunks of `{}`", chunks, profile);
+  };
   for (const auto& p : r.prefix)
-    md += fmt::format("| {:.3g} | {} | {} | {:.2f}x | `{}` |\n", p.gbps, Ms(p.ttft_recompute), Ms(p.ttft_hit),
-                      p.ttft_recompute / std::max(p.ttft_hit, 1e-9), p.hit_profile);
+    md += fmt::format("| {:.3g} | {} | {} | {:.2f}x | {} | {} | {:.2f}x | {} |\n", p.gbps,
+                      Ms(p.ttft_recompute), Ms(p.ttft_hit),
+                      p.ttft_recompute / std::max(p.ttft_hit, 1e-9), used(p.hit_profile, p.hit_chunks),
+                      Ms(p.ttft_shared), p.ttft_recompute / std::max(p.ttft_shared, 1e-9),
+                      used(p.shared_profile, p.shared_chunks));
 
   md += "\n## The link changes mid-run\n\n";
   md += "Adaptive requests while the shaped rate goes high → low → high (the controller is not "

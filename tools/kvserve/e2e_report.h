@@ -30,6 +30,13 @@ struct E2ePrefix {
   double ttft_recompute = 0;  // first request: miss, prefill + send
   double ttft_hit = 0;        // same prompt again: controller's pool choice
   std::string hit_profile;    // what the hit fetched ("recompute" if it recomputed)
+  int hit_chunks = 0;         // chunks the hit fetched
+  // A prompt sharing all but its last `shared_tail` tokens with the first
+  // (a shared document, a different question): a partial hit.
+  double ttft_shared = 0;
+  std::string shared_profile;
+  int shared_chunks = 0;
+  int shared_tail = 0;
 };
 
 struct E2eSwitch {
