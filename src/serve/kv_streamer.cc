@@ -72,7 +72,8 @@ class ByteQueue {
 };
 
 // Layers of a cache that a producer fills in order: the encoder waits for
-// layer l to be ready; the producer marks layers ready or fails.
+// layer l to be ready, and for the producer's success before ending the
+// frame; the producer marks layers ready, then itself done, or fails.
 class LayerGate {
  public:
   // True once `layer` is ready; false when the producer failed. Waiting
@@ -85,6 +86,22 @@ class LayerGate {
       wait_seconds_ += MonotonicSeconds() - wait_start;
     }
     return ready_ > layer;
+  }
+  // True once the producer returned successfully; false when it failed.
+  // Waiting time adds to wait_seconds().
+  bool WaitDone() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!done_ && !failed_) {
+      const double wait_start = MonotonicSeconds();
+      cv_.wait(lock, [&] { return done_ || failed_; });
+      wait_seconds_ += MonotonicSeconds() - wait_start;
+    }
+    return done_ && !failed_;
+  }
+  void MarkDone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+    cv_.notify_all();
   }
   void MarkReady(int layers) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -105,6 +122,7 @@ class LayerGate {
   std::mutex mu_;
   std::condition_variable cv_;
   int ready_ = 0;
+  bool done_ = false;
   bool failed_ = false;
   double wait_seconds_ = 0;
 };
@@ -172,6 +190,11 @@ Result<StreamResult> StreamLayers(Connection& connection, EncoderContext& encode
     encode_status = timed([&] { return encoder.EncodeLayer(layer, kv); });
     if (encode_status.ok() && !flush()) break;  // the sender failed
   }
+  // The frame ends only once the producer succeeded: a producer that fails
+  // (or breaks the shape) after its last layer must not leave the receiver
+  // a complete frame.
+  if (encode_status.ok() && !queue.failed() && gate != nullptr && !gate->WaitDone())
+    encode_status = Status::Unavailable("the producer of the KV failed after its last layer");
   if (encode_status.ok() && !queue.failed()) encode_status = timed([&] { return encoder.Finish(); });
   if (encode_status.ok() && !buffer.empty()) flush();
   result.encode_seconds = encoding;
@@ -213,20 +236,33 @@ Result<StreamResult> StreamKvWhileProducing(Connection& connection, EncoderConte
     streamed = StreamLayers(connection, encoder, staging.view(), transfer_id, max_queued_layers, &gate);
   });
   int next_layer = 0;
+  std::string mismatch;  // the first call that broke the contract, if any
   Status produced = produce([&](int layer, const KvView& layer_kv) {
-    if (layer != next_layer || layer >= shape.layers || layer_kv.dtype != dtype ||
-        layer_kv.shape.layers != 1 || layer_kv.shape.kv_heads != shape.kv_heads ||
-        layer_kv.shape.tokens != shape.tokens || layer_kv.shape.head_dim != shape.head_dim) {
+    if (!mismatch.empty() || layer != next_layer || layer >= shape.layers ||
+        layer_kv.dtype != dtype || layer_kv.shape.layers != 1 ||
+        layer_kv.shape.kv_heads != shape.kv_heads || layer_kv.shape.tokens != shape.tokens ||
+        layer_kv.shape.head_dim != shape.head_dim) {
+      if (mismatch.empty()) {
+        const KvShape& s = layer_kv.shape;
+        mismatch = "then layer " + std::to_string(layer) + " as [" + std::to_string(s.layers) +
+                   "," + std::to_string(s.kv_heads) + "," + std::to_string(s.tokens) + "," +
+                   std::to_string(s.head_dim) + "] " + std::string(DTypeName(layer_kv.dtype));
+      }
       gate.Fail();  // the transfer is aborted; the producer's result is still whole
       return;
     }
     CopyLayer(layer_kv, target, layer);
     gate.MarkReady(++next_layer);
   });
-  if (produced.ok() && next_layer != shape.layers)
+  if (produced.ok() && (next_layer != shape.layers || !mismatch.empty()))
     produced = Status::Internal("the producer delivered " + std::to_string(next_layer) + " of " +
-                                std::to_string(shape.layers) + " layers in the expected shape");
-  if (!produced.ok()) gate.Fail();
+                                std::to_string(shape.layers) + " layers in the expected shape" +
+                                (mismatch.empty() ? "" : ", " + mismatch));
+  if (produced.ok()) {
+    gate.MarkDone();
+  } else {
+    gate.Fail();
+  }
   stream_thread.join();
   if (!produced.ok()) return produced;
   return streamed;

@@ -47,10 +47,15 @@ using LayerProducer = std::function<Status(const LayerReadyCallback& on_layer)>;
 // `dtype` are those of the whole cache the producer makes (every layer's
 // view must match them with layers == 1). Each ready layer is copied into
 // a staging cache (the producer's view is valid only during its call).
-// When the producer fails the transfer is aborted and its error returned;
-// when the transfer fails the producer still runs to completion (its
-// result is the caller's to use for a retry) and the transfer's error is
-// returned. Thread safety: `produce` runs on the calling thread only.
+// The frame's end is sent only once `produce` returned OK having delivered
+// every layer. When the producer fails (even after its last layer) the
+// transfer is aborted and its error returned; when it returns OK but
+// delivered fewer layers, a layer out of order or of another shape or
+// dtype, or more layers than `shape` has, the transfer is aborted and
+// Internal returned; when the transfer fails the producer still runs to
+// completion (its result is the caller's to use for a retry) and the
+// transfer's error is returned. Thread safety: `produce` runs on the
+// calling thread only.
 [[nodiscard]] Result<StreamResult> StreamKvWhileProducing(Connection& connection,
                                                           EncoderContext& encoder,
                                                           const KvShape& shape, DType dtype,

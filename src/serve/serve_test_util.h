@@ -125,6 +125,8 @@ struct ClusterOptions {
   std::vector<std::string> pool_store_profiles;
   // Small chunks, so that the tests' prompts of tens of tokens span several.
   int pool_chunk_tokens = 16;
+  // PrefillWorkerOptions::overlap_prefill.
+  bool overlap_prefill = true;
 };
 
 inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
@@ -152,6 +154,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.pool = o.pool;
   p.pool_store_profiles = o.pool_store_profiles;
   p.pool_chunk_tokens = o.pool_chunk_tokens;
+  p.overlap_prefill = o.overlap_prefill;
   auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), TestTable(), p);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   if (!w.ok()) return nullptr;
