@@ -128,8 +128,9 @@ class DecodeWorker {
   ~DecodeWorker();  // Stops.
   std::string address() const;
   void Stop();
-  // Requests answered, frames refused (corrupt or incomplete), and
-  // connections refused by authentication, so far.
+  // Requests generated (counted before the reply is sent), frames refused
+  // (corrupt or incomplete), and connections refused by authentication, so
+  // far.
   int64_t completed() const;
   int64_t refused_frames() const;
   int64_t auth_failures() const;

@@ -214,8 +214,10 @@ class DecodeWorker::Impl {
       }
       serve::ResultMessage result = Generate(s, message);
       DropHeld(s);
-      if (!connection.Send(kMsgServeResult, 0, serve::EncodeResult(result)).ok()) return;
+      // Counted before the reply goes out, so a client that has its reply
+      // also sees it in completed().
       if (result.status.ok()) completed_.fetch_add(1);
+      if (!connection.Send(kMsgServeResult, 0, serve::EncodeResult(result)).ok()) return;
     }
   }
 
