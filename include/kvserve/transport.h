@@ -325,7 +325,7 @@ struct TransferStats {
   uint64_t records = 0;
   uint64_t frame_bytes = 0;      // header + records, as in the frame
   uint64_t wire_bytes = 0;       // incl. message headers
-  double busy_seconds = 0;       // sender: write time + final drain
+  double busy_seconds = 0;       // sender: write time + final drain (from Finish or the last write)
   double elapsed_seconds = 0;    // Begin to ack (sender) / Begin to End (receiver)
 };
 

@@ -169,9 +169,12 @@ Result<TransferStats> FrameSender::Finish() {
   KVSERVE_RETURN_IF_ERROR(transport::DecodeStatus(ack.payload).WithContext(
       "receiver " + connection_->peer_id() + " rejected transfer " +
       std::to_string(stats_.transfer_id)));
-  // The drain from the last write to the ack is transfer time too (the
-  // socket buffers emptying), plus about one round trip.
-  stats_.busy_seconds += now - last_write_end_;
+  // The drain to the ack is transfer time too (the socket buffers
+  // emptying), plus about one round trip. It starts at the last write, or
+  // at this call when the caller waited before finishing (e.g. for the
+  // prefill that produces the frame): that wait is the caller's, not the
+  // link's, and counting it would make a fast link look slow.
+  stats_.busy_seconds += now - std::max(last_write_end_, start);
   stats_.elapsed_seconds = now - begin_time_;
   connection_->ReportGoodput(static_cast<double>(stats_.wire_bytes), stats_.busy_seconds);
   return stats_;

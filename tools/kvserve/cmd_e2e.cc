@@ -6,6 +6,7 @@
 // the controller. Writes docs/e2e.md and two SVG plots.
 #include <fmt/format.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/utsname.h>
@@ -60,19 +61,31 @@ struct E2eArgs {
   int prefix_prompts = 1;
   int threads = 1;
   bool overlap_prefill = true;
+  bool pin = false;
   uint64_t seed = 1;
   std::string markdown = "docs/e2e.md";
   std::string svg_jct = "docs/e2e_jct.svg";
   std::string svg_switch = "docs/e2e_switch.svg";
   std::string table_out = "docs/e2e_profile_table.json";
+  std::string samples_out;  // per-request timings of the sweep (JSON), when set
   std::string command_line;
 };
+
+// Pins process `pid` (0: this process, every thread it starts later) to
+// `cpu`; best effort (a failure leaves the scheduler free).
+void PinToCpu(pid_t pid, int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  (void)::sched_setaffinity(pid, sizeof(set), &set);
+}
 
 // A decode worker in a child process (`kvserve serve --role decode`).
 class DecodeProcess {
  public:
   ~DecodeProcess() { Stop(); }
-  Status Start(const std::string& model_dir, const std::string& secret) {
+  // `cpu` >= 0 pins the process to that CPU.
+  Status Start(const std::string& model_dir, const std::string& secret, int cpu) {
     char exe[4096];
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0) return Status::IOError("cannot find the kvserve executable (/proc/self/exe)");
@@ -97,6 +110,7 @@ class DecodeProcess {
     const int rc = posix_spawn(&pid_, exe, &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) return Status::IOError("cannot start the decode worker process");
+    if (cpu >= 0) PinToCpu(pid_, cpu);
     for (int i = 0; i < 1200; ++i) {  // up to 60 s (model loading)
       std::ifstream in(address_file);
       if (in >> address_) return Status::Ok();
@@ -230,7 +244,12 @@ int RunE2e(const E2eArgs& a) {
   const std::string secret = RandomSecret();
   DecodeProcess decode;
   Progress(kCommand, "starting the decode worker process");
-  if (Status s = decode.Start(*dir, secret); !s.ok()) return ReportError(kCommand, s);
+  // With two or more cores the prefill worker (this process) and the decode
+  // worker run on different cores, as they would on different machines.
+  const bool pin = a.pin && std::thread::hardware_concurrency() >= 2;
+  if (Status s = decode.Start(*dir, secret, pin ? 1 : -1); !s.ok()) return ReportError(kCommand, s);
+  if (pin) PinToCpu(0, 0);
+  rep.pinned = pin;
   Progress(kCommand, "decode worker at {}", decode.address());
 
   // --- Profiles, qualities and prompts: the shipped model's task tables
@@ -574,6 +593,21 @@ int RunE2e(const E2eArgs& a) {
   decode.Stop();
 
   rep.seconds = NowSeconds() - run_start;
+  if (!a.samples_out.empty()) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const E2ePoint& p : rep.points)
+      for (size_t m = 0; m < rep.methods.size(); ++m)
+        for (const RequestTimings& t : p.samples[m])
+          j.push_back({{"gbps", p.gbps}, {"method", rep.methods[m].label}, {"profile", t.profile},
+                       {"jct", t.jct_seconds}, {"prefill", t.prefill_seconds},
+                       {"encode", t.encode_seconds}, {"transfer", t.transfer_seconds},
+                       {"kv", t.kv_seconds}, {"decode_kv", t.decode_kv_seconds},
+                       {"generation", t.generation_seconds}, {"ttft", t.ttft_seconds}});
+    const std::string text = j.dump(1) + "\n";
+    Status s = WriteBinaryFile(a.samples_out, std::span<const uint8_t>(
+                                                   reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    if (!s.ok()) return ReportError(kCommand, s);
+  }
   for (const auto& [path, text] :
        {std::pair{a.table_out, table->ToJson()}, {a.svg_jct, E2eJctSvg(rep)},
         {a.svg_switch, E2eSwitchSvg(rep)}, {a.markdown, E2eMarkdown(rep)}}) {
@@ -627,6 +661,9 @@ RunFn SetupE2e(CLI::App& sub) {
   sub.add_option("--switch-requests", a->switch_requests, "requests in the bandwidth-change run");
   sub.add_option("--prefix-prompts", a->prefix_prompts, "prompts per bandwidth in the prefix-pool run");
   sub.add_option("--seed", a->seed, "seed of the random prompts and of the method order");
+  sub.add_flag("--pin", a->pin,
+               "pin the prefill worker (with its codec threads) to CPU 0 and the decode worker to CPU "
+               "1, when there are two or more (default: the scheduler places them)");
   sub.add_flag("!--no-overlap", a->overlap_prefill,
                "send the KV after the prefill instead of streaming it while the prefill runs");
   sub.add_option("--threads", a->threads, "prefill worker model threads, BLAS included (the decode process uses 1)");
@@ -634,6 +671,8 @@ RunFn SetupE2e(CLI::App& sub) {
   sub.add_option("--svg", a->svg_jct, "JCT-vs-bandwidth plot path");
   sub.add_option("--switch-svg", a->svg_switch, "bandwidth-change plot path");
   sub.add_option("--table-out", a->table_out, "where to write the calibrated profile table");
+  sub.add_option("--samples-out", a->samples_out,
+                 "also write every sweep request's stage timings to this JSON file");
   return [a, &sub] {
     a->command_line = "kvserve e2e";
     for (const auto* option : sub.get_options()) {

@@ -67,6 +67,7 @@ struct E2eReport {
   std::string report_source;     // quality results adding candidates ("" none)
   std::string prompt_source;     // where the prompts came from
   bool overlap_prefill = true;   // KV streamed while the prefill runs
+  bool pinned = false;           // prefill worker on CPU 0, decode worker on CPU 1
   std::string range_reason;
   std::vector<E2eMethod> methods;
   std::vector<E2ePoint> points;
