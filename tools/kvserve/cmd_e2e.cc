@@ -593,23 +593,19 @@ int RunE2e(const E2eArgs& a) {
   decode.Stop();
 
   rep.seconds = NowSeconds() - run_start;
-  if (!a.samples_out.empty()) {
-    nlohmann::json j = nlohmann::json::array();
-    for (const E2ePoint& p : rep.points)
-      for (size_t m = 0; m < rep.methods.size(); ++m)
-        for (const RequestTimings& t : p.samples[m])
-          j.push_back({{"gbps", p.gbps}, {"method", rep.methods[m].label}, {"profile", t.profile},
-                       {"jct", t.jct_seconds}, {"prefill", t.prefill_seconds},
-                       {"encode", t.encode_seconds}, {"transfer", t.transfer_seconds},
-                       {"kv", t.kv_seconds}, {"decode_kv", t.decode_kv_seconds},
-                       {"generation", t.generation_seconds}, {"ttft", t.ttft_seconds}});
-    const std::string text = j.dump(1) + "\n";
-    Status s = WriteBinaryFile(a.samples_out, std::span<const uint8_t>(
-                                                   reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-    if (!s.ok()) return ReportError(kCommand, s);
-  }
+  // Every sweep request's stage timings, for analyses beyond the report.
+  nlohmann::json samples = nlohmann::json::array();
+  for (const E2ePoint& p : rep.points)
+    for (size_t m = 0; m < rep.methods.size(); ++m)
+      for (const RequestTimings& t : p.samples[m])
+        samples.push_back({{"gbps", p.gbps}, {"method", rep.methods[m].label}, {"profile", t.profile},
+                           {"jct", t.jct_seconds}, {"prefill", t.prefill_seconds},
+                           {"encode", t.encode_seconds}, {"transfer", t.transfer_seconds},
+                           {"kv", t.kv_seconds}, {"decode_kv", t.decode_kv_seconds},
+                           {"generation", t.generation_seconds}, {"ttft", t.ttft_seconds}});
   for (const auto& [path, text] :
-       {std::pair{a.table_out, table->ToJson()}, {a.svg_jct, E2eJctSvg(rep)},
+       {std::pair{a.table_out, table->ToJson()}, {a.samples_out, samples.dump(1) + "\n"},
+        {a.svg_jct, E2eJctSvg(rep)},
         {a.svg_switch, E2eSwitchSvg(rep)}, {a.markdown, E2eMarkdown(rep)}}) {
     if (path.empty()) continue;
     Status s = WriteBinaryFile(path, std::span<const uint8_t>(
