@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <string>
 #include <mutex>
 #include <thread>
@@ -76,8 +77,8 @@ class ByteQueue {
 // frame; the producer marks layers ready, then itself done, or fails.
 class LayerGate {
  public:
-  // True once `layer` is ready; false when the producer failed. Waiting
-  // time adds to wait_seconds().
+  // True once `layer` is ready (`layers`: once the producer is done);
+  // false when the producer failed. Waiting time adds to wait_seconds().
   bool Wait(int layer) {
     std::unique_lock<std::mutex> lock(mu_);
     if (ready_ <= layer && !failed_) {
@@ -87,22 +88,9 @@ class LayerGate {
     }
     return ready_ > layer;
   }
-  // True once the producer returned successfully; false when it failed.
-  // Waiting time adds to wait_seconds().
-  bool WaitDone() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!done_ && !failed_) {
-      const double wait_start = MonotonicSeconds();
-      cv_.wait(lock, [&] { return done_ || failed_; });
-      wait_seconds_ += MonotonicSeconds() - wait_start;
-    }
-    return done_ && !failed_;
-  }
-  void MarkDone() {
-    std::lock_guard<std::mutex> lock(mu_);
-    done_ = true;
-    cv_.notify_all();
-  }
+  // The producer returned successfully: every Wait, also Wait(layers) (the
+  // "producer done" gate), returns true.
+  void MarkDone() { MarkReady(std::numeric_limits<int>::max()); }
   void MarkReady(int layers) {
     std::lock_guard<std::mutex> lock(mu_);
     ready_ = std::max(ready_, layers);
@@ -122,7 +110,6 @@ class LayerGate {
   std::mutex mu_;
   std::condition_variable cv_;
   int ready_ = 0;
-  bool done_ = false;
   bool failed_ = false;
   double wait_seconds_ = 0;
 };
@@ -193,7 +180,7 @@ Result<StreamResult> StreamLayers(Connection& connection, EncoderContext& encode
   // The frame ends only once the producer succeeded: a producer that fails
   // (or breaks the shape) after its last layer must not leave the receiver
   // a complete frame.
-  if (encode_status.ok() && !queue.failed() && gate != nullptr && !gate->WaitDone())
+  if (encode_status.ok() && !queue.failed() && gate != nullptr && !gate->Wait(kv.shape.layers))
     encode_status = Status::Unavailable("the producer of the KV failed after its last layer");
   if (encode_status.ok() && !queue.failed()) encode_status = timed([&] { return encoder.Finish(); });
   if (encode_status.ok() && !buffer.empty()) flush();

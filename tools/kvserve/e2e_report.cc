@@ -274,10 +274,12 @@ std::string E2eMarkdown(const E2eReport& r) {
   md += "\n\"vs\" columns: kvserve's mean JCT divided by the other's (< 1 is faster), with a 95% "
         "interval from the per-round paired differences (each round sends one prompt through "
         "every method); best static is the fastest floor-feasible fixed method at that point, "
-        "chosen with hindsight among four noisy means, which favours it. On this VM a bare "
-        "in-process prefill loop of the same model already varies by 20-30% from run to run, so "
-        "the JCT of methods whose KV movement is hidden under the prefill differs by that noise "
-        "alone; the KV-movement table below isolates what the methods change.\n\n";
+        "chosen with hindsight among four noisy means, which favours it.";
+  md += fmt::format(
+      " Before the sweep, 8 bare prefills of one prompt in the prefill worker's process took "
+      "{} to {} ms: the JCT of methods whose KV movement is hidden under the prefill differs by "
+      "that machine noise alone; the KV-movement table below isolates what the methods change.\n\n",
+      Ms(r.bare_prefill_min), Ms(r.bare_prefill_max));
   // KV-movement time alone: what the methods differ in, without the noise
   // of prefill and generation on a shared machine.
   md += "Mean KV-movement time in ms (encode start to the decode worker's ack, less the time "

@@ -67,7 +67,11 @@ struct E2eReport {
   std::string report_source;     // quality results adding candidates ("" none)
   std::string prompt_source;     // where the prompts came from
   bool overlap_prefill = true;   // KV streamed while the prefill runs
-  bool pinned = false;           // prefill worker on CPU 0, decode worker on CPU 1
+  bool pinned = false;
+  // Fastest and slowest of 8 bare prefills of one prompt in the prefill
+  // worker's process before the sweep: the machine's own run-to-run noise.
+  double bare_prefill_min = 0;
+  double bare_prefill_max = 0;           // prefill worker on CPU 0, decode worker on CPU 1
   std::string range_reason;
   std::vector<E2eMethod> methods;
   std::vector<E2ePoint> points;
