@@ -6,6 +6,8 @@
 //   node scripts/data/tokenizer_reference.mjs --model llama3|qwen3|llama3-bos --out FILE.jsonl
 //        [--strings 12000] [--seed 1] [--decodes 1000]
 //   node scripts/data/tokenizer_reference.mjs --model llama3 --bench FILE [--repeats 3]
+//   node scripts/data/tokenizer_reference.mjs --model llama3 --encode TEXT   (prompt ids, "1,2,3")
+//   node scripts/data/tokenizer_reference.mjs --model llama3 --decode 1,2,3  (text)
 //
 // Writes a first line {"kind": "meta", "tokenizer": PATH} naming the
 // tokenizer.json used, then one JSON line per case: {"kind", "text", "ids", "prompt_ids",
@@ -48,13 +50,15 @@ function parseArgs(argv) {
   const a = { strings: 12000, seed: 1, decodes: 1000, repeats: 3 };
   for (let i = 2; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, "");
-    if (!(key in { model: 1, out: 1, strings: 1, seed: 1, decodes: 1, bench: 1, repeats: 1 })) {
+    if (!(key in { model: 1, out: 1, strings: 1, seed: 1, decodes: 1, bench: 1, repeats: 1, encode: 1, decode: 1 })) {
       throw new Error(`unknown option ${argv[i]}`);
     }
     a[key] = ["strings", "seed", "decodes", "repeats"].includes(key) ? Number(argv[i + 1]) : argv[i + 1];
   }
   if (!MODELS[a.model]) throw new Error("--model llama3|qwen3 is required");
-  if (!a.out && !a.bench) throw new Error("give --out FILE or --bench FILE");
+  if (!a.out && !a.bench && a.encode === undefined && a.decode === undefined) {
+    throw new Error("give --out FILE, --bench FILE, --encode TEXT or --decode IDS");
+  }
   return a;
 }
 
@@ -341,5 +345,15 @@ function bench(args) {
 }
 
 const args = parseArgs(process.argv);
-if (args.bench) bench(args);
-else writeCases(args);
+if (args.bench) {
+  bench(args);
+} else if (args.encode !== undefined) {
+  const ids = loadTokenizer(args.model).tokenizer.encode(args.encode, { add_special_tokens: true }).ids;
+  process.stdout.write(ids.join(",") + "\n");
+} else if (args.decode !== undefined) {
+  const ids = args.decode.split(",").filter((x) => x !== "").map(Number);
+  const text = ids.length ? loadTokenizer(args.model).tokenizer.decode(ids, { clean_up_tokenization_spaces: false }) : "";
+  process.stdout.write(text);
+} else {
+  writeCases(args);
+}

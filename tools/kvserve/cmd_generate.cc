@@ -29,9 +29,11 @@ int RunGenerate(const GenerateArgs& a) {
   const double start = NowSeconds();
   auto model = Model::Load(a.model, RuntimeOptions{a.threads});
   if (!model.ok()) return ReportError("generate", model.status());
-  Progress("generate", "loaded {} ({} layers, {} M non-embedding params) in {:.2f} s", a.model,
-           (*model)->config().layers, (*model)->config().NonEmbeddingParameters() / 1e6,
-           NowSeconds() - start);
+  std::string eos;
+  for (int id : (*model)->config().eos_token_ids) eos += (eos.empty() ? "" : ",") + std::to_string(id);
+  Progress("generate", "loaded {} ({} layers, {} M non-embedding params, eos ids {}) in {:.2f} s",
+           a.model, (*model)->config().layers, (*model)->config().NonEmbeddingParameters() / 1e6,
+           eos.empty() ? "none" : eos, NowSeconds() - start);
   KvState kv;
   if (!a.import_kv.empty()) {
     auto imported = ImportKV(a.import_kv);
