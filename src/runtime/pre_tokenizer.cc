@@ -90,7 +90,7 @@ Status PreTokenizer::SplitPiece(const Step& step, std::string_view piece,
     size_t begin, end;
     bool match;
   };
-  std::vector<Span> spans;
+  std::vector<Span> spans;  // reordered in place for MergedWithNext
   std::vector<std::pair<size_t, size_t>> found;
   if (step.regex) {
     KVSERVE_RETURN_IF_ERROR(step.regex->FindAll(piece, &found));
@@ -123,37 +123,26 @@ Status PreTokenizer::SplitPiece(const Step& step, std::string_view piece,
       }
       break;
     case Behavior::kContiguous:
-      for (const Span& s : spans) {
-        if (s.match == previous_match && !kept.empty()) {
-          kept.back().end = s.end;
-        } else {
-          kept.push_back(s);
-        }
-        previous_match = s.match;
-      }
-      break;
     case Behavior::kMergedWithPrevious:
+    case Behavior::kMergedWithNext: {
+      // Contiguous joins a span to a previous one of the same kind; the
+      // Merged behaviors join a match to the span before it (after it for
+      // MergedWithNext, which the crate runs from the end).
+      const bool backwards = step.behavior == Behavior::kMergedWithNext;
+      if (backwards) std::reverse(spans.begin(), spans.end());
       for (const Span& s : spans) {
-        if (s.match && !previous_match && !kept.empty()) {
-          kept.back().end = s.end;
+        const bool join = step.behavior == Behavior::kContiguous ? s.match == previous_match
+                                                                 : s.match && !previous_match;
+        if (join && !kept.empty()) {
+          (backwards ? kept.back().begin : kept.back().end) = backwards ? s.begin : s.end;
         } else {
           kept.push_back(s);
         }
         previous_match = s.match;
       }
+      if (backwards) std::reverse(kept.begin(), kept.end());
       break;
-    case Behavior::kMergedWithNext:
-      for (size_t i = spans.size(); i-- > 0;) {
-        const Span& s = spans[i];
-        if (s.match && !previous_match && !kept.empty()) {
-          kept.back().begin = s.begin;
-        } else {
-          kept.push_back(s);
-        }
-        previous_match = s.match;
-      }
-      std::reverse(kept.begin(), kept.end());
-      break;
+    }
   }
   for (const Span& s : kept) {
     if (s.end > s.begin) out->push_back(piece.substr(s.begin, s.end - s.begin));
