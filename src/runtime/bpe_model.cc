@@ -166,6 +166,45 @@ Result<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
   return bpe;
 }
 
+void BpeModel::MergeShortWord(std::vector<int32_t>* symbols) const {
+  // The same order as the heap in MergeWord (lowest rank, then leftmost),
+  // by scanning the ranks of the current adjacent pairs: no allocation, and
+  // only the two pairs around a merge are looked up again.
+  constexpr uint32_t kNone = UINT32_MAX;
+  int32_t* sym = symbols->data();
+  int len = static_cast<int>(symbols->size());
+  uint32_t rank[kShortWord];
+  int32_t merged[kShortWord];
+  auto lookup = [&](int i) {
+    const Merge* m = FindMerge(sym[i], sym[i + 1]);
+    rank[i] = m ? m->rank : kNone;
+    merged[i] = m ? m->id : -1;
+  };
+  for (int i = 0; i + 1 < len; ++i) lookup(i);
+  while (len > 1) {
+    int best = -1;
+    uint32_t best_rank = kNone;
+    for (int i = 0; i + 1 < len; ++i) {
+      if (rank[i] < best_rank) {
+        best_rank = rank[i];
+        best = i;
+      }
+    }
+    if (best < 0) break;
+    sym[best] = merged[best];
+    // Drop symbol best + 1 and pair best + 1 (now pair best covers it).
+    for (int i = best + 1; i + 1 < len; ++i) sym[i] = sym[i + 1];
+    for (int i = best + 1; i + 2 < len; ++i) {
+      rank[i] = rank[i + 1];
+      merged[i] = merged[i + 1];
+    }
+    --len;
+    if (best + 1 < len) lookup(best);
+    if (best > 0) lookup(best - 1);
+  }
+  symbols->resize(len);
+}
+
 const BpeModel::Merge* BpeModel::FindMerge(int32_t left, int32_t right) const {
   auto it = merges_.find(PairKey(left, right));
   return it == merges_.end() ? nullptr : &it->second;
@@ -192,6 +231,10 @@ void BpeModel::Encode(std::string_view bytes, std::vector<int32_t>* out) const {
 void BpeModel::MergeWord(std::vector<int32_t>* symbols) const {
   const int n = static_cast<int>(symbols->size());
   if (n < 2) return;
+  if (n <= kShortWord) {
+    MergeShortWord(symbols);
+    return;
+  }
   // The crate's Word::merge_all: a heap of candidate merges ordered by
   // (rank, position); an entry is stale when its pair has changed.
   struct Candidate {

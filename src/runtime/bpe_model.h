@@ -66,7 +66,9 @@ class BpeModel {
     uint32_t rank;
     int32_t id;
   };
+  static constexpr int kShortWord = 64;  // symbols merged without the heap
   void MergeWord(std::vector<int32_t>* symbols) const;
+  void MergeShortWord(std::vector<int32_t>* symbols) const;
   const Merge* FindMerge(int32_t left, int32_t right) const;
 
   TokenIndex by_bytes_;                 // raw bytes -> id
