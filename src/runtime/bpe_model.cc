@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_fields.h"
 #include "runtime/unicode_text.h"
 
 namespace kvserve::runtime {
@@ -94,7 +95,7 @@ std::string ByteLevelDecodeToken(std::string_view text) {
 
 Result<BpeModel> BpeModel::FromJson(const nlohmann::json& model) {
   if (!model.is_object()) return Status::Corruption("tokenizer.json: model is not an object");
-  const std::string type = model.value("type", std::string("BPE"));
+  const std::string type = StringField(model, "type", "BPE");
   if (type != "BPE") {
     return Status::NotSupported("tokenizer.json: model type '" + type + "' (only BPE)");
   }

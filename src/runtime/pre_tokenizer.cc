@@ -6,17 +6,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_fields.h"
+
 namespace kvserve::runtime {
 namespace {
 
 // The crate's ByteLevel regex (GPT-2's), used when use_regex is true.
 constexpr std::string_view kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-bool BoolField(const nlohmann::json& j, const char* key, bool fallback) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
 
 }  // namespace
 
@@ -64,7 +61,7 @@ Status PreTokenizer::AddStep(const nlohmann::json& config, PreTokenizer* out) {
   } else {
     return Status::Corruption("tokenizer.json: Split pattern is neither {Regex} nor {String}");
   }
-  const std::string behavior = config.value("behavior", std::string("Isolated"));
+  const std::string behavior = StringField(config, "behavior", "Isolated");
   if (behavior == "Isolated") {
     step.behavior = Behavior::kIsolated;
   } else if (behavior == "Removed") {

@@ -15,6 +15,7 @@
 #include "kvserve/runtime.h"
 #include "runtime/added_tokens.h"
 #include "runtime/bpe_model.h"
+#include "runtime/json_fields.h"
 #include "runtime/pre_tokenizer.h"
 #include "runtime/tokenizers.h"
 #include "runtime/unicode_text.h"
@@ -25,10 +26,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string TypeOf(const json& j) {
-  return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>()
-                                                                      : std::string();
-}
+std::string TypeOf(const json& j) { return StringField(j, "type", ""); }
 
 Status ParseNormalizer(const json& j, std::vector<NormalForm>* forms) {
   if (j.is_null()) return Status::Ok();
@@ -79,7 +77,7 @@ Status ParsePostProcessor(const json& j, std::vector<int32_t>* before, std::vect
   bool seen_sequence = false;
   for (const json& piece : single) {
     if (piece.contains("Sequence")) {
-      const std::string id = piece["Sequence"].value("id", std::string());
+      const std::string id = StringField(piece["Sequence"], "id", "");
       if (id != "A" || seen_sequence) {
         return Status::Corruption("TemplateProcessing single template must hold $A once");
       }
@@ -87,7 +85,7 @@ Status ParsePostProcessor(const json& j, std::vector<int32_t>* before, std::vect
       continue;
     }
     if (!piece.contains("SpecialToken")) return Status::Corruption("TemplateProcessing: unknown piece " + piece.dump());
-    const std::string name = piece["SpecialToken"].value("id", std::string());
+    const std::string name = StringField(piece["SpecialToken"], "id", "");
     auto it = specials.find(name);
     if (it == specials.end() || !it->contains("ids") || !(*it)["ids"].is_array()) {
       return Status::Corruption("TemplateProcessing: special token '" + name + "' has no ids");
@@ -131,11 +129,11 @@ Result<std::vector<AddedToken>> ParseAddedTokens(const json& j) {
     if (a.content.empty() || !IsValidUtf8(a.content)) {
       return Status::Corruption("added token " + std::to_string(id) + " has empty or non-UTF-8 content");
     }
-    a.special = t.value("special", false);
-    a.single_word = t.value("single_word", false);
-    a.lstrip = t.value("lstrip", false);
-    a.rstrip = t.value("rstrip", false);
-    a.normalized = t.value("normalized", !a.special);
+    a.special = BoolField(t, "special", false);
+    a.single_word = BoolField(t, "single_word", false);
+    a.lstrip = BoolField(t, "lstrip", false);
+    a.rstrip = BoolField(t, "rstrip", false);
+    a.normalized = BoolField(t, "normalized", !a.special);
     tokens.push_back(std::move(a));
   }
   return tokens;
@@ -272,7 +270,12 @@ class HfTokenizer final : public Tokenizer {
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> LoadHfTokenizerJson(const std::string& text, const std::string& name) {
-  auto t = HfTokenizer::Parse(text);
+  Result<std::unique_ptr<Tokenizer>> t = Status::Internal("unset");
+  try {
+    t = HfTokenizer::Parse(text);
+  } catch (const nlohmann::json::exception& e) {  // a field of an unexpected type
+    t = Status::Corruption(std::string("malformed: ") + e.what());
+  }
   if (!t.ok()) return t.status().WithContext(name);
   return t;
 }

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -229,6 +230,48 @@ TEST(HfTokenizerTest, RefusesWhatIsNotImplemented) {
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(";
   EXPECT_EQ(code_of(j), StatusCode::kInvalidArgument);
   EXPECT_EQ(Tokenizer::FromHfJson("{not json").status().code(), StatusCode::kCorruption);
+}
+
+TEST(HfTokenizerTest, MalformedFieldsAreErrorsNotCrashes) {
+  // Every field of a valid file replaced by values of each other type: the
+  // load returns (ok or an error), it never throws or crashes.
+  json base = MakeTokenizer({"ab"}, {"a b"});
+  base["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}})}};
+  base["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}}});
+  base["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {300}}}}}}};
+  ASSERT_TRUE(Tokenizer::FromHfJson(base.dump()).ok());
+  const std::vector<json> values = {nullptr, 7, -1, "x", json::array(), json::object(), true,
+                                    json::array({1, "a"})};
+  // Each leaf and each of its ancestors (the vocab's 256 entries: once, as a whole).
+  std::set<std::string> pointers;
+  const json flat = base.flatten();
+  for (auto it = flat.begin(); it != flat.end(); ++it) {
+    std::string pointer = it.key();
+    if (pointer.rfind("/model/vocab/", 0) == 0) pointer = "/model/vocab";
+    for (size_t slash; !pointer.empty(); pointer.resize(slash)) {
+      pointers.insert(pointer);
+      slash = pointer.rfind('/');
+    }
+  }
+  int loads = 0, errors = 0;
+  for (const std::string& pointer : pointers) {
+    for (const json& v : values) {
+      json mutated = base;
+      mutated[json::json_pointer(pointer)] = v;
+      auto t = Tokenizer::FromHfJson(mutated.dump());
+      ++loads;
+      errors += !t.ok();
+      if (t.ok()) {
+        auto ids = (*t)->Encode("ab <s> c");
+        if (ids.ok()) EXPECT_TRUE((*t)->Decode(*ids).ok());
+      }
+    }
+  }
+  EXPECT_GT(loads, 200);
+  EXPECT_GT(errors, loads / 4);
 }
 
 class TokenizerLoadTest : public ::testing::Test {
