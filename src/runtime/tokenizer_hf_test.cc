@@ -266,7 +266,9 @@ TEST(HfTokenizerTest, MalformedFieldsAreErrorsNotCrashes) {
       errors += !t.ok();
       if (t.ok()) {
         auto ids = (*t)->Encode("ab <s> c");
-        if (ids.ok()) EXPECT_TRUE((*t)->Decode(*ids).ok());
+        if (ids.ok()) {
+          EXPECT_TRUE((*t)->Decode(*ids).ok());
+        }
       }
     }
   }
