@@ -35,7 +35,7 @@ if [ "${1:-}" = "--stage" ]; then
     strip -o "$ROOT/build-cuda/carry/$b" "$BUILD/src/cuda/$b"
   done
   for lib in libzstd.so.1 liblz4.so.1 libxxhash.so.0 libfmt.so.9; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
     [ -n "$path" ] && cp -L "$path" "$ROOT/build-cuda/carry/lib/"
   done
   du -sh "$ROOT/build-cuda/carry"

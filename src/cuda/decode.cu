@@ -545,8 +545,12 @@ KV_DEV void DecodeRawSpan(const DecArgs& a, const RawSpan& span, DecRawSmem& sm)
   }
 }
 
+#ifndef KVSERVE_CUDA_PRODUCE_MIN_BLOCKS
+#define KVSERVE_CUDA_PRODUCE_MIN_BLOCKS 3
+#endif
+
 template <int D>
-__global__ void __launch_bounds__(kThreads) DecodeProduceKernel(DecArgs a, int64_t span_begin, int64_t spans,
+__global__ void __launch_bounds__(kThreads, KVSERVE_CUDA_PRODUCE_MIN_BLOCKS) DecodeProduceKernel(DecArgs a, int64_t span_begin, int64_t spans,
                                                                 int64_t tile_begin) {
   __shared__ __align__(16) uint8_t smem[DecSmemBytes<D>()];
   if (Failed(a)) return;

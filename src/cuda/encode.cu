@@ -82,7 +82,9 @@ KV_DEV void PutParam(uint8_t* p, float v, bool f32) {
 }
 
 // The rows of one head of a coded record, loaded and forward-transformed.
-template <int D>
+// kIdentity: the profile's transform is identity (compiled without the
+// other transforms, which keeps the presets' kernels lean).
+template <int D, bool kIdentity>
 struct RowSource {
   const EncArgs& a;
   RecordDesc rec;
@@ -103,7 +105,7 @@ struct RowSource {
   // value. Every lane of the warp must call it (the hadamard is warp-wide).
   KV_DEV bool Load(int t_rel, float v[kLaneElems]) const {
     LoadRow<D>(a.src, rec.layer, rec.kind, head, rec.token_begin + t_rel, v);
-    switch (a.c.transform) {
+    switch (kIdentity ? 0 : a.c.transform) {
       case 1: {  // delta
         const int anchor_every = a.c.anchor == 0 ? rec.tokens : a.c.anchor;
         const int anchor = t_rel - t_rel % anchor_every;
@@ -219,7 +221,7 @@ KV_DEV uint32_t EncodeSmallGroups(const float v[kLaneElems], int levels, bool sy
   return st;
 }
 
-template <int D>
+template <int D, bool kIdentity>
 KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) {
   using G = RowGeo<D>;
   constexpr int RPB = G::kRowsPerBlock;
@@ -230,7 +232,7 @@ KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) 
   const RecordDesc rec = a.t.records[run.record];
   const SegmentDesc seg = a.t.segments[run.segment];
   uint32_t* err = ErrorBlock(a.ws, a.L);
-  const RowSource<D> src(a, rec, run.head);
+  const RowSource<D, kIdentity> src(a, rec, run.head);
   const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
   const int ssz = f32 ? 4 : 2;
   uint8_t* scales = ParamsDst(a, rec) + run.params_rel;
@@ -506,15 +508,21 @@ KV_DEV void EncodeRawSpan(const EncArgs& a, const RawSpan& span, RawSmem& sm, ui
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(kThreads) ProduceKernel(EncArgs a, int64_t span_begin, int64_t spans,
-                                                          int64_t tile_begin) {
+// Blocks per SM the produce kernels are compiled for (register budget:
+// 65536 / (256 * blocks) per thread).
+#ifndef KVSERVE_CUDA_PRODUCE_MIN_BLOCKS
+#define KVSERVE_CUDA_PRODUCE_MIN_BLOCKS 3
+#endif
+
+template <int D, bool kIdentity>
+__global__ void __launch_bounds__(kThreads, KVSERVE_CUDA_PRODUCE_MIN_BLOCKS)
+    ProduceKernel(EncArgs a, int64_t span_begin, int64_t spans, int64_t tile_begin) {
   __shared__ __align__(16) uint8_t smem[ProduceSmemBytes<D>()];
   if (static_cast<int64_t>(blockIdx.x) < spans) {
     EncodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<RawSmem*>(smem),
                      reinterpret_cast<TileSmem<D>*>(smem)->hist);
   } else {
-    EncodeTile<D>(a, a.t.tiles[tile_begin + blockIdx.x - spans], *reinterpret_cast<TileSmem<D>*>(smem));
+    EncodeTile<D, kIdentity>(a, a.t.tiles[tile_begin + blockIdx.x - spans], *reinterpret_cast<TileSmem<D>*>(smem));
   }
 }
 
@@ -733,9 +741,11 @@ Status LaunchEncodeRange(const EncodeLaunch& e, const DeviceView& src, const Pla
   }
   KVSERVE_RETURN_IF_ERROR(KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
     constexpr int D = 32 * E;
-    if (spans + tiles > 0)
-      KV_LAUNCH(ProduceKernel<D>, static_cast<unsigned>(spans + tiles), kThreads, 0, stream)(a, range.raw_span_begin,
-                                                                                    spans, range.tile_begin);
+    const unsigned blocks = static_cast<unsigned>(spans + tiles);
+    if (blocks > 0) {
+      auto* kernel = a.c.transform == 0 ? ProduceKernel<D, true> : ProduceKernel<D, false>;
+      KV_LAUNCH(kernel, blocks, kThreads, 0, stream)(a, range.raw_span_begin, spans, range.tile_begin);
+    }
     return LaunchStatus("encode: produce");
   }));
   if (!e.direct) {
