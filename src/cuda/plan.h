@@ -24,7 +24,7 @@ namespace kvserve::cuda {
 
 inline constexpr int kTileRows = 64;      // token-axis tile height (rows per block)
 inline constexpr int kWindowBytes = 1024;  // raw-record window: one XXH3 block
-inline constexpr int kSpanWindows = 16;    // windows per raw-record span (one thread block)
+inline constexpr int kSpanWindows = 32;    // windows per raw-record span (one thread block)
 inline constexpr uint64_t kWsAlign = 256;
 
 struct RecordDesc {

@@ -24,9 +24,12 @@ KV_DEV int FindSymbol(const uint32_t* cum, int levels, uint32_t slot) {
   return lo;
 }
 
-// Shared-memory bytes per warp for a table capacity of `cap_bits`.
+constexpr size_t kRingBytes = WarpRing<true>::kSlots * WarpRing<true>::kSlotBytes;
+
+// Shared-memory bytes per warp for a table capacity of `cap_bits`: the
+// decode table, frequencies and cumulatives, the stream ring.
 KV_HD size_t WarpSmemBytes(int cap_bits) {
-  return (cap_bits <= 12 ? (size_t{4} << cap_bits) : (size_t{1} << cap_bits)) + 2048;
+  return (cap_bits <= 12 ? (size_t{4} << cap_bits) : (size_t{1} << cap_bits)) + 2048 + kRingBytes;
 }
 
 __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, int cap_bits) {
@@ -37,8 +40,9 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
   uint32_t* err = ErrorBlock(a.ws, a.L);
   uint8_t* mine = smem + static_cast<size_t>(warp) * WarpSmemBytes(cap_bits);
   const bool packed_table_fits = cap_bits <= 12;
-  uint32_t* freq = reinterpret_cast<uint32_t*>(mine + (WarpSmemBytes(cap_bits) - 2048));
+  uint32_t* freq = reinterpret_cast<uint32_t*>(mine + (WarpSmemBytes(cap_bits) - 2048 - kRingBytes));
   uint32_t* cum = freq + 256;
+  uint8_t* ring_slots = mine + (WarpSmemBytes(cap_bits) - kRingBytes);
   const SegmentDesc seg = a.t.segments[si];
   const uint8_t* in = a.bytes + SegOff(a.ws, a.L)[si];
   const uint32_t len = SegLen(a.ws, a.L)[si];
@@ -138,10 +142,11 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
   const uint64_t wend = len;
   const uint32_t lt_mask = (1u << lane) - 1u;
   const uint64_t steps = (count + 31) / 32;
+  // The renormalisation words come through the shared-memory ring.
+  WarpRing<true> ring{ring_slots};
+  ring.Start(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(in + wp) & ~uintptr_t{15}), a.bytes, in + len);
   for (uint64_t step = 0; step < steps; ++step) {
-#if defined(__CUDA_ARCH__)
-    if ((step & 7) == 0 && wp + 512 < wend) asm volatile("prefetch.global.L1 [%0];" ::"l"(in + wp + 512));
-#endif
+    ring.Ensure(in + wp + 63);
     const uint64_t i = step * 32 + lane;
     const bool active = i < count;
     bool need = false;
@@ -169,12 +174,16 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
       if (o + 2 > wend) {
         overrun = true;
       } else {
-        x = (x << 16) | GetU16(in + o);
+        x = (x << 16) | ring.Byte(in + o) | (ring.Byte(in + o + 1) << 8);
       }
     }
-    if (__any_sync(0xffffffffu, overrun)) return fail(kCorRansStream);
+    if (__any_sync(0xffffffffu, overrun)) {
+      CpAsyncWait<0>();
+      return fail(kCorRansStream);
+    }
     wp += 2 * __popc(mask);
   }
+  CpAsyncWait<0>();
   const bool final_ok = lane >= K || x == (1u << 16);
   if (wp != wend || !__all_sync(0xffffffffu, final_ok)) fail(kCorRansStream);
 }
