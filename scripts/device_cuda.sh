@@ -84,11 +84,14 @@ PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/bench/torch_kivi_reference.py" --t
 
 if [ -n "${KVSERVE_NCU:-}" ]; then
   echo "== Nsight Compute: one encode and one decode of ${KVSERVE_NCU} at 8K tokens"
-  timeout 300 ncu --clock-control none --kernel-name regex:'Produce|Rans|Record' \
+  timeout 300 ncu --clock-control none --kernel-name regex:'Tiles|RawSpans|Rans|Record' --print-details all \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section InstructionStats --section MemoryWorkloadAnalysis_Tables \
     "$BIN/kvserve_cuda_bench" --tokens 8192 --repeats 0 --presets "$KVSERVE_NCU" --no-verify --no-stages \
     > "$OUT/ncu.txt" 2>&1 || echo "ncu exit $?"
   grep -E "^  [A-Za-z].*\(|Duration|Memory Throughput|Achieved Occupancy|Registers Per|Stall" "$OUT/ncu.txt" | head -80
+  echo "== local memory instructions per kernel (cuobjdump)"
+  cuobjdump -sass "$BIN/kvserve_cuda_bench" 2>/dev/null | awk '/Function :/ {f=$3} /LDL|STL/ {n[f]++} END {for (k in n) print n[k], k}' | sort -rn | head -20
 fi
 
 if [ "${KVSERVE_SANITIZER:-1}" != "0" ]; then

@@ -235,11 +235,12 @@ struct WarpRing {
     ready = issued - 1;
     Issue();
   }
+  // (Ranges are below 4 GiB: 32-bit offsets, shifts and masks.)
   KV_DEV uint32_t Byte(const uint8_t* g) const {
-    const int64_t off = kForward ? g - base : (base - 1) - g;
-    const int64_t piece = off / kSlotBytes;
-    const int64_t in_piece = kForward ? off % kSlotBytes : kSlotBytes - 1 - off % kSlotBytes;
-    return slots[(piece % kSlots) * kSlotBytes + in_piece];
+    static_assert(kSlotBytes == 1024 && kSlots == 4, "Byte's shifts assume 4 slots of 1 KiB");
+    const uint32_t off = static_cast<uint32_t>(kForward ? g - base : (base - 1) - g);
+    const uint32_t in_piece = kForward ? (off & 1023u) : 1023u - (off & 1023u);
+    return slots[((off >> 10) & 3u) * kSlotBytes + in_piece];
   }
 };
 

@@ -125,10 +125,20 @@ KV_HD uint16_t FloatToHalfBitsInteger(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
   return static_cast<uint16_t>(sign | r);
 }
-// fp32 -> fp16 bits, round-to-nearest-even. On the device the hardware
-// conversion, moved into an integer register at once: no .f16 register is
-// ever stored as bytes (see FloatToHalfBitsInteger).
+// fp32 -> fp16 bits for values that are stored (scales, zero points,
+// outputs): integer arithmetic on the device (see FloatToHalfBitsInteger).
 KV_HD uint16_t FloatToHalfBits(float f) {
+#ifdef __CUDA_ARCH__
+  return FloatToHalfBitsInteger(f);
+#else
+  return ::kvserve::FloatToHalf(f);
+#endif
+}
+// The same bits for arithmetic only (the grid search's rounding steps): the
+// hardware conversion. Its result must never be stored as bytes: with nvcc
+// 13 / sm_90a that wrote the wrong byte of the register (seen again on the
+// H200 in the random-profile test with unstaged f16 parameters).
+KV_HD uint16_t FloatToHalfBitsForMath(float f) {
 #ifdef __CUDA_ARCH__
   return __half_as_ushort(__float2half_rn(f));
 #else

@@ -202,6 +202,14 @@ struct SymbolCounter {
   }
 };
 
+// The grid search as a call (not inlined): the small-group path runs it up
+// to 16 times per row, and 16 inlined copies cost more in instruction-cache
+// misses than the calls do.
+__device__ __noinline__ uint32_t GridParamsCall(int levels, bool symmetric, bool f16, float mn, float mx,
+                                                float* scale, float* zero) {
+  return GridParamsFor(levels, symmetric, f16, mn, mx, scale, zero);
+}
+
 // Token-axis groups smaller than a lane's 16 channels: GC channels each.
 // put(g, scale, zero) stores the lane's g-th group's parameters.
 template <int GC, typename Put>
@@ -217,7 +225,7 @@ KV_DEV uint32_t EncodeSmallGroups(const float v[kLaneElems], int levels, bool sy
       mx = v[j] > mx ? v[j] : mx;
     }
     float scale, zero;
-    const uint32_t s = GridParamsFor(levels, sym, !f32, mn, mx, &scale, &zero);
+    const uint32_t s = GridParamsCall(levels, sym, !f32, mn, mx, &scale, &zero);
     if (s != kDevOk) {
       st = s;
       scale = 0.0f;
@@ -233,6 +241,13 @@ KV_DEV uint32_t EncodeSmallGroups(const float v[kLaneElems], int levels, bool sy
 
 // The jobs of tile `ti`: one per row block of a token-axis tile; a
 // channel-axis tile (one token group) is one job; a pruned tile none.
+// Row blocks a token-axis job covers: as many as one stage holds.
+template <int D>
+KV_DEV int BlocksPerJob(const EncArgs& a) {
+  const int n = kRowStage / (RowGeo<D>::kRowsPerBlock * D * a.src.elem_bytes);
+  return n > 0 ? n : 1;
+}
+
 template <int D>
 KV_DEV int TileJobs(const EncArgs& a, int64_t ti) {
   const TileDesc tile = a.t.tiles[ti];
@@ -240,7 +255,8 @@ KV_DEV int TileJobs(const EncArgs& a, int64_t ti) {
   if (run.levels == 0) return 0;
   if (run.axis != 0) return 1;
   constexpr int RPB = RowGeo<D>::kRowsPerBlock;
-  return (tile.row_end - tile.row_begin + RPB - 1) / RPB;
+  const int rows_per_job = RPB * BlocksPerJob<D>(a);
+  return (tile.row_end - tile.row_begin + rows_per_job - 1) / rows_per_job;
 }
 
 // Whether job (ti, it) reads its rows from shared memory: the view allows
@@ -260,8 +276,9 @@ KV_DEV void PrefetchJob(const EncArgs& a, int64_t ti, int it, uint32_t* stage) {
   const RunDesc run = a.t.runs[tile.run];
   if (!JobIsStaged<D>(a, tile, run)) return;
   const RecordDesc rec = a.t.records[run.record];
-  const int r0 = it * RPB;
-  const int rows = tile.row_end - tile.row_begin - r0 < RPB ? tile.row_end - tile.row_begin - r0 : RPB;
+  const int span = run.axis == 0 ? RPB * BlocksPerJob<D>(a) : RPB;
+  const int r0 = it * span;
+  const int rows = tile.row_end - tile.row_begin - r0 < span ? tile.row_end - tile.row_begin - r0 : span;
   const int row_bytes = D * a.src.elem_bytes;
   const int chunks_per_row = row_bytes / 16;
   const int first = rec.token_begin + run.begin + tile.row_begin + r0;
@@ -273,9 +290,10 @@ KV_DEV void PrefetchJob(const EncArgs& a, int64_t ti, int it, uint32_t* stage) {
   }
 }
 
-// One job: row block `it` of tile `ti`, its source rows in `stage` when
-// JobIsStaged (a channel-axis tile of several row blocks reads its rows
-// from the view twice: statistics, then codes).
+// One job: job `it` of tile `ti` (token axis: BlocksPerJob row blocks from
+// row block it * BlocksPerJob), its source rows in `stage` when JobIsStaged
+// (a channel-axis tile of several row blocks reads its rows from the view
+// twice: statistics, then codes).
 template <int D, bool kIdentity>
 KV_DEV void EncodeJob(const EncArgs& a, int64_t ti, int it, const uint32_t* stage, TileSmem<D>& sm) {
   using G = RowGeo<D>;
@@ -310,9 +328,11 @@ KV_DEV void EncodeJob(const EncArgs& a, int64_t ti, int it, const uint32_t* stag
   }
   // Row r (tile-relative) of row block `block`, transformed. Lanes past the
   // tile's rows load the block's first row (every lane must take part).
+  // `stage_first`: the first row block in the stage.
+  int stage_first = 0;
   auto load = [&](int block, int r, float v[kLaneElems]) {
     const int rr = r < rows ? r : block * RPB;
-    const uint32_t* staged = stage != nullptr ? stage + (rr - block * RPB) * stage_row_words : nullptr;
+    const uint32_t* staged = stage != nullptr ? stage + (rr - stage_first * RPB) * stage_row_words : nullptr;
     return src.Load(run.begin + tile.row_begin + rr, staged, v);
   };
   // Every lane of the warp calls it (the symbol count is warp-wide).
@@ -340,14 +360,18 @@ KV_DEV void EncodeJob(const EncArgs& a, int64_t ti, int it, const uint32_t* stag
   };
 
   if (run.axis == 0) {
-    // Token axis: groups of gc channels inside each row; this job is row block `it`.
+    // Token axis: groups of gc channels inside each row; this job is row
+    // blocks [it * BlocksPerJob, ...) of the tile.
     const int gc = run.group;
     const int gpr = D / gc;
     const bool stage_params = RPB * gpr * ssz <= kParamStage;
-    const int r = it * RPB + r_local;
+    const int per_job = BlocksPerJob<D>(a);
+    stage_first = it * per_job;
+    for (int blk = stage_first; blk < stage_first + per_job && blk < iters; ++blk) {
+    const int r = blk * RPB + r_local;
     const bool active = r < rows;
     float v[kLaneElems];
-    const bool finite = load(it, r, v);
+    const bool finite = load(blk, r, v);
     if (active && !finite) RecordError(err, kDevNonFinite, run.record, 0);
     uint32_t codes[kLaneElems];
     const int64_t row_group0 = static_cast<int64_t>(tile.row_begin + r) * gpr;  // first group of the row
@@ -401,13 +425,15 @@ KV_DEV void EncodeJob(const EncArgs& a, int64_t ti, int it, const uint32_t* stag
     }
     emit(codes, r, active);
     __syncthreads();
-    flush_codes(it);
+    flush_codes(blk);
     if (stage_params) {
-      const int r0 = it * RPB;
+      const int r0 = blk * RPB;
       const int groups = (rows - r0 < RPB ? rows - r0 : RPB) * gpr;
       const int64_t g0 = static_cast<int64_t>(tile.row_begin + r0) * gpr;
       StoreFromSmem(scales + g0 * ssz, sm.scales, 0, groups * ssz, threadIdx.x, kThreads);
       if (!sym) StoreFromSmem(zeros + g0 * ssz, sm.zeros, 0, groups * ssz, threadIdx.x, kThreads);
+    }
+    __syncthreads();  // the staging buffers are reused by the next row block
     }
     if (count_symbols) counter.Flush(SegHist(a.ws, a.L, seg));
     return;

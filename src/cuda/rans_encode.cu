@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
   // the stream is the reverse of the emission order, so emission e lands at
   // slot[cap - 2 (e + 1)] and the stream ends at the slot's end.
   uint32_t x = 1u << 16;
-  uint64_t words = 0;
+  uint32_t words = 0;  // segments hold < 2^32 symbols
   const int64_t steps = static_cast<int64_t>((count + 31) / 32);
   const uint32_t above = lane == 31 ? 0u : ~0u << (lane + 1);
   // The symbols come through a backward shared-memory ring from the end.
@@ -146,9 +146,8 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
       const bool emit = active && static_cast<uint64_t>(x) >= (static_cast<uint64_t>(e.x) << (32 - n));
       const uint32_t mask = __ballot_sync(0xffffffffu, emit);
       if (emit) {
-        const uint64_t idx = words + __popc(mask & above);
-        const int64_t pos = static_cast<int64_t>(cap) - 2 * static_cast<int64_t>(idx + 1);
-        if (pos >= 0) *reinterpret_cast<uint16_t*>(slot + pos) = static_cast<uint16_t>(x);
+        const uint32_t idx = words + __popc(mask & above);
+        if (2 * (idx + 1) <= cap) *reinterpret_cast<uint16_t*>(slot + (cap - 2 * (idx + 1))) = static_cast<uint16_t>(x);
         x >>= 16;
       }
       words += __popc(mask);
@@ -163,7 +162,7 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
   uint32_t vbytes = 0;
   for (int s = lane; s < levels; s += 32) vbytes += VarintBytes(freq[s]);
   for (int off = 16; off > 0; off >>= 1) vbytes += __shfl_xor_sync(0xffffffffu, vbytes, off);
-  const uint64_t rans_size = 3 + vbytes + 4ull * K + 2 * words;
+  const uint64_t rans_size = 3 + vbytes + 4ull * K + 2ull * words;
   __syncwarp();
   if (rans_size < cap) {
     const uint64_t start = cap - rans_size;

@@ -160,12 +160,15 @@ KV_DEV void StoreRow(const DeviceView& v, int layer, int kind, int head, int tok
 // piece is 16 contiguous, aligned bytes of the view.
 KV_DEV int64_t RawChunkElem(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
                             uint64_t d) {
-  const uint64_t e0 = d / v.elem_bytes;
-  const uint64_t per_head = static_cast<uint64_t>(tokens) * head_dim;
-  const int head = static_cast<int>(e0 / per_head);
-  const uint64_t rem = e0 % per_head;
-  const int token = static_cast<int>(rem / head_dim), i = static_cast<int>(rem % head_dim);
-  return RowElemOffset(v, layer, kind, head, token_begin + token) + i * v.dim;
+  // Rows are head_dim * elem_bytes bytes, a power of two: shifts, and one
+  // 32-bit division for the head (rows < 2^26).
+  const int elem_shift = v.elem_bytes == 4 ? 2 : 1;
+  const int row_shift = (31 - __clz(head_dim)) + elem_shift;
+  const uint32_t row = static_cast<uint32_t>(d >> row_shift);
+  const uint32_t head = row / static_cast<uint32_t>(tokens);
+  const int token = static_cast<int>(row - head * static_cast<uint32_t>(tokens));
+  const int i = static_cast<int>((d & ((uint64_t{1} << row_shift) - 1)) >> elem_shift);
+  return RowElemOffset(v, layer, kind, static_cast<int>(head), token_begin + token) + i * v.dim;
 }
 
 // Those 16 bytes as 4 words.
