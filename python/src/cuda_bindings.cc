@@ -449,8 +449,10 @@ class CudaEncoderPy {
   py::object Deliver(Target& t, Stream stream) {
     if (!t.host) return py::cast(t.frame);
     const uint64_t n = t.frame->Size();  // rANS: synchronises
-    py::gil_scoped_release release;
-    ThrowCuda(cudaMemcpyAsync(t.host->data, t.frame->data, n, cudaMemcpyDeviceToHost, stream), "copy the frame to out");
+    {
+      py::gil_scoped_release release;
+      ThrowCuda(cudaMemcpyAsync(t.host->data, t.frame->data, n, cudaMemcpyDeviceToHost, stream), "copy the frame to out");
+    }
     return py::int_(n);
   }
 
