@@ -29,6 +29,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
+#include "kvserve/paged.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
 
@@ -108,6 +109,20 @@ class Encoder {
                              Stream stream) = 0;
   virtual Status Finish(void* workspace, uint64_t* frame_bytes, Stream stream) = 0;
 
+  // Paged caches (kvserve/paged.h): as Encode / EncodeLayer, gathering one
+  // request's KV from an engine's pages (device memory) through its block
+  // table. The view's page-pointer arrays and block table are host arrays
+  // (of device pointers / block ids); they are copied stream-ordered into
+  // the workspace before the call returns, so they may change afterwards.
+  // The frame is byte-identical to that of the same KV laid out
+  // contiguously. InvalidArgument when the view is invalid
+  // (PagedKvView::Validate), differs from the plan's shape or dtype, or has
+  // page pointers not aligned to the element size.
+  virtual Status EncodePaged(const PagedKvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
+                             Stream stream) = 0;
+  virtual Status EncodeLayerPaged(int layer, const PagedKvView& kv, void* workspace, uint8_t* frame,
+                                  Stream stream) = 0;
+
   // Synchronises `stream` and returns the first error the kernels recorded
   // in `workspace` since the last Encode/Begin (OK if none), and resets it.
   virtual Status Check(void* workspace, Stream stream) = 0;
@@ -152,6 +167,14 @@ class Decoder {
   // frame or bad pointers.
   virtual Status DecodeLayer(int layer, const uint8_t* records, uint64_t bytes, const MutableKvView& out,
                              uint8_t* keep_mask, void* workspace, Stream stream) = 0;
+
+  // Paged receivers: as Decode / DecodeLayer, scattering into the pages of
+  // `out` through its own block table (which need not match the sender's;
+  // tables and page arrays are copied as for Encoder::EncodePaged).
+  virtual Status DecodePaged(const uint8_t* frame, uint64_t frame_bytes, const MutablePagedKvView& out,
+                             uint8_t* keep_mask, void* workspace, Stream stream) = 0;
+  virtual Status DecodeLayerPaged(int layer, const uint8_t* records, uint64_t bytes, const MutablePagedKvView& out,
+                                  uint8_t* keep_mask, void* workspace, Stream stream) = 0;
 
   // As Encoder::Check.
   virtual Status Check(void* workspace, Stream stream) = 0;

@@ -27,6 +27,7 @@
 #include "kvserve/cuda.h"
 #include "kvserve/kv.h"
 #include "kvserve/kv_file.h"
+#include "kvserve/paged.h"
 #include "kvserve/profile.h"
 #include "quantizers/grid_kernels.h"
 
@@ -691,6 +692,141 @@ TEST(CudaDevice, NegativeKindStrideEqualsContiguous) {
   }();
   bad.strides.head = -bad.strides.head;
   EXPECT_EQ(GpuEncode(*Profile::Parse("kivi-2"), bad, nullptr).status.code(), StatusCode::kInvalidArgument);
+}
+
+// One request's KV in an engine's per-layer page caches (host memory): a
+// random block table over more blocks than it needs, other slots poisoned.
+struct HostPages {
+  std::vector<std::vector<uint8_t>> layers;
+  std::vector<void*> pointers;
+  std::vector<int32_t> table;
+  int32_t num_blocks = 0, block_size = 0;
+  PagedLayout layout = PagedLayout::kVllm;
+};
+
+HostPages MakePages(std::mt19937& rng, const KvShape& s, DType dtype, PagedLayout layout, int block_size) {
+  HostPages p;
+  p.layout = layout;
+  p.block_size = block_size;
+  const int32_t need = (s.tokens + block_size - 1) / block_size;
+  p.num_blocks = need + 3 + static_cast<int32_t>(rng() % 5);
+  const PagedLayerGeometry geo = *DescribePagedLayout(layout, p.num_blocks, block_size, s.kv_heads, s.head_dim);
+  std::vector<int32_t> ids(p.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  p.table.assign(ids.begin(), ids.begin() + need);
+  for (int l = 0; l < s.layers; ++l) {
+    p.layers.emplace_back(static_cast<size_t>(geo.layer_elements) * DTypeSize(dtype), 0xA5);
+    p.pointers.push_back(p.layers.back().data());
+  }
+  return p;
+}
+
+// Views of `pages` whose layer tensors start at `layer_data` (host or device).
+PagedKvLayers LayersOf(const HostPages& pages, DType dtype, const KvShape& s, const std::vector<void*>& layer_data) {
+  return *PagedKvLayers::Create(pages.layout, dtype, layer_data, pages.num_blocks, pages.block_size, s.kv_heads,
+                                s.head_dim);
+}
+
+// Device copies of a request's page caches.
+struct DevicePages {
+  std::vector<std::unique_ptr<DeviceBuffer<>>> buffers;
+  std::vector<void*> pointers;
+  explicit DevicePages(const HostPages& p) {
+    for (const auto& layer : p.layers) {
+      buffers.push_back(std::make_unique<DeviceBuffer<>>(layer.size()));
+      (void)cudaMemcpy(buffers.back()->ptr, layer.data(), layer.size(), cudaMemcpyHostToDevice);
+      pointers.push_back(buffers.back()->ptr);
+    }
+  }
+  void CopyBack(HostPages& p) const {
+    for (size_t l = 0; l < buffers.size(); ++l)
+      (void)cudaMemcpy(p.layers[l].data(), buffers[l]->ptr, p.layers[l].size(), cudaMemcpyDeviceToHost);
+  }
+};
+
+// Frames encoded from pages (vLLM's two layouts, FlashInfer NHD and HND;
+// random block tables; block sizes 16 and 32) equal the contiguous cache's
+// frame, whole and layer by layer; frames decoded into a receiver's pages
+// (another layout, block size and table) hold the contiguous decode's
+// values and mask.
+TEST(CudaDevice, PagedFramesEqualContiguousFrames) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(31);
+  const KvShape shape{2, 2, 300, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 7);
+  const PagedLayout layouts[] = {PagedLayout::kVllm, PagedLayout::kVllmBlockFirst, PagedLayout::kFlashInferNhd,
+                                 PagedLayout::kFlashInferHnd};
+  const char* specs[] = {"kivi-2", "none", "kvserve-h2r", "duo"};
+  int round = 0;
+  for (PagedLayout layout : layouts)
+    for (int block_size : {16, 32}) {
+      const char* spec = specs[round++ % 4];
+      SCOPED_TRACE(std::string(PagedLayoutName(layout)) + " block " + std::to_string(block_size) + " " + spec);
+      const Profile p = *Profile::Parse(spec);
+      const std::vector<uint8_t> want = CpuEncode(p, cache.view(), &scores);
+      HostPages sender = MakePages(rng, shape, DType::kBF16, layout, block_size);
+      const PagedKvLayers host_layers = LayersOf(sender, DType::kBF16, shape, sender.pointers);
+      ASSERT_TRUE(CopyToPages(cache.view(), *host_layers.MutableView(sender.table, shape.tokens)).ok());
+      DevicePages dev(sender);
+      const PagedKvLayers dev_layers = LayersOf(sender, DType::kBF16, shape, dev.pointers);
+      const PagedKvView view = *dev_layers.View(sender.table, shape.tokens);
+
+      auto enc = Encoder::Create(p, shape, DType::kBF16, &scores);
+      ASSERT_TRUE(enc.ok());
+      DeviceBuffer<> ws((*enc)->WorkspaceBytes()), frame((*enc)->MaxFrameBytes());
+      DeviceBuffer<uint64_t> size(8);
+      for (bool by_layer : {false, true}) {
+        if (by_layer) {
+          ASSERT_TRUE((*enc)->Begin(ws.ptr, frame.ptr, nullptr).ok());
+          for (int l = 0; l < shape.layers; ++l)
+            ASSERT_TRUE((*enc)->EncodeLayerPaged(l, view, ws.ptr, frame.ptr, nullptr).ok());
+          ASSERT_TRUE((*enc)->Finish(ws.ptr, size.ptr, nullptr).ok());
+        } else {
+          ASSERT_TRUE((*enc)->EncodePaged(view, ws.ptr, frame.ptr, size.ptr, nullptr).ok());
+        }
+        ASSERT_TRUE((*enc)->Check(ws.ptr, nullptr).ok());
+        uint64_t n = 0;
+        (void)cudaMemcpy(&n, size.ptr, 8, cudaMemcpyDeviceToHost);
+        std::vector<uint8_t> got(n);
+        (void)cudaMemcpy(got.data(), frame.ptr, n, cudaMemcpyDeviceToHost);
+        EXPECT_EQ(FirstDifference(got, want), SIZE_MAX) << (by_layer ? "layer by layer" : "whole");
+      }
+
+      // Receive into other pages: the next layout, the other block size, a new table.
+      const PagedLayout rlayout = layouts[(static_cast<int>(layout) + 1) % 4];
+      HostPages receiver = MakePages(rng, shape, DType::kBF16, rlayout, block_size == 16 ? 32 : 16);
+      DevicePages rdev(receiver);
+      const PagedKvLayers rdev_layers = LayersOf(receiver, DType::kBF16, shape, rdev.pointers);
+      const Decoded whole = CpuDecode(want, shape, DType::kBF16);
+      ASSERT_TRUE(whole.status.ok());
+      auto dec = Decoder::Create(want);
+      ASSERT_TRUE(dec.ok());
+      DeviceBuffer<> dws((*dec)->WorkspaceBytes()), dframe(want.size()), mask(whole.mask.size());
+      (void)cudaMemcpy(dframe.ptr, want.data(), want.size(), cudaMemcpyHostToDevice);
+      ASSERT_TRUE((*dec)->DecodePaged(dframe.ptr, want.size(), *rdev_layers.MutableView(receiver.table, shape.tokens),
+                                      mask.ptr, dws.ptr, nullptr).ok());
+      ASSERT_TRUE((*dec)->Check(dws.ptr, nullptr).ok());
+      rdev.CopyBack(receiver);
+      std::vector<uint8_t> values(whole.values.size()), m(whole.mask.size());
+      const PagedKvLayers rhost = LayersOf(receiver, DType::kBF16, shape, receiver.pointers);
+      ASSERT_TRUE(CopyFromPages(*rhost.View(receiver.table, shape.tokens),
+                                MutableKvView{values.data(), DType::kBF16, shape, KvStrides::Contiguous(shape)})
+                      .ok());
+      (void)cudaMemcpy(m.data(), mask.ptr, m.size(), cudaMemcpyDeviceToHost);
+      EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
+      EXPECT_EQ(m, whole.mask);
+    }
+  // A table naming a block past the cache is refused before any launch.
+  HostPages bad = MakePages(rng, shape, DType::kBF16, PagedLayout::kVllm, 16);
+  DevicePages bdev(bad);
+  bad.table[1] = bad.num_blocks;
+  const PagedKvLayers blayers = LayersOf(bad, DType::kBF16, shape, bdev.pointers);
+  PagedKvView bview = *blayers.View(bad.table, shape.tokens);
+  auto enc = Encoder::Create(*Profile::Parse("kivi-2"), shape, DType::kBF16);
+  DeviceBuffer<> ws((*enc)->WorkspaceBytes()), frame((*enc)->MaxFrameBytes());
+  EXPECT_EQ((*enc)->EncodePaged(bview, ws.ptr, frame.ptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {
