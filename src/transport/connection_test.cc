@@ -12,21 +12,15 @@
 #include <vector>
 
 #include "kvserve/transport.h"
+#include "transport/transport_test_util.h"
 #include "transport/wire.h"
 
 namespace kvserve {
 namespace {
 
-enum class Kind { kLoopback, kTcp };
-
-std::unique_ptr<Transport> MakeTransport(Kind kind, size_t buffer_bytes = 1 << 20) {
-  if (kind == Kind::kTcp) return NewTcpTransport();
-  LoopbackTransportOptions o;
-  o.buffer_bytes = buffer_bytes;
-  return NewLoopbackTransport(o);
-}
-
-std::string ListenAddress(Kind kind) { return kind == Kind::kTcp ? "127.0.0.1:0" : "server"; }
+using transporttest::Kind;
+using transporttest::ListenAddress;
+using transporttest::MakeTransport;
 
 ConnectionOptions Options(std::string secret, std::string id) {
   ConnectionOptions o;
@@ -266,12 +260,8 @@ TEST_P(ConnectionTest, InjectedFaultsBecomeClearErrors) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ConnectionTest,
-                         ::testing::Values(Kind::kLoopback, Kind::kTcp),
-                         [](const auto& info) {
-                           return info.param == Kind::kTcp ? std::string("Tcp")
-                                                           : std::string("Loopback");
-                         });
+INSTANTIATE_TEST_SUITE_P(Transports, ConnectionTest, ::testing::ValuesIn(transporttest::AllKinds()),
+                         transporttest::KindName);
 
 // A slow consumer (reads delayed and capped through the fault wrapper)
 // bounds how far the sender can run ahead: the loopback pipe holds at most

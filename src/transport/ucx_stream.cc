@@ -1,0 +1,151 @@
+// Copyright kvserve authors. The Stream of the UCX transport: writes cut into
+// active messages within the peer's credit window, reads from the segments
+// the engine received (ucx_engine.h has the protocol).
+#include "transport/ucx_stream.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace kvserve::transport::ucx {
+
+namespace {
+
+// Waits on s.cv until `ready` or `idle_seconds` pass without progress
+// (s.last_progress moving counts as progress); false on such a timeout.
+template <typename Pred>
+bool WaitWithIdleTimeout(StreamState& s, std::unique_lock<std::mutex>& lock, double idle_seconds,
+                         Pred ready) {
+  for (;;) {
+    if (ready()) return true;
+    if (idle_seconds < 0) {
+      s.cv.wait(lock);
+      continue;
+    }
+    const double deadline = s.last_progress + idle_seconds;
+    const double left = deadline - MonotonicSeconds();
+    if (left <= 0) return ready();
+    s.cv.wait_for(lock, std::chrono::duration<double>(left));
+  }
+}
+
+}  // namespace
+
+UcxStream::UcxStream(std::shared_ptr<Engine> engine, std::shared_ptr<StreamState> state)
+    : engine_(std::move(engine)), state_(std::move(state)) {}
+
+UcxStream::~UcxStream() { Close(); }
+
+Status UcxStream::WriteError(const StreamState& s) const {
+  if (s.local_closed) return Status::Unavailable("stream closed");
+  if (s.peer_closed) return Status::Unavailable("connection closed by peer " + s.remote);
+  return s.failure;
+}
+
+Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) {
+  StreamState& s = *state_;
+  WriteOp op;
+  Status result;
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.last_progress = MonotonicSeconds();
+  size_t issued = 0;
+  while (issued < bytes.size()) {
+    result = WriteError(s);
+    if (!result.ok()) break;
+    const uint64_t limit = s.peer_read + s.peer_window;
+    if (s.send_offset >= limit) {
+      // Back-pressure: a full window is unread by the peer.
+      const bool moved = WaitWithIdleTimeout(s, lock, timeout_seconds, [&] {
+        return s.peer_read + s.peer_window > s.send_offset || !WriteError(s).ok();
+      });
+      if (!moved) {
+        result = Status::Timeout("write to " + s.remote + ": the peer read nothing within " +
+                                 std::to_string(timeout_seconds) + " s");
+        break;
+      }
+      continue;
+    }
+    const size_t n = static_cast<size_t>(
+        std::min<uint64_t>({limit - s.send_offset, s.segment_bytes, bytes.size() - issued}));
+    const uint64_t offset = s.send_offset;
+    s.send_offset += n;
+    ++op.outstanding;
+    engine_->Send(state_, bytes.data() + issued, n, offset, &op);
+    issued += n;
+  }
+  // The sends reference the caller's bytes: wait for every one of them.
+  if (result.ok()) {
+    const bool done = WaitWithIdleTimeout(s, lock, timeout_seconds,
+                                          [&] { return op.outstanding == 0; });
+    if (!done)
+      result = Status::Timeout("write to " + s.remote + ": no progress within " +
+                               std::to_string(timeout_seconds) + " s");
+  }
+  if (op.outstanding > 0) {
+    // Failed or timed out with sends in flight: close the endpoint by force
+    // (its sends complete as cancelled) so the bytes are released.
+    if (s.failure.ok()) s.failure = result;
+    engine_->Close(state_, /*force=*/true);
+    s.cv.wait(lock, [&] { return op.outstanding == 0; });
+  }
+  if (result.ok()) result = op.error;
+  if (!result.ok() && result.code() == StatusCode::kTimeout && s.failure.ok()) s.failure = result;
+  return result.ok() ? result : result.WithContext("UCX");
+}
+
+Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds) {
+  if (buffer.empty()) return Status::InvalidArgument("Read into an empty buffer");
+  StreamState& s = *state_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  const double deadline = timeout_seconds < 0 ? std::numeric_limits<double>::infinity()
+                                              : MonotonicSeconds() + timeout_seconds;
+  for (;;) {
+    auto it = s.segments.begin();
+    // The oldest segment starts at read_offset - consumed (all before it
+    // were read).
+    const bool at_front =
+        it != s.segments.end() && it->first + it->second.consumed == s.read_offset;
+    if (at_front && it->second.complete) {
+      Segment& seg = it->second;
+      const size_t n = std::min(buffer.size(), seg.length - seg.consumed);
+      std::memcpy(buffer.data(), seg.data.get() + seg.consumed, n);
+      seg.consumed += n;
+      s.read_offset += n;
+      if (seg.consumed == seg.length) {
+        if (seg.pooled && s.free_buffers.size() * s.segment_bytes < s.window)
+          s.free_buffers.push_back(std::move(seg.data));
+        s.segments.erase(it);
+      }
+      // Tell the sender what was read once a quarter window accumulated.
+      if (s.read_offset - s.granted >= std::max<uint64_t>(1, s.window / 4)) {
+        s.granted = s.read_offset;
+        engine_->Credit(state_, s.read_offset);
+      }
+      return n;
+    }
+    if (s.local_closed) return Status::Unavailable("stream closed");
+    if (s.peer_closed && s.read_offset >= s.peer_total)
+      return Status::Unavailable("connection closed by peer " + s.remote);
+    if (!s.failure.ok() && !at_front) return s.failure;
+    const double left = deadline - MonotonicSeconds();
+    if (left <= 0)
+      return Status::Timeout("read from " + s.remote + ": nothing within " +
+                             std::to_string(timeout_seconds) + " s");
+    s.cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
+  }
+}
+
+void UcxStream::Close() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->local_closed) return;
+    state_->local_closed = true;
+    state_->cv.notify_all();
+  }
+  engine_->Close(state_, /*force=*/false);
+}
+
+std::string UcxStream::RemoteAddress() const { return "ucx:" + state_->remote; }
+
+}  // namespace kvserve::transport::ucx
+
