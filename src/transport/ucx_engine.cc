@@ -206,7 +206,7 @@ class Engine::Impl {
 
   // Closes the endpoint (by force: flushed already, or abandoned), sends
   // CLOSE(bytes sent) on the control connection and forgets the stream.
-  void FinishClose(const std::shared_ptr<StreamState>& s) {
+  void FinishClose(std::shared_ptr<StreamState> s) {  // by value: erasing it below must not free it
     flushing_.remove(s);
     if (streams_.erase(s->local_id) == 0) return;  // already finished
     CloseEp(*s);
