@@ -10,6 +10,7 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libasio-dev libssl-dev libhiredis-dev redis-server iproute2
+  libucx-dev ucx-utils nftables        # UCX transport; nft emulates packet loss where tc netem is absent
   libsentencepiece-dev sentencepiece
   libsqlite3-dev libnlopt-cxx-dev libnlopt-dev
   libgtest-dev libgmock-dev libbenchmark-dev

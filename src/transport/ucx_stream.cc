@@ -75,11 +75,15 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
   }
   // The sends reference the caller's bytes: wait for every one of them.
   if (result.ok()) {
-    const bool done = WaitWithIdleTimeout(s, lock, timeout_seconds,
-                                          [&] { return op.outstanding == 0; });
-    if (!done)
+    const bool done = WaitWithIdleTimeout(s, lock, timeout_seconds, [&] {
+      return op.outstanding == 0 || !WriteError(s).ok();
+    });
+    if (!done) {
       result = Status::Timeout("write to " + s.remote + ": no progress within " +
                                std::to_string(timeout_seconds) + " s");
+    } else if (op.outstanding > 0) {
+      result = WriteError(s);  // closed or failed with sends in flight
+    }
   }
   if (op.outstanding > 0) {
     // Failed or timed out with sends in flight: close the endpoint by force
