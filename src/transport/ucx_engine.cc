@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <future>
@@ -41,7 +42,8 @@ void EncodeHeader(uint8_t kind, const StreamId& id, uint64_t value, uint8_t out[
 // A send in flight: the header must stay valid until UCP completes it.
 struct SendRequest {
   std::shared_ptr<StreamState> state;
-  WriteOp* op = nullptr;  // null for CREDIT
+  WriteOp* op = nullptr;  // the Write waiting for it (null for CREDIT)
+  bool data = false;      // DATA (counts towards send_completed), else CREDIT
   size_t length = 0;
   uint8_t header[kAmHeaderBytes];
 };
@@ -159,12 +161,13 @@ class Engine::Impl {
     return Status::Ok();
   }
 
-  void SendOnThread(SendRequest* r, const uint8_t* bytes) {
+  // Starts a send; true when it is still in progress. Holds worker_mu_.
+  bool SendOnThread(SendRequest* r, const uint8_t* bytes) {
     StreamState& s = *r->state;
     auto ep = static_cast<ucp_ep_h>(s.ep);
     if (ep == nullptr || s.closing) {
       Complete(r, UCS_ERR_CANCELED);
-      return;
+      return false;
     }
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -173,9 +176,13 @@ class Engine::Impl {
     ucs_status_ptr_t sp = ucp_am_send_nbx(ep, kAmId, r->header, kAmHeaderBytes, bytes, r->length, &p);
     if (sp == nullptr) {
       Complete(r, UCS_OK);
-    } else if (UCS_PTR_IS_ERR(sp)) {
-      Complete(r, UCS_PTR_STATUS(sp));
+      return false;
     }
+    if (UCS_PTR_IS_ERR(sp)) {
+      Complete(r, UCS_PTR_STATUS(sp));
+      return false;
+    }
+    return true;
   }
 
   void BeginClose(const std::shared_ptr<StreamState>& s, bool force) {
@@ -310,7 +317,7 @@ class Engine::Impl {
     {
       std::lock_guard<std::mutex> lock(s.mu);
       s.last_progress = MonotonicSeconds();
-      if (status == UCS_OK && r->op != nullptr) s.send_completed += r->length;
+      if (status == UCS_OK && r->data) s.send_completed += r->length;
       if (r->op != nullptr) {
         --r->op->outstanding;
         if (status != UCS_OK && r->op->error.ok())
@@ -463,12 +470,25 @@ class Engine::Impl {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
   }
 
-  // Whether `tls` names a transport with UCX peer-failure support.
+  // Whether to ask UCX for peer-failure handling: only when `tls` lists
+  // network transports alone. UCX 1.13's shared-memory transports (posix,
+  // sysv, cma, self, ...) cannot handle peer failure, and asking for it with
+  // every transport allowed (tls empty) makes UCX route even same-host
+  // streams over tcp. Without it a dead peer is still detected by the
+  // control connection.
   static bool WantsPeerErrorMode(const std::string& tls) {
-    if (tls.empty()) return true;
-    for (const char* t : {"tcp", "rc", "dc", "ud", "ib", "all"})
-      if (tls.find(t) != std::string::npos) return true;
-    return false;
+    if (tls.empty() || tls[0] == '^') return false;
+    size_t start = 0;
+    while (start <= tls.size()) {
+      size_t end = tls.find(',', start);
+      if (end == std::string::npos) end = tls.size();
+      const std::string t = tls.substr(start, end - start);
+      for (const char* local : {"sm", "shm", "posix", "sysv", "xpmem", "knem", "cma", "self",
+                                "cuda", "rocm", "all"})
+        if (t.rfind(local, 0) == 0) return false;
+      start = end + 1;
+    }
+    return true;
   }
 
   Status InitUcp() {
@@ -492,7 +512,9 @@ class Engine::Impl {
     if (st != UCS_OK) return Status::IOError("UCX init (tls '" + options_.tls + "'): " + UcsError(st));
     ucp_worker_params_t wp{};
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    // Every UCP call holds worker_mu_ (the engine thread and callers'
+    // direct sends): serialized use.
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     st = ucp_worker_create(context_, &wp, &worker_);
     if (st != UCS_OK) return Status::IOError("UCX worker: " + UcsError(st));
     ucp_am_handler_param_t hp{};
@@ -537,42 +559,50 @@ class Engine::Impl {
     return !batch.empty();
   }
 
+  // One round of the engine's work; true when anything happened. Caller
+  // holds worker_mu_.
+  bool Step() {
+    bool busy = RunCommands();
+    while (ucp_worker_progress(worker_) != 0) busy = true;
+    while (!ready_to_finish_.empty()) {
+      auto s = ready_to_finish_.front();
+      ready_to_finish_.pop_front();
+      FinishClose(s);
+      busy = true;
+    }
+    const double now = MonotonicSeconds();
+    for (auto it = flushing_.begin(); it != flushing_.end();) {
+      auto s = *it++;
+      if (now >= s->flush_deadline) FinishClose(s);
+    }
+    for (auto it = closes_.begin(); it != closes_.end();) {
+      if (ucp_request_check_status(it->first) != UCS_INPROGRESS) {
+        ucp_request_free(it->first);
+        ForgetContext(it->second);
+        it = closes_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return busy;
+  }
+
   void Loop() {
     epoll_event events[32];
     for (;;) {
-      bool busy = RunCommands();
-      while (ucp_worker_progress(worker_) != 0) busy = true;
-      while (!ready_to_finish_.empty()) {
-        auto s = ready_to_finish_.front();
-        ready_to_finish_.pop_front();
-        FinishClose(s);
-        busy = true;
-      }
-      const double now = MonotonicSeconds();
-      for (auto it = flushing_.begin(); it != flushing_.end();) {
-        auto s = *it++;
-        if (now >= s->flush_deadline) FinishClose(s);
-      }
-      for (auto it = closes_.begin(); it != closes_.end();) {
-        if (ucp_request_check_status(it->first) != UCS_INPROGRESS) {
-          ucp_request_free(it->first);
-          ForgetContext(it->second);
-          it = closes_.erase(it);
-        } else {
-          ++it;
+      {
+        std::unique_lock<std::mutex> worker(worker_mu_);
+        const bool busy = Step();
+        {
+          std::lock_guard<std::mutex> lock(queue_mu_);
+          if (stop_) return;
+          if (busy || !queue_.empty()) continue;
         }
-      }
-      {
-        std::lock_guard<std::mutex> lock(queue_mu_);
-        if (stop_) return;
-        if (busy || !queue_.empty()) continue;
-      }
-      if (wakeup_) {
-        ucs_status_t armed = ucp_worker_arm(worker_);
-        if (armed == UCS_ERR_BUSY) continue;
-        if (armed != UCS_OK) wakeup_ = false;
-      }
-      {
+        if (wakeup_) {
+          ucs_status_t armed = ucp_worker_arm(worker_);
+          if (armed == UCS_ERR_BUSY) continue;
+          if (armed != UCS_OK) wakeup_ = false;
+        }
         std::lock_guard<std::mutex> lock(queue_mu_);
         if (!queue_.empty() || stop_) continue;
         sleeping_ = true;
@@ -597,7 +627,30 @@ class Engine::Impl {
     }
   }
 
+
+ public:
+  // A send from the caller's thread (no hand-off to the engine thread): the
+  // common case, an eager message or a rendezvous start, costs no wake-up;
+  // one still in progress wakes the engine to drive it.
+  void SendNow(SendRequest* r, const uint8_t* bytes) {
+    bool in_progress;
+    {
+      std::lock_guard<std::mutex> worker(worker_mu_);
+      in_progress = SendOnThread(r, bytes);
+    }
+    if (in_progress) {
+      bool wake;
+      {
+        std::lock_guard<std::mutex> lock(queue_mu_);
+        wake = sleeping_;
+      }
+      if (wake) Wake();
+    }
+  }
+ private:
+
   void Shutdown() {
+    std::lock_guard<std::mutex> worker(worker_mu_);
     RunCommands();
     while (!streams_.empty()) FinishClose(streams_.begin()->second);
     const double deadline = MonotonicSeconds() + 1.0;
@@ -622,6 +675,7 @@ class Engine::Impl {
   std::thread thread_;
   int event_fd_ = -1;
   int epoll_fd_ = -1;
+  std::mutex worker_mu_;  // held around every UCP call
   std::mutex queue_mu_;
   std::deque<std::function<void()>> queue_;
   bool sleeping_ = false;
@@ -674,10 +728,11 @@ void Engine::Send(const std::shared_ptr<StreamState>& state, const uint8_t* byte
   auto* r = new SendRequest;
   r->state = state;
   r->op = op;
+  r->data = true;
   r->length = length;
   EncodeHeader(kAmData, state->peer_id, offset, r->header);
   Impl* impl = impl_.get();
-  impl->Post([impl, r, bytes] { impl->SendOnThread(r, bytes); });
+  impl->SendNow(r, bytes);
 }
 
 void Engine::Credit(const std::shared_ptr<StreamState>& state, uint64_t read_total) {
@@ -685,7 +740,7 @@ void Engine::Credit(const std::shared_ptr<StreamState>& state, uint64_t read_tot
   r->state = state;
   EncodeHeader(kAmCredit, state->peer_id, read_total, r->header);
   Impl* impl = impl_.get();
-  impl->Post([impl, r] { impl->SendOnThread(r, nullptr); });
+  impl->SendNow(r, nullptr);
 }
 
 void Engine::Close(const std::shared_ptr<StreamState>& state, bool force) {

@@ -1,7 +1,9 @@
 // Copyright kvserve authors. The UCX side of the UCX transport
-// (docs/transport.md §UCX): one UCP context and worker per transport, owned
-// by a progress thread that makes every UCP call, and the per-stream state
-// that Stream::Write/Read share with that thread. Internal to src/transport.
+// (docs/transport.md §UCX): one UCP context and worker per transport, driven
+// by a progress thread, every UCP call under one mutex (sends are made from
+// the writer's own thread, so a write costs no thread hand-off), and the
+// per-stream state that Stream::Write/Read share with it. Internal to
+// src/transport.
 //
 // Data path: a stream's bytes travel as UCP active messages (id kAmId) whose
 // 32-byte header names the receiving stream by a random 128-bit id (so an
@@ -91,7 +93,7 @@ struct StreamState {
   uint64_t peer_total = 0;   // ... with this many bytes sent
   Status failure;            // control lost, endpoint error, protocol violation, write timeout
 
-  // Engine-only.
+  // Engine-only (under the engine's worker mutex).
   void* ep = nullptr;  // ucp_ep_h
   bool closing = false;
   double flush_deadline = 0;
@@ -100,7 +102,8 @@ struct StreamState {
 };
 
 // A UCP context + worker driven by one thread. Thread safety: thread-safe;
-// every UCP call happens on the engine thread.
+// every UCP call holds the engine's worker mutex. Send and Credit must be
+// called without holding the stream's mutex (their completion takes it).
 class Engine {
  public:
   struct Options {

@@ -11,21 +11,16 @@ namespace kvserve::transport::ucx {
 
 namespace {
 
-// Waits on s.cv until `ready` or `idle_seconds` pass without progress
-// (s.last_progress moving counts as progress); false on such a timeout.
-template <typename Pred>
-bool WaitWithIdleTimeout(StreamState& s, std::unique_lock<std::mutex>& lock, double idle_seconds,
-                         Pred ready) {
+// Waits on s.cv until `ready`, or false once MonotonicSeconds() passes
+// `deadline()` (re-read after every wake-up: an idle deadline moves with
+// progress).
+template <typename Deadline, typename Pred>
+bool WaitUntil(StreamState& s, std::unique_lock<std::mutex>& lock, Deadline deadline, Pred ready) {
   for (;;) {
     if (ready()) return true;
-    if (idle_seconds < 0) {
-      s.cv.wait(lock);
-      continue;
-    }
-    const double deadline = s.last_progress + idle_seconds;
-    const double left = deadline - MonotonicSeconds();
+    const double left = deadline() - MonotonicSeconds();
     if (left <= 0) return ready();
-    s.cv.wait_for(lock, std::chrono::duration<double>(left));
+    s.cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
   }
 }
 
@@ -48,6 +43,11 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
   Status result;
   std::unique_lock<std::mutex> lock(s.mu);
   s.last_progress = MonotonicSeconds();
+  // Idle timeout: no send completion or credit for timeout_seconds.
+  auto idle_deadline = [&] {
+    return timeout_seconds < 0 ? std::numeric_limits<double>::infinity()
+                               : s.last_progress + timeout_seconds;
+  };
   size_t issued = 0;
   while (issued < bytes.size()) {
     result = WriteError(s);
@@ -55,7 +55,7 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
     const uint64_t limit = s.peer_read + s.peer_window;
     if (s.send_offset >= limit) {
       // Back-pressure: a full window is unread by the peer.
-      const bool moved = WaitWithIdleTimeout(s, lock, timeout_seconds, [&] {
+      const bool moved = WaitUntil(s, lock, idle_deadline, [&] {
         return s.peer_read + s.peer_window > s.send_offset || !WriteError(s).ok();
       });
       if (!moved) {
@@ -70,12 +70,15 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
     const uint64_t offset = s.send_offset;
     s.send_offset += n;
     ++op.outstanding;
+    // The engine's callbacks take s.mu: never call into it holding that.
+    lock.unlock();
     engine_->Send(state_, bytes.data() + issued, n, offset, &op);
+    lock.lock();
     issued += n;
   }
   // The sends reference the caller's bytes: wait for every one of them.
   if (result.ok()) {
-    const bool done = WaitWithIdleTimeout(s, lock, timeout_seconds, [&] {
+    const bool done = WaitUntil(s, lock, idle_deadline, [&] {
       return op.outstanding == 0 || !WriteError(s).ok();
     });
     if (!done) {
@@ -123,7 +126,9 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
       // Tell the sender what was read once a quarter window accumulated.
       if (s.read_offset - s.granted >= std::max<uint64_t>(1, s.window / 4)) {
         s.granted = s.read_offset;
-        engine_->Credit(state_, s.read_offset);
+        const uint64_t total = s.read_offset;
+        lock.unlock();  // the engine's callbacks take s.mu
+        engine_->Credit(state_, total);
       }
       return n;
     }
@@ -135,7 +140,14 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
     if (left <= 0)
       return Status::Timeout("read from " + s.remote + ": nothing within " +
                              std::to_string(timeout_seconds) + " s");
-    s.cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 3600.0)));
+    // Drive progress for a moment (data usually follows data), then sleep.
+    const size_t held = s.segments.size();
+    WaitUntil(s, lock, [&] { return deadline; }, [&] {
+      auto front = s.segments.begin();
+      return (front != s.segments.end() && front->second.complete &&
+              front->first + front->second.consumed == s.read_offset) ||
+             s.local_closed || s.peer_closed || !s.failure.ok() || s.segments.size() != held;
+    });
   }
 }
 
