@@ -85,7 +85,7 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     if (!any) break;
   }
 
-  const double bandwidth = estimator_.Estimate(decode_peer_);
+  const double bandwidth = estimator_.Estimate(decode_->current_key());
   const ModelConfig& c = model_->config();
   const double bytes_per_token = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim;
   const double prompt_tokens = static_cast<double>(r.prompt.size());
