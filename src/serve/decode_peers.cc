@@ -21,6 +21,16 @@ void DecodePeers::Choose(double kv_bytes) {
   double best_seconds = std::numeric_limits<double>::infinity();
   size_t soonest = current_;
   double soonest_at = std::numeric_limits<double>::infinity();
+  // A peer never measured is taken to be like the measured ones (their
+  // harmonic mean), not like the estimator's prior: with many peers the
+  // prior's optimism would send request after request to unknown links.
+  double inverse_sum = 0;
+  int known = 0;
+  for (const Peer& p : peers_)
+    if (estimator_->SampleCount(p.address) > 0) {
+      inverse_sum += 1 / estimator_->Estimate(p.address);
+      ++known;
+    }
   for (size_t i = 0; i < peers_.size(); ++i) {
     const Peer& p = peers_[i];
     if (p.backoff_until > now) {
@@ -30,7 +40,10 @@ void DecodePeers::Choose(double kv_bytes) {
       }
       continue;
     }
-    const double seconds = kv_bytes / estimator_->Estimate(p.address) + p.generation_seconds;
+    const double bandwidth = estimator_->SampleCount(p.address) > 0 || known == 0
+                                 ? estimator_->Estimate(p.address)
+                                 : known / inverse_sum;
+    const double seconds = kv_bytes / bandwidth + p.generation_seconds;
     if (seconds < best_seconds) {
       best_seconds = seconds;
       best = i;

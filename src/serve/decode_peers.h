@@ -27,8 +27,9 @@ class DecodePeers {
 
   // Picks the peer for a request moving `kv_bytes`: least kv_bytes /
   // bandwidth estimate + smoothed generation seconds among the peers not
-  // backing off (a peer never used has the estimator's prior, so each gets
-  // tried); when every peer backs off, the one free soonest.
+  // backing off (a peer never measured counts as the harmonic mean of the
+  // measured ones, the estimator's prior while none is); when every peer
+  // backs off, the one free soonest.
   void Choose(double kv_bytes);
   // The current peer's connection, dialled with `options` (goodput samples
   // go to the estimator under the peer's key) if there is none. A failed
