@@ -113,6 +113,39 @@ TEST_P(UcxTransportTest, BootstrapAdmitsOnlyPeersWithTheSecret) {
   EXPECT_EQ(ReadN(*p.server, 4), hello);
 }
 
+// A client that ignores the server's proof and offers stream parameters
+// with a forged MAC (it does not know the secret) is refused by the server
+// before any endpoint exists: it gets the PermissionDenied byte, Accept gets
+// nothing.
+TEST_P(UcxTransportTest, OfferWithoutAValidProofIsRefused) {
+  auto server = Ucx(GetParam());
+  auto listener = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(listener.ok());
+  auto tcp = NewTcpTransport();
+  std::mt19937_64 rng(22);
+  auto raw = tcp->Connect((*listener)->Address(), 5);
+  ASSERT_TRUE(raw.ok());
+  std::vector<uint8_t> hello = RandomBytes(rng, 40);
+  std::memcpy(hello.data(), "KVSU\x01\0\0\0", 8);
+  ASSERT_TRUE((*raw)->Write(hello, 5).ok());
+  const auto challenge = ReadN(**raw, 72);
+  ASSERT_EQ(challenge.size(), 72u);
+  EXPECT_EQ(challenge[5], 0);  // the server proved itself; we cannot check it
+  // OFFER: a forged proof, a stream id, a window, a plausible address.
+  std::vector<uint8_t> offer = RandomBytes(rng, 32 + 16);
+  std::vector<uint8_t> fixed(12, 0);
+  fixed[0] = 0x10;  // window 16 bytes... any value
+  fixed[8] = 64;    // address length 64
+  offer.insert(offer.end(), fixed.begin(), fixed.end());
+  const auto address = RandomBytes(rng, 64);
+  offer.insert(offer.end(), address.begin(), address.end());
+  ASSERT_TRUE((*raw)->Write(offer, 5).ok());
+  const auto verdict = ReadN(**raw, 1);
+  ASSERT_EQ(verdict.size(), 1u);
+  EXPECT_EQ(verdict[0], static_cast<uint8_t>(StatusCode::kPermissionDenied));
+  EXPECT_EQ((*listener)->Accept(0.3).status().code(), StatusCode::kTimeout);
+}
+
 TEST_P(UcxTransportTest, GarbageOnTheBootstrapPortIsDropped) {
   auto server = Ucx(GetParam());
   auto listener = server->Listen("127.0.0.1:0");
