@@ -58,8 +58,8 @@ link() {
   ip -n "$(ns_of "$a")" link set "$da" up
   ip -n "$(ns_of "$b")" link set "$db" up
   if [ "$rate" -gt 0 ]; then
-    local burst=$((rate * 1000000 / 8 / 500)); [ "$burst" -ge 65536 ] || burst=65536
-    tc -n "$(ns_of "$a")" qdisc add dev "$da" root tbf rate "${rate}mbit" burst "$burst" latency 100ms
+    tc -n "$(ns_of "$a")" qdisc add dev "$da" root tbf rate "${rate}mbit" burst "$(tbf_burst "$rate")" \
+      latency 100ms
   fi
   DEV[$a-$b]=$da; DEV[$b-$a]=$db
   ADDR[$a-$b]=10.214.$net.2   # how A reaches B
@@ -81,7 +81,8 @@ ucx_flags() {  # host: UCX on its veths only (shared memory would bypass the lin
   done
   echo "--transport ucx --ucx-tls tcp --ucx-devices $devs"
 }
-wait_file() { for _ in $(seq 1 600); do [ -s "$1" ] && return 0; sleep 0.1; done; return 1; }
+# shellcheck source=tests/netns_lib.sh
+. tests/netns_lib.sh
 
 # start_decode NAME, start_prefill NAME "DECODE ADDRESSES"
 start_decode() {
@@ -89,7 +90,7 @@ start_decode() {
   ip netns exec "$(ns_of "$1")" "$KVSERVE" serve --role decode --listen 0.0.0.0:7700 --threads 1 \
     --address-file "$DIR/$1.addr" --duration 900 $(ucx_flags "$1") >/dev/null 2>"$DIR/$1.log" &
   PIDS+=($!)
-  wait_file "$DIR/$1.addr" || { cat "$DIR/$1.log"; exit 1; }
+  wait_file "$DIR/$1.addr" 600 || { cat "$DIR/$1.log"; exit 1; }
 }
 start_prefill() {
   # shellcheck disable=SC2046
@@ -97,7 +98,7 @@ start_prefill() {
     --decode "$2" --threads 1 --address-file "$DIR/$1.addr" --duration 900 \
     $(ucx_flags "$1") >/dev/null 2>"$DIR/$1.log" &
   PIDS+=($!)
-  wait_file "$DIR/$1.addr" || { cat "$DIR/$1.log"; exit 1; }
+  wait_file "$DIR/$1.addr" 600 || { cat "$DIR/$1.log"; exit 1; }
 }
 stop_all() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done

@@ -92,33 +92,30 @@ if [ "$existing" -eq 0 ]; then
     { cat "$DIR/create.log" >&2; echo "redis-cli --cluster create failed" >&2; exit 1; }
 fi
 
-# Every node must see the whole cluster: all 16384 slots assigned, state ok.
+# wait_for SECONDS CMD...: until CMD succeeds (every 50 ms).
+wait_for() {
+  local tries=$(($1 * 20))
+  shift
+  for _ in $(seq 1 "$tries"); do "$@" && return 0; sleep 0.05; done
+  return 1
+}
+cluster_ok() {  # port: sees all 16384 slots assigned and state ok
+  local info
+  info=$(redis-cli -h 127.0.0.1 -p "$1" cluster info 2>/dev/null || true)
+  echo "$info" | grep -q "cluster_state:ok" && echo "$info" | grep -q "cluster_slots_ok:16384"
+}
+replica_synced() {  # port: not a replica, or one whose link to its master is up
+  local repl
+  repl=$(redis-cli -h 127.0.0.1 -p "$1" info replication 2>/dev/null | tr -d '\r')
+  echo "$repl" | grep -q '^role:slave' || return 0
+  echo "$repl" | grep -q "master_link_status:up"
+}
 for p in "${PORTS[@]}"; do
-  ok=0
-  for _ in $(seq 1 200); do
-    info=$(redis-cli -h 127.0.0.1 -p "$p" cluster info 2>/dev/null || true)
-    if echo "$info" | grep -q "cluster_state:ok" && echo "$info" | grep -q "cluster_slots_ok:16384"; then
-      ok=1
-      break
-    fi
-    sleep 0.05
-  done
-  [ "$ok" -eq 1 ] || { echo "node $p did not reach cluster_state:ok" >&2; exit 1; }
+  wait_for 10 cluster_ok "$p" || { echo "node $p did not reach cluster_state:ok" >&2; exit 1; }
 done
-# Replicas must have synced with their masters: an unsynced replica is not
-# eligible to take over when its master fails.
+# An unsynced replica is not eligible to take over when its master fails.
 for p in "${PORTS[@]}"; do
-  role=$(redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | tr -d '\r' | grep '^role:' || true)
-  [ "$role" = "role:slave" ] || continue
-  ok=0
-  for _ in $(seq 1 200); do
-    if redis-cli -h 127.0.0.1 -p "$p" info replication 2>/dev/null | grep -q "master_link_status:up"; then
-      ok=1
-      break
-    fi
-    sleep 0.05
-  done
-  [ "$ok" -eq 1 ] || { echo "replica $p did not sync with its master" >&2; exit 1; }
+  wait_for 10 replica_synced "$p" || { echo "replica $p did not sync with its master" >&2; exit 1; }
 done
 SEEDS=$(printf '127.0.0.1:%s,' "${PORTS[@]}")
 echo "redis cluster up (3 masters + 3 replicas, dir $DIR, persistence $([ $PERSIST -eq 1 ] && echo on || echo off))"

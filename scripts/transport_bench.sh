@@ -50,8 +50,7 @@ start() {
   $prefix "$KVSERVE" transport serve --listen "$listen" --address-file "$DIR/addr" \
     --duration 1200 $flags >/dev/null 2>"$DIR/serve-${label//\//-}.log" &
   PIDS+=($!)
-  for _ in $(seq 1 100); do [ -s "$DIR/addr" ] && break; sleep 0.05; done
-  [ -s "$DIR/addr" ] || { cat "$DIR/serve-${label//\//-}.log" >&2; echo "frame sink did not start" >&2; exit 1; }
+  wait_file "$DIR/addr" || { cat "$DIR/serve-${label//\//-}.log" >&2; echo "frame sink did not start" >&2; exit 1; }
   ADDRESS[$label]=$(cat "$DIR/addr")
 }
 stop_all() {
@@ -107,22 +106,14 @@ stop_all
 perftest "loopback/perftest-tcp" "" "" 127.0.0.1 "UCX_TLS=tcp"
 
 SHAPED="no"
-if [ "$(id -u)" -eq 0 ] && ip netns add "$NS_S" 2>/dev/null; then
-  ip netns add "$NS_C"
-  ip link add "$VETH_S" type veth peer name "$VETH_C"
-  ip link set "$VETH_S" netns "$NS_S"
-  ip link set "$VETH_C" netns "$NS_C"
-  ip -n "$NS_S" addr add "$ADDR_S/30" dev "$VETH_S"
-  ip -n "$NS_C" addr add "$ADDR_C/30" dev "$VETH_C"
-  for ns in "$NS_S" "$NS_C"; do ip -n "$ns" link set lo up; done
-  ip -n "$NS_S" link set "$VETH_S" up
-  ip -n "$NS_C" link set "$VETH_C" up
+# shellcheck source=tests/netns_lib.sh
+. tests/netns_lib.sh
+if [ "$(id -u)" -eq 0 ] && netns_pair "$NS_S" "$NS_C" "$VETH_S" "$VETH_C" "$ADDR_S" "$ADDR_C"; then
   SHAPED="yes"
   for rate in $RATES_MBIT; do
     echo "[bench] tc tbf ${rate}mbit" >&2
-    # Burst of at least 2 ms at the rate (a 1 kHz timer tick) and >= 64 KiB.
-    burst=$((rate * 1000000 / 8 / 500)); [ "$burst" -ge 65536 ] || burst=65536
-    tc -n "$NS_C" qdisc replace dev "$VETH_C" root tbf rate "${rate}mbit" burst "$burst" latency 100ms
+    tc -n "$NS_C" qdisc replace dev "$VETH_C" root tbf rate "${rate}mbit" burst "$(tbf_burst "$rate")" \
+      latency 100ms
     start "tbf${rate}/tcp" "ip netns exec $NS_S" "$ADDR_S:7500" "--transport tcp"
     start "tbf${rate}/ucx-tcp" "ip netns exec $NS_S" "$ADDR_S:7501" \
       "--transport ucx --ucx-tls tcp --ucx-devices $VETH_S"

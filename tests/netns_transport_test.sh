@@ -53,16 +53,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ip netns add "$NS_S" 2>/dev/null || skip "cannot create network namespaces"
-ip netns add "$NS_C" || skip "cannot create network namespaces"
-ip link add "$VETH_S" type veth peer name "$VETH_C" 2>/dev/null || skip "no veth support"
-ip link set "$VETH_S" netns "$NS_S"
-ip link set "$VETH_C" netns "$NS_C"
-ip -n "$NS_S" addr add "$ADDR_S/30" dev "$VETH_S"
-ip -n "$NS_C" addr add "$ADDR_C/30" dev "$VETH_C"
-for ns in "$NS_S" "$NS_C"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_S" link set "$VETH_S" up
-ip -n "$NS_C" link set "$VETH_C" up
+# shellcheck source=tests/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
+netns_pair "$NS_S" "$NS_C" "$VETH_S" "$VETH_C" "$ADDR_S" "$ADDR_C" ||
+  skip "cannot create network namespaces joined by a veth pair"
 tc -n "$NS_C" qdisc add dev "$VETH_C" root tbf rate "${RATE1_MBIT}mbit" burst 64kb latency 100ms ||
   skip "tc tbf not supported"
 tc -n "$NS_C" qdisc del dev "$VETH_C" root
@@ -85,8 +79,7 @@ start_server() {  # transport
   ip netns exec "$NS_S" "$KVSERVE" transport serve --listen "$ADDR_S:7600" --address-file "$DIR/addr" \
     --duration 120 $(flags "$1" s) >/dev/null 2>"$DIR/server.log" &
   SERVER_PID=$!
-  for _ in $(seq 1 100); do [ -s "$DIR/addr" ] && break; sleep 0.05; done
-  [ -s "$DIR/addr" ] || { cat "$DIR/server.log"; echo "FAIL: frame sink did not start"; exit 1; }
+  wait_file "$DIR/addr" || { cat "$DIR/server.log"; echo "FAIL: frame sink did not start"; exit 1; }
 }
 stop_server() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
@@ -121,6 +114,19 @@ PY
 }
 field() {  # file line field
   sed -n "${2}p" "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$3'])"
+}
+
+# expect_failure NAME FILE PATTERN: the bench (BENCH_PID) must exit non-zero
+# with an error matching PATTERN in FILE.err.
+expect_failure() {
+  if wait "$BENCH_PID"; then
+    fail "$1: the transfer 'succeeded'"
+  elif grep -qiE "$3" "$2.err"; then
+    echo "  $1: $(grep -oiE "($3).*" "$2.err" | head -1 | cut -c1-120)"
+  else
+    cat "$2.err"; fail "$1: unclear error (want $3)"
+  fi
+  BENCH_PID=""
 }
 
 for t in $TRANSPORTS; do
@@ -160,7 +166,7 @@ for t in $TRANSPORTS; do
     if wait "$BENCH_PID" && [ "$(wc -l <"$DIR/loss.jsonl")" -eq 3 ]; then
       echo "  $t under $impaired: 3 frames delivered intact"
     else
-      cat "$DIR/loss.jsonl.err"; fail "$t: frames lost under $impaired"
+      cat "$DIR/loss.jsonl" "$DIR/loss.jsonl.err"; fail "$t: frames lost under $impaired"
     fi
     BENCH_PID=""
     tc -n "$NS_C" qdisc del dev "$VETH_C" root 2>/dev/null || true
@@ -172,14 +178,7 @@ for t in $TRANSPORTS; do
   bench "$t" "$DIR/down.jsonl" --sizes-mb 8 --count 50 --warmup 0 --timeout 3
   wait_lines "$DIR/down.jsonl" 1
   ip -n "$NS_C" link set "$VETH_C" down
-  if wait "$BENCH_PID"; then
-    fail "$t: the transfer 'succeeded' with the link down"
-  elif grep -qiE "timeout|unavailable" "$DIR/down.jsonl.err"; then
-    echo "  $t link down: $(grep -oiE '(timeout|unavailable)[^,]*' "$DIR/down.jsonl.err" | head -1)"
-  else
-    cat "$DIR/down.jsonl.err"; fail "$t: unclear error with the link down"
-  fi
-  BENCH_PID=""
+  expect_failure "$t link down" "$DIR/down.jsonl" "timeout|unavailable"
   ip -n "$NS_C" link set "$VETH_C" up
   tc -n "$NS_C" qdisc del dev "$VETH_C" root
   stop_server
@@ -192,14 +191,7 @@ for t in $TRANSPORTS; do
   kill -9 "$SERVER_PID"
   wait "$SERVER_PID" 2>/dev/null || true
   SERVER_PID=""
-  if wait "$BENCH_PID"; then
-    fail "$t: the transfer 'succeeded' with the receiver dead"
-  elif grep -qi "unavailable" "$DIR/kill.jsonl.err"; then
-    echo "  $t peer killed: $(grep -oi 'unavailable.*' "$DIR/kill.jsonl.err" | head -1 | cut -c1-120)"
-  else
-    cat "$DIR/kill.jsonl.err"; fail "$t: killed receiver not detected (want unavailable)"
-  fi
-  BENCH_PID=""
+  expect_failure "$t peer killed" "$DIR/kill.jsonl" "unavailable"
   tc -n "$NS_C" qdisc del dev "$VETH_C" root
 done
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "kvserve/pool.h"
+#include "serve/serve_exchange.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -46,19 +47,9 @@ class Router::Impl {
         }
         connection = std::move(*c);
       }
-      Status s = connection->Send(kMsgServeRequest, 0, payload);
-      Message reply;
-      if (s.ok()) s = connection->Receive(&reply, options_.response_timeout_seconds);
-      if (s.ok() && reply.type != kMsgServeResponse)
-        s = Status::Corruption("prefill worker answered with message type " +
-                               std::to_string(reply.type));
-      Result<ServeResponse> response = Status::Internal("unset");
-      if (s.ok()) {
-        response = serve::DecodeResponse(reply.payload);
-        if (!response.ok()) s = response.status();
-      }
-      if (!s.ok()) {
-        last = s.WithContext("prefill worker " + address);
+      auto response = serve::Exchange(*connection, payload, options_.response_timeout_seconds);
+      if (!response.ok()) {
+        last = response.status().WithContext("prefill worker " + address);
         connection->Close();
         Release(w, nullptr, /*failed=*/true, attempt < attempts);
         continue;  // re-submit elsewhere: the request is prefilled again

@@ -239,26 +239,12 @@ struct Child {
 };
 
 bool SpawnDecodeChild(const std::string& dir, int index, transporttest::Kind kind, Child* child) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return false;
-  exe[n] = 0;
   const std::string file = dir + "/decode" + std::to_string(index) + ".addr";
-  std::vector<std::string> args = {exe, "--gtest_filter=ServeRole.DecodeWorkerProcess"};
-  std::vector<std::string> env = {"KVSERVE_SERVE_ADDRESS_FILE=" + file,
-                                  "KVSERVE_SERVE_KIND=" + std::to_string(static_cast<int>(kind))};
-  for (char** e = environ; *e; ++e) env.push_back(*e);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  const int rc = posix_spawn(&child->pid, exe, &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return false;
+  child->pid = transporttest::SpawnSelf(
+      "ServeRole.DecodeWorkerProcess",
+      {"KVSERVE_SERVE_ADDRESS_FILE=" + file,
+       "KVSERVE_SERVE_KIND=" + std::to_string(static_cast<int>(kind))});
+  if (child->pid <= 0) return false;
   for (int i = 0; i < 400; ++i) {  // up to 20 s
     std::ifstream in(file);
     if (in >> child->address) return true;

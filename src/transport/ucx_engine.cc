@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -504,6 +505,12 @@ class Engine::Impl {
       return Status::InvalidArgument("UCX config (tls '" + options_.tls + "', devices '" +
                                      options_.net_devices + "'): " + UcsError(st));
     }
+    // UCP's keepalive declares a silent peer dead (and completes its
+    // endpoint's sends with an error) after about this long; UCX's default
+    // of 20 s would hold a write that timed out on a dead link that long
+    // before it may return. $UCX_KEEPALIVE_INTERVAL overrides it.
+    if (std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr)
+      (void)ucp_config_modify(config, "KEEPALIVE_INTERVAL", "2s");
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;

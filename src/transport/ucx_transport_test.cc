@@ -8,7 +8,6 @@
 // between two workers intact.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,8 +22,6 @@
 #include "transport/transport_test_util.h"
 #include "transport/ucx_engine.h"
 #include "transport/ucx_stream.h"
-
-extern char** environ;
 
 namespace kvserve {
 namespace {
@@ -359,22 +356,11 @@ TEST_P(UcxTransportTest, KilledPeerIsDetected) {
   auto server = Ucx(GetParam());
   auto listener = server->Listen("127.0.0.1:0");
   ASSERT_TRUE(listener.ok());
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  ASSERT_GT(n, 0);
-  exe[n] = 0;
-  std::vector<std::string> args = {exe, "--gtest_filter=UcxChildRole.ConnectWriteAndWait"};
-  std::vector<std::string> env = {
-      "KVSERVE_UCX_CHILD_ADDRESS=" + (*listener)->Address(),
-      std::string("KVSERVE_UCX_CHILD_KIND=") + (GetParam() == Kind::kUcxTcp ? "tcp" : "sm")};
-  for (char** e = environ; *e; ++e) env.push_back(*e);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), envp.data()), 0);
+  const pid_t pid = transporttest::SpawnSelf(
+      "UcxChildRole.ConnectWriteAndWait",
+      {"KVSERVE_UCX_CHILD_ADDRESS=" + (*listener)->Address(),
+       std::string("KVSERVE_UCX_CHILD_KIND=") + (GetParam() == Kind::kUcxTcp ? "tcp" : "sm")});
+  ASSERT_GT(pid, 0);
   auto stream = (*listener)->Accept(20);
   ASSERT_TRUE(stream.ok()) << stream.status().ToString();
   EXPECT_EQ(ReadN(**stream, 1 << 20, 20), std::vector<uint8_t>(1 << 20, 0x42));
