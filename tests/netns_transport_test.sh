@@ -77,7 +77,7 @@ start_server() {  # transport
   rm -f "$DIR/addr"
   # shellcheck disable=SC2046
   ip netns exec "$NS_S" "$KVSERVE" transport serve --listen "$ADDR_S:7600" --address-file "$DIR/addr" \
-    --duration 120 $(flags "$1" s) >/dev/null 2>"$DIR/server.log" &
+    --duration 120 --timeout 5 $(flags "$1" s) >/dev/null 2>"$DIR/server.log" &
   SERVER_PID=$!
   wait_file "$DIR/addr" || { cat "$DIR/server.log"; echo "FAIL: frame sink did not start"; exit 1; }
 }

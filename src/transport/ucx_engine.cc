@@ -596,10 +596,12 @@ class Engine::Impl {
 
   void Loop() {
     epoll_event events[32];
+    int busy_arms = 0;
     for (;;) {
       {
         std::unique_lock<std::mutex> worker(worker_mu_);
         const bool busy = Step();
+        if (busy) busy_arms = 0;
         {
           std::lock_guard<std::mutex> lock(queue_mu_);
           if (stop_) return;
@@ -607,15 +609,22 @@ class Engine::Impl {
         }
         if (wakeup_) {
           ucs_status_t armed = ucp_worker_arm(worker_);
-          if (armed == UCS_ERR_BUSY) continue;
-          if (armed != UCS_OK) wakeup_ = false;
+          if (armed == UCS_ERR_BUSY) {
+            // Events pending that progress did not consume (e.g. the error
+            // state of a dead tcp connection, reported on every arm): after
+            // a few such rounds poll every millisecond instead of spinning.
+            if (++busy_arms < 16) continue;
+          } else {
+            busy_arms = 0;
+            if (armed != UCS_OK) wakeup_ = false;
+          }
         }
         std::lock_guard<std::mutex> lock(queue_mu_);
         if (!queue_.empty() || stop_) continue;
         sleeping_ = true;
       }
       const bool pending = !flushing_.empty() || !closes_.empty();
-      const int timeout_ms = !wakeup_ ? 1 : pending ? 10 : 200;
+      const int timeout_ms = !wakeup_ || busy_arms >= 16 ? 1 : pending ? 10 : 200;
       int n = ::epoll_wait(epoll_fd_, events, 32, timeout_ms);
       {
         std::lock_guard<std::mutex> lock(queue_mu_);
