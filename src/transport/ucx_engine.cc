@@ -570,7 +570,9 @@ class Engine::Impl {
   // holds worker_mu_.
   bool Step() {
     bool busy = RunCommands();
-    while (ucp_worker_progress(worker_) != 0) busy = true;
+    // Bounded, so that commands (endpoint creation for a bootstrap waiting
+    // on it) run even while UCX reports progress on every call.
+    for (int i = 0; i < 256 && ucp_worker_progress(worker_) != 0; ++i) busy = true;
     while (!ready_to_finish_.empty()) {
       auto s = ready_to_finish_.front();
       ready_to_finish_.pop_front();
@@ -596,7 +598,8 @@ class Engine::Impl {
 
   void Loop() {
     epoll_event events[32];
-    int busy_arms = 0;
+    int busy_arms = 0;  // consecutive arms answered busy, since busy_arm_since
+    double busy_arm_since = 0;
     for (;;) {
       {
         std::unique_lock<std::mutex> worker(worker_mu_);
@@ -611,9 +614,11 @@ class Engine::Impl {
           ucs_status_t armed = ucp_worker_arm(worker_);
           if (armed == UCS_ERR_BUSY) {
             // Events pending that progress did not consume (e.g. the error
-            // state of a dead tcp connection, reported on every arm): after
-            // a few such rounds poll every millisecond instead of spinning.
-            if (++busy_arms < 16) continue;
+            // state of a dead tcp connection, reported on every arm): once
+            // that has lasted 100 ms, poll every millisecond instead of
+            // spinning.
+            if (busy_arms++ == 0) busy_arm_since = MonotonicSeconds();
+            if (MonotonicSeconds() - busy_arm_since < 0.1) continue;
           } else {
             busy_arms = 0;
             if (armed != UCS_OK) wakeup_ = false;
@@ -624,7 +629,7 @@ class Engine::Impl {
         sleeping_ = true;
       }
       const bool pending = !flushing_.empty() || !closes_.empty();
-      const int timeout_ms = !wakeup_ || busy_arms >= 16 ? 1 : pending ? 10 : 200;
+      const int timeout_ms = !wakeup_ || busy_arms > 0 ? 1 : pending ? 10 : 200;
       int n = ::epoll_wait(epoll_fd_, events, 32, timeout_ms);
       {
         std::lock_guard<std::mutex> lock(queue_mu_);

@@ -140,13 +140,15 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
     if (left <= 0)
       return Status::Timeout("read from " + s.remote + ": nothing within " +
                              std::to_string(timeout_seconds) + " s");
-    // Drive progress for a moment (data usually follows data), then sleep.
+    // Until something changes: data at the front, a close, a failure.
     const size_t held = s.segments.size();
+    const bool was_closed = s.peer_closed, was_failed = !s.failure.ok();
     WaitUntil(s, lock, [&] { return deadline; }, [&] {
       auto front = s.segments.begin();
       return (front != s.segments.end() && front->second.complete &&
               front->first + front->second.consumed == s.read_offset) ||
-             s.local_closed || s.peer_closed || !s.failure.ok() || s.segments.size() != held;
+             s.local_closed || s.peer_closed != was_closed || !s.failure.ok() != was_failed ||
+             s.segments.size() != held;
     });
   }
 }
