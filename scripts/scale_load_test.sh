@@ -13,13 +13,13 @@
 # Reports throughput (requests/s) and JCT p50 / p90 / p99 of each, from
 # `kvserve router --concurrency K --json`.
 #   sudo scripts/scale_load_test.sh [path/to/kvserve]
-# Env: RATES_MBIT ("400 100 200 800"), CLIENTS (4), REQUESTS (32), PROMPT (256),
+# Env: RATES_MBIT ("100 25 50 200"), CLIENTS (4), REQUESTS (32), PROMPT (256),
 # NEW_TOKENS (8), TRANSPORT (tcp | ucx: UCX's tcp transport on the veths),
 # OUT (docs/scale_load.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVSERVE=$(realpath "${1:-build/release/tools/kvserve/kvserve}")
-read -r -a RATES <<<"${RATES_MBIT:-400 100 200 800}"
+read -r -a RATES <<<"${RATES_MBIT:-100 25 50 200}"
 CLIENTS=${CLIENTS:-4}
 REQUESTS=${REQUESTS:-32}
 PROMPT=${PROMPT:-256}
@@ -29,6 +29,8 @@ OUT=${OUT:-docs/scale_load.md}
 [ "$(id -u)" -eq 0 ] || { echo "needs root (network namespaces, tc)" >&2; exit 77; }
 [ -x "$KVSERVE" ] || { echo "kvserve binary not found at $KVSERVE" >&2; exit 1; }
 [ "${#RATES[@]}" -eq 4 ] || { echo "RATES_MBIT needs 4 rates" >&2; exit 2; }
+# shellcheck source=tests/netns_lib.sh
+. tests/netns_lib.sh
 
 TAG=$$
 DIR=$(mktemp -d /tmp/kvserve-scale-XXXXXX)
@@ -41,6 +43,7 @@ cleanup() {
   rm -rf "$DIR"
 }
 trap cleanup EXIT
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 for ns in "${NS[@]}"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
 ns_of() { case "$1" in r) echo "${NS[0]}" ;; p0) echo "${NS[1]}" ;; p1) echo "${NS[2]}" ;; d0) echo "${NS[3]}" ;; d1) echo "${NS[4]}" ;; esac; }
 
@@ -81,9 +84,6 @@ ucx_flags() {  # host: UCX on its veths only (shared memory would bypass the lin
   done
   echo "--transport ucx --ucx-tls tcp --ucx-devices $devs"
 }
-# shellcheck source=tests/netns_lib.sh
-. tests/netns_lib.sh
-
 # start_decode NAME, start_prefill NAME "DECODE ADDRESSES"
 start_decode() {
   # shellcheck disable=SC2046
@@ -127,7 +127,8 @@ start_prefill p0 "${ADDR[p0-d0]}:7700"
 run_router pair "${ADDR[r-p0]}:7800"
 stop_all
 
-MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, Linux $(uname -r)"
+LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
+MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores (load average $LOAD_START at the start, $LOAD_END at the end: the host is shared), Linux $(uname -r)"
 python3 - "$DIR" "$OUT" "$MACHINE" "${RATES[*]}" "$CLIENTS" "$REQUESTS" "$PROMPT" "$NEW_TOKENS" "$TRANSPORT" <<'PY'
 import collections, json, sys
 d, out, machine, rates, clients, requests, prompt, new_tokens, transport = sys.argv[1:]

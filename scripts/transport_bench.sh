@@ -23,6 +23,8 @@ ROUNDS=${ROUNDS:-7}
 RATES_MBIT=${RATES_MBIT:-"1000 4000"}
 OUT=${OUT:-docs/transport_bench.md}
 [ -x "$KVSERVE" ] || { echo "kvserve binary not found at $KVSERVE" >&2; exit 1; }
+# shellcheck source=tests/netns_lib.sh
+. tests/netns_lib.sh
 DIR=$(mktemp -d /tmp/kvserve-transport-bench-XXXXXX)
 TAG=$$
 NS_S=kvtb-s-$TAG
@@ -39,6 +41,7 @@ cleanup() {
   rm -rf "$DIR"
 }
 trap cleanup EXIT
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 
 # start LABEL "PREFIX" LISTEN "FLAGS": a frame sink kept up for the run.
 declare -A ADDRESS
@@ -106,8 +109,6 @@ stop_all
 perftest "loopback/perftest-tcp" "" "" 127.0.0.1 "UCX_TLS=tcp"
 
 SHAPED="no"
-# shellcheck source=tests/netns_lib.sh
-. tests/netns_lib.sh
 if [ "$(id -u)" -eq 0 ] && netns_pair "$NS_S" "$NS_C" "$VETH_S" "$VETH_C" "$ADDR_S" "$ADDR_C"; then
   SHAPED="yes"
   for rate in $RATES_MBIT; do
@@ -125,7 +126,8 @@ else
   echo "[bench] shaped links skipped: needs root and network namespaces" >&2
 fi
 
-MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM, Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
+LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
+MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores (load average $LOAD_START at the start, $LOAD_END at the end: the host is shared), $(free -g | awk '/Mem:/{print $2}') GiB RAM, Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
 python3 - "$DIR/results.jsonl" "$OUT" "$MACHINE" "$ROUNDS" "$RATES_MBIT" "$SHAPED" <<'PY'
 import json, statistics, sys
 path, out, machine, count, rates, shaped = sys.argv[1:]
