@@ -21,6 +21,17 @@
 #define KV_HD __host__ __device__ __forceinline__
 #define KV_DEV __device__ __forceinline__
 
+// Kernel launches: KV_LAUNCH(kernel, grid, block[, smem[, stream]])(args...).
+// Under KVSERVE_SIM (src/cuda/sim) the same launch runs on the host
+// simulator.
+#ifdef KVSERVE_SIM
+#define KV_LAUNCH(kernel, ...) ::kvserve::sim::Launcher(__VA_ARGS__).Bind(kernel)
+#define KV_DYNAMIC_SMEM(name) uint8_t* name = ::kvserve::sim::DynamicSmem()
+#else
+#define KV_LAUNCH(kernel, ...) kernel<<<__VA_ARGS__>>>
+#define KV_DYNAMIC_SMEM(name) extern __shared__ __align__(16) uint8_t name[]
+#endif
+
 namespace kvserve::cuda {
 
 // ------------------------------------------------------------- float ops
