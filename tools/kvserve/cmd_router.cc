@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,7 @@ struct RouterArgs {
   int concurrency = 1;
   int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
   TransportFlags transport;
+  std::string summary_file;
   bool json = false;
 };
 
@@ -227,13 +229,16 @@ int RunRouter(const RouterArgs& a) {
              per_worker, rs.rerouted, rs.affinity);
   for (const auto& [name, v] : stages) fmt::print(stderr, "  {:<11} mean {:.1f} ms\n", name, Mean(v) * 1e3);
   for (const auto& [spec, n] : profiles) fmt::print(stderr, "  profile {}: {} requests\n", spec, n);
-  if (a.json)
-    fmt::print("{{\"summary\":true,\"requests\":{},\"failed\":{},\"clients\":{},\"wall_s\":{:.4f},"
+  if (!a.summary_file.empty()) {
+    std::ofstream out(a.summary_file);
+    out << fmt::format("{{\"summary\":true,\"requests\":{},\"failed\":{},\"clients\":{},\"wall_s\":{:.4f},"
                "\"throughput_rps\":{:.4f},\"jct_mean_s\":{:.6f},\"jct_p50_s\":{:.6f},"
                "\"jct_p90_s\":{:.6f},\"jct_p99_s\":{:.6f},\"prefix_hits\":{},\"rerouted\":{}}}\n",
                a.requests, failed, a.concurrency, wall, static_cast<double>(jct.size()) / wall,
                Mean(jct), Percentile(jct, 0.5), Percentile(jct, 0.9), Percentile(jct, 0.99), hits,
                rs.rerouted);
+    if (!out) return ReportError(kCommand, Status::IOError("cannot write " + a.summary_file));
+  }
   return failed == 0 ? 0 : 1;
 }
 
@@ -275,7 +280,9 @@ RunFn SetupRouter(CLI::App& sub) {
                  "the prefill workers' pool chunk (prefix affinity key)")
       ->check(CLI::Range(1, 1 << 20));
   AddTransportFlags(&sub, &a->transport);
-  sub.add_flag("--json", a->json, "one JSON line per request on stdout, then a summary line");
+  sub.add_flag("--json", a->json, "one JSON line per request on stdout");
+  sub.add_option("--summary", a->summary_file,
+                 "write throughput and JCT percentiles as one JSON object to this file");
   return [a] { return RunRouter(*a); };
 }
 
