@@ -43,7 +43,7 @@ void EncodeHeader(uint8_t kind, const StreamId& id, uint64_t value, uint8_t out[
 // A send in flight: the header must stay valid until UCP completes it.
 struct SendRequest {
   std::shared_ptr<StreamState> state;
-  WriteOp* op = nullptr;  // the Write waiting for it (null for CREDIT)
+  std::shared_ptr<WriteOp> op;  // the Write waiting for it (null for CREDIT)
   bool data = false;      // DATA (counts towards send_completed), else CREDIT
   size_t length = 0;
   uint8_t header[kAmHeaderBytes];
@@ -123,6 +123,8 @@ class Engine::Impl {
   }
 
   // --- engine thread ------------------------------------------------------
+
+  bool peer_error_mode() const { return peer_error_mode_.load(); }
 
   void RegisterOnThread(const std::shared_ptr<StreamState>& state) {
     streams_[state->local_id] = state;
@@ -706,7 +708,7 @@ class Engine::Impl {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   bool wakeup_ = false;
-  bool peer_error_mode_ = true;
+  std::atomic<bool> peer_error_mode_{true};
   std::vector<uint8_t> address_;
   std::map<StreamId, std::shared_ptr<StreamState>> streams_;
   std::map<int, std::shared_ptr<StreamState>> control_fds_;
@@ -745,7 +747,7 @@ Status Engine::Open(const std::shared_ptr<StreamState>& state,
 }
 
 void Engine::Send(const std::shared_ptr<StreamState>& state, const uint8_t* bytes, size_t length,
-                  uint64_t offset, WriteOp* op) {
+                  uint64_t offset, const std::shared_ptr<WriteOp>& op) {
   auto* r = new SendRequest;
   r->state = state;
   r->op = op;
@@ -763,6 +765,8 @@ void Engine::Credit(const std::shared_ptr<StreamState>& state, uint64_t read_tot
   Impl* impl = impl_.get();
   impl->SendNow(r, nullptr);
 }
+
+bool Engine::SendsAlwaysComplete() const { return impl_->peer_error_mode(); }
 
 void Engine::Close(const std::shared_ptr<StreamState>& state, bool force) {
   Impl* impl = impl_.get();

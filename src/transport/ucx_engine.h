@@ -57,8 +57,9 @@ struct Segment {
   bool pooled = false;  // data is a segment_bytes buffer from the pool
 };
 
-// Counts the sends of one Write; lives on the writer's stack until they all
-// completed.
+// Counts the sends of one Write. Shared with the sends: a Write that gives
+// up on sends that will never complete (see Engine::SendsAlwaysComplete)
+// leaves them a live object to complete into.
 struct WriteOp {
   int outstanding = 0;
   Status error;
@@ -132,9 +133,14 @@ class Engine {
   Status Open(const std::shared_ptr<StreamState>& state, std::span<const uint8_t> peer_address);
   // Sends bytes[0, length) of the stream at the stream's send_offset; the
   // caller already advanced send_offset and counted the send in `op`.
-  // `bytes` must stay valid until op->outstanding drops.
+  // `bytes` must stay valid until op->outstanding drops (or, where sends do
+  // not always complete, until the stream's endpoint is closed).
   void Send(const std::shared_ptr<StreamState>& state, const uint8_t* bytes, size_t length,
-            uint64_t offset, WriteOp* op);
+            uint64_t offset, const std::shared_ptr<WriteOp>& op);
+  // Whether UCX completes every send of a force-closed endpoint (UCX's
+  // peer-failure mode, network transports). Without it (shared memory) the
+  // sends to a dead peer never complete, and nothing will read their bytes.
+  bool SendsAlwaysComplete() const;
   // Sends CREDIT(read_total) to the peer.
   void Credit(const std::shared_ptr<StreamState>& state, uint64_t read_total);
   // Flushes and closes the stream's endpoint, then sends CLOSE on its

@@ -39,7 +39,7 @@ Status UcxStream::WriteError(const StreamState& s) const {
 
 Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) {
   StreamState& s = *state_;
-  WriteOp op;
+  auto op = std::make_shared<WriteOp>();
   Status result;
   std::unique_lock<std::mutex> lock(s.mu);
   s.last_progress = MonotonicSeconds();
@@ -69,33 +69,39 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
         std::min<uint64_t>({limit - s.send_offset, s.segment_bytes, bytes.size() - issued}));
     const uint64_t offset = s.send_offset;
     s.send_offset += n;
-    ++op.outstanding;
+    ++op->outstanding;
     // The engine's callbacks take s.mu: never call into it holding that.
     lock.unlock();
-    engine_->Send(state_, bytes.data() + issued, n, offset, &op);
+    engine_->Send(state_, bytes.data() + issued, n, offset, op);
     lock.lock();
     issued += n;
   }
   // The sends reference the caller's bytes: wait for every one of them.
   if (result.ok()) {
     const bool done = WaitUntil(s, lock, idle_deadline, [&] {
-      return op.outstanding == 0 || !WriteError(s).ok();
+      return op->outstanding == 0 || !WriteError(s).ok();
     });
     if (!done) {
       result = Status::Timeout("write to " + s.remote + ": no progress within " +
                                std::to_string(timeout_seconds) + " s");
-    } else if (op.outstanding > 0) {
+    } else if (op->outstanding > 0) {
       result = WriteError(s);  // closed or failed with sends in flight
     }
   }
-  if (op.outstanding > 0) {
+  if (op->outstanding > 0) {
     // Failed or timed out with sends in flight: close the endpoint by force
     // (its sends complete as cancelled) so the bytes are released.
     if (s.failure.ok()) s.failure = result;
     engine_->Close(state_, /*force=*/true);
-    s.cv.wait(lock, [&] { return op.outstanding == 0; });
+    if (engine_->SendsAlwaysComplete()) {
+      s.cv.wait(lock, [&] { return op->outstanding == 0; });
+    } else {
+      // Shared memory: sends to a dead peer never complete and no one will
+      // read their bytes once the endpoint is closed; give them a moment.
+      s.cv.wait_for(lock, std::chrono::seconds(2), [&] { return op->outstanding == 0; });
+    }
   }
-  if (result.ok()) result = op.error;
+  if (result.ok()) result = op->error;
   if (!result.ok() && result.code() == StatusCode::kTimeout && s.failure.ok()) s.failure = result;
   return result.ok() ? result : result.WithContext("UCX");
 }

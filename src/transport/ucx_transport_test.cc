@@ -275,14 +275,11 @@ EnginePair Engines(Kind kind, uint64_t window, bool forge_id) {
 // Sends bytes from B's state straight through the engine, bypassing the
 // credit check a UcxStream makes.
 void RawSend(EnginePair& e, const std::vector<uint8_t>& bytes, uint64_t offset) {
-  WriteOp op;
-  {
-    std::lock_guard<std::mutex> lock(e.on_b->mu);
-    op.outstanding = 1;
-  }
-  e.b->Send(e.on_b, bytes.data(), bytes.size(), offset, &op);
+  auto op = std::make_shared<WriteOp>();
+  op->outstanding = 1;
+  e.b->Send(e.on_b, bytes.data(), bytes.size(), offset, op);
   std::unique_lock<std::mutex> lock(e.on_b->mu);
-  e.on_b->cv.wait_for(lock, std::chrono::seconds(10), [&] { return op.outstanding == 0; });
+  e.on_b->cv.wait_for(lock, std::chrono::seconds(10), [&] { return op->outstanding == 0; });
 }
 
 TEST_P(UcxTransportTest, EndpointWithoutTheStreamIdCannotInject) {
