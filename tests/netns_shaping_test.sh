@@ -40,17 +40,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-ip netns add "$NS_SERVER" 2>/dev/null || skip "cannot create network namespaces"
-ip netns add "$NS_CLIENT" || skip "cannot create network namespaces"
-ip link add "$VETH_SERVER" type veth peer name "$VETH_CLIENT" 2>/dev/null || skip "no veth support"
-ip link set "$VETH_SERVER" netns "$NS_SERVER"
-ip link set "$VETH_CLIENT" netns "$NS_CLIENT"
-ip -n "$NS_SERVER" addr add "$ADDR_SERVER/30" dev "$VETH_SERVER"
-ip -n "$NS_CLIENT" addr add "$ADDR_CLIENT/30" dev "$VETH_CLIENT"
-ip -n "$NS_SERVER" link set lo up
-ip -n "$NS_CLIENT" link set lo up
-ip -n "$NS_SERVER" link set "$VETH_SERVER" up
-ip -n "$NS_CLIENT" link set "$VETH_CLIENT" up
+# shellcheck source=tests/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
+netns_pair "$NS_SERVER" "$NS_CLIENT" "$VETH_SERVER" "$VETH_CLIENT" "$ADDR_SERVER" "$ADDR_CLIENT" ||
+  skip "cannot create network namespaces joined by a veth pair"
 
 export KVSERVE_SECRET="netns-test-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
 ip netns exec "$NS_SERVER" "$KVSERVE" pool serve --listen "$ADDR_SERVER:$PORT" \
