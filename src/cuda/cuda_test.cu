@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -545,6 +547,88 @@ TEST(CudaDevice, LayerAtATimeEqualsWholeFrame) {
     const GpuFrame layered = GpuEncode(p, cache, nullptr, /*by_layer=*/true);
     ASSERT_TRUE(whole.status.ok() && layered.status.ok()) << spec;
     EXPECT_EQ(whole.bytes, layered.bytes) << spec;
+  }
+}
+
+// The byte ranges of each layer's records in a frame (records are in plan
+// order: a layer's records are contiguous), from the record headers.
+std::vector<std::pair<size_t, size_t>> LayerRanges(const std::vector<uint8_t>& frame, size_t header_bytes,
+                                                   int layers) {
+  std::vector<size_t> starts;
+  for (size_t p = header_bytes; p + 20 <= frame.size();) {
+    starts.push_back(p);
+    uint32_t body = 0;
+    std::memcpy(&body, frame.data() + p + 16, 4);
+    p += 24 + body;
+  }
+  const size_t per_layer = starts.size() / layers;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (int l = 0; l < layers; ++l) {
+    const size_t b = starts[l * per_layer];
+    const size_t e = l + 1 < layers ? starts[(l + 1) * per_layer] : frame.size();
+    ranges.emplace_back(b, e);
+  }
+  return ranges;
+}
+
+// DecodeLayer on each layer's records (layers in a random order, one
+// layer's records shuffled) gives the whole-frame decode's values and mask.
+TEST(CudaDevice, DecodeLayerEqualsWholeFrame) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4);
+  const KvShape shape{3, 2, 333, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 3);
+  for (const char* spec : {"kivi-2", "none", "duo", "kvserve-h2r"}) {
+    SCOPED_TRACE(spec);
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> frame = CpuEncode(p, cache.view(), &scores);
+    const Decoded whole = CpuDecode(frame, shape, DType::kBF16);
+    ASSERT_TRUE(whole.status.ok());
+    auto dec = Decoder::Create(frame);
+    ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+    const auto ranges = LayerRanges(frame, (*dec)->HeaderBytes(), shape.layers);
+    const size_t out_bytes = whole.values.size(), mask_bytes = whole.mask.size();
+    DeviceBuffer<> ws((*dec)->WorkspaceBytes()), out(out_bytes), mask(mask_bytes);
+    CUDA_OK(cudaMemset(out.ptr, 0x5A, out_bytes));
+    CUDA_OK(cudaMemset(mask.ptr, 7, mask_bytes));
+    MutableKvView view{out.ptr, DType::kBF16, shape, KvStrides::Contiguous(shape)};
+    std::vector<int> order(shape.layers);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::unique_ptr<DeviceBuffer<>>> keep_alive;
+    for (int l : order) {
+      std::vector<uint8_t> bytes(frame.begin() + ranges[l].first, frame.begin() + ranges[l].second);
+      if (l == order.front()) {  // this layer's records in reverse order
+        std::vector<std::vector<uint8_t>> recs;
+        for (size_t q = 0; q < bytes.size();) {
+          uint32_t body = 0;
+          std::memcpy(&body, bytes.data() + q + 16, 4);
+          recs.emplace_back(bytes.begin() + q, bytes.begin() + q + 24 + body);
+          q += 24 + body;
+        }
+        bytes.clear();
+        for (auto it = recs.rbegin(); it != recs.rend(); ++it) bytes.insert(bytes.end(), it->begin(), it->end());
+      }
+      keep_alive.push_back(std::make_unique<DeviceBuffer<>>(bytes.size()));
+      CUDA_OK(cudaMemcpy(keep_alive.back()->ptr, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      ASSERT_TRUE((*dec)->DecodeLayer(l, keep_alive.back()->ptr, bytes.size(), view, mask.ptr, ws.ptr, nullptr).ok());
+    }
+    ASSERT_TRUE((*dec)->Check(ws.ptr, nullptr).ok());
+    std::vector<uint8_t> values(out_bytes), m(mask_bytes);
+    CUDA_OK(cudaMemcpy(values.data(), out.ptr, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(m.data(), mask.ptr, mask_bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
+    EXPECT_EQ(m, whole.mask);
+    // A layer's records with a flipped bit are reported at Check.
+    std::vector<uint8_t> bad(frame.begin() + ranges[1].first, frame.begin() + ranges[1].second);
+    bad[bad.size() / 2] ^= 0x10;
+    DeviceBuffer<> dbad(bad.size());
+    CUDA_OK(cudaMemcpy(dbad.ptr, bad.data(), bad.size(), cudaMemcpyHostToDevice));
+    ASSERT_TRUE((*dec)->DecodeLayer(1, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).ok());
+    EXPECT_EQ((*dec)->Check(ws.ptr, nullptr).code(), StatusCode::kCorruption);
+    EXPECT_EQ((*dec)->DecodeLayer(shape.layers, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).code(),
+              StatusCode::kInvalidArgument);
   }
 }
 
