@@ -26,11 +26,7 @@ OUT=${OUT:-docs/transport_bench.md}
 # shellcheck source=tests/netns_lib.sh
 . tests/netns_lib.sh
 DIR=$(mktemp -d /tmp/kvserve-transport-bench-XXXXXX)
-TAG=$$
-NS_S=kvtb-s-$TAG
-NS_C=kvtb-c-$TAG
-VETH_S=kvtb$TAG-s
-VETH_C=kvtb$TAG-c
+netns_names kvtb
 ADDR_S=10.213.79.1
 ADDR_C=10.213.79.2
 export KVSERVE_SECRET="transport-bench-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"

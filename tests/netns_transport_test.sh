@@ -26,17 +26,12 @@ HIGH=${HIGH:-1.2}
 TRANSPORTS=${TRANSPORTS:-"tcp ucx"}
 
 skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces and tc)"
-command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-command -v tc >/dev/null || skip "iproute2 (tc) not installed"
-[ -x "$KVSERVE" ] || { echo "FAIL: kvserve binary not found at $KVSERVE"; exit 1; }
+# shellcheck source=tests/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
+netns_test_require "$KVSERVE"
 KVSERVE=$(realpath "$KVSERVE")
 
-TAG=$$
-NS_S=kvnt-s-$TAG
-NS_C=kvnt-c-$TAG
-VETH_S=kvnt$TAG-s
-VETH_C=kvnt$TAG-c
+netns_names kvnt
 ADDR_S=10.213.78.1
 ADDR_C=10.213.78.2
 DIR=$(mktemp -d /tmp/kvserve-netns-transport-XXXXXX)
@@ -48,13 +43,11 @@ cleanup() {
   wait 2>/dev/null || true
   ip netns del "$NS_S" 2>/dev/null || true
   ip netns del "$NS_C" 2>/dev/null || true
-  nft delete table inet "kvnt$TAG" 2>/dev/null || true
+  nft delete table inet "kvnt$$" 2>/dev/null || true
   rm -rf "$DIR"
 }
 trap cleanup EXIT
 
-# shellcheck source=tests/netns_lib.sh
-. "$(dirname "$0")/netns_lib.sh"
 netns_pair "$NS_S" "$NS_C" "$VETH_S" "$VETH_C" "$ADDR_S" "$ADDR_C" ||
   skip "cannot create network namespaces joined by a veth pair"
 tc -n "$NS_C" qdisc add dev "$VETH_C" root tbf rate "${RATE1_MBIT}mbit" burst 64kb latency 100ms ||
@@ -101,17 +94,6 @@ wait_lines() {  # file n: waits (<= 60 s) until the file has n lines or the benc
     sleep 0.1
   done
 }
-in_band() {  # name measured target
-  python3 - "$@" "$LOW" "$HIGH" <<'PY'
-import sys
-name, measured, target, low, high = sys.argv[1], *map(float, sys.argv[2:])
-ratio = measured / target
-ok = low <= ratio <= high
-print(f"  {name}: {measured:.3f} Gbps vs link {target:.3f} Gbps, ratio {ratio:.2f} "
-      f"(want {low}-{high}) {'ok' if ok else 'FAIL'}")
-sys.exit(0 if ok else 1)
-PY
-}
 field() {  # file line field
   sed -n "${2}p" "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$3'])"
 }
@@ -152,7 +134,7 @@ for t in $TRANSPORTS; do
   # 2. Loss (and delay where netem exists): frames still arrive intact.
   if tc -n "$NS_C" qdisc add dev "$VETH_C" root netem loss 1% delay 5ms 2>/dev/null; then
     impaired="netem loss 1% delay 5ms"
-  elif command -v nft >/dev/null && nft add table inet "kvnt$TAG" 2>/dev/null &&
+  elif command -v nft >/dev/null && nft add table inet "kvnt$$" 2>/dev/null &&
        ip netns exec "$NS_C" nft add table inet kvnt &&
        ip netns exec "$NS_C" nft add chain inet kvnt out '{ type filter hook output priority 0; }' &&
        ip netns exec "$NS_C" nft add rule inet kvnt out oifname "$VETH_C" numgen random mod 100 '<' 1 drop; then

@@ -5,18 +5,15 @@
 #ifndef KVSERVE_TRANSPORT_TRANSPORT_TEST_UTIL_H_
 #define KVSERVE_TRANSPORT_TRANSPORT_TEST_UTIL_H_
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <unistd.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/spawn.h"
 #include "kvserve/transport.h"
-
-extern char** environ;
 
 namespace kvserve::transporttest {
 
@@ -83,26 +80,13 @@ inline std::string KindName(const ::testing::TestParamInfo<Kind>& info) {
 
 // Starts this test binary again as a child running only the tests matching
 // `gtest_filter` (a child role), with `env` added to this process's
-// environment and stdout to /dev/null. The child's pid, or -1.
+// environment (replacing variables of the same names) and stdout to
+// /dev/null. The child's pid, or -1.
 inline pid_t SpawnSelf(const std::string& gtest_filter, std::vector<std::string> env) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return -1;
-  exe[n] = 0;
-  std::vector<std::string> args = {exe, "--gtest_filter=" + gtest_filter};
-  for (char** e = environ; *e; ++e) env.push_back(*e);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, exe, &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  return rc == 0 ? pid : -1;
+  auto exe = SelfExecutable();
+  if (!exe.ok()) return -1;
+  auto pid = SpawnProcess({*exe, "--gtest_filter=" + gtest_filter}, env, /*stdout_to_null=*/true);
+  return pid.ok() ? *pid : -1;
 }
 
 }  // namespace kvserve::transporttest

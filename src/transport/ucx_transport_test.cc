@@ -78,7 +78,33 @@ std::unique_ptr<Transport> Ucx(Kind kind, std::string secret = transporttest::kU
   return t.ok() ? std::move(*t) : nullptr;
 }
 
-class UcxTransportTest : public ::testing::TestWithParam<Kind> {};
+class UcxTransportTest : public ::testing::TestWithParam<Kind> {
+ protected:
+  // A UCX server of the test's kind listening on loopback, and a plain TCP
+  // connection to its bootstrap port (a peer speaking the bootstrap
+  // protocol by hand, or not at all). False when either is missing.
+  bool ListenAndConnectRaw() {
+    server_ = Ucx(GetParam());
+    if (server_ == nullptr) return false;
+    auto listener = server_->Listen("127.0.0.1:0");
+    EXPECT_TRUE(listener.ok()) << listener.status().ToString();
+    if (!listener.ok()) return false;
+    listener_ = std::move(*listener);
+    return ConnectRaw();
+  }
+  // Replaces raw_ with a new TCP connection to the listener.
+  bool ConnectRaw() {
+    auto raw = tcp_->Connect(listener_->Address(), 5);
+    EXPECT_TRUE(raw.ok()) << raw.status().ToString();
+    raw_ = raw.ok() ? std::move(*raw) : nullptr;
+    return raw_ != nullptr;
+  }
+
+  std::unique_ptr<Transport> tcp_ = NewTcpTransport();
+  std::unique_ptr<Transport> server_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Stream> raw_;
+};
 
 TEST_P(UcxTransportTest, BootstrapAdmitsOnlyPeersWithTheSecret) {
   auto server = Ucx(GetParam(), "right");
@@ -115,17 +141,12 @@ TEST_P(UcxTransportTest, BootstrapAdmitsOnlyPeersWithTheSecret) {
 // before any endpoint exists: it gets the PermissionDenied byte, Accept gets
 // nothing.
 TEST_P(UcxTransportTest, OfferWithoutAValidProofIsRefused) {
-  auto server = Ucx(GetParam());
-  auto listener = server->Listen("127.0.0.1:0");
-  ASSERT_TRUE(listener.ok());
-  auto tcp = NewTcpTransport();
+  ASSERT_TRUE(ListenAndConnectRaw());
   std::mt19937_64 rng(22);
-  auto raw = tcp->Connect((*listener)->Address(), 5);
-  ASSERT_TRUE(raw.ok());
   std::vector<uint8_t> hello = RandomBytes(rng, 40);
   std::memcpy(hello.data(), "KVSU\x01\0\0\0", 8);
-  ASSERT_TRUE((*raw)->Write(hello, 5).ok());
-  const auto challenge = ReadN(**raw, 72);
+  ASSERT_TRUE(raw_->Write(hello, 5).ok());
+  const auto challenge = ReadN(*raw_, 72);
   ASSERT_EQ(challenge.size(), 72u);
   EXPECT_EQ(challenge[5], 0);  // the server proved itself; we cannot check it
   // OFFER: a forged proof, a stream id, a window, a plausible address.
@@ -136,32 +157,28 @@ TEST_P(UcxTransportTest, OfferWithoutAValidProofIsRefused) {
   offer.insert(offer.end(), fixed.begin(), fixed.end());
   const auto address = RandomBytes(rng, 64);
   offer.insert(offer.end(), address.begin(), address.end());
-  ASSERT_TRUE((*raw)->Write(offer, 5).ok());
-  const auto verdict = ReadN(**raw, 1);
+  ASSERT_TRUE(raw_->Write(offer, 5).ok());
+  const auto verdict = ReadN(*raw_, 1);
   ASSERT_EQ(verdict.size(), 1u);
   EXPECT_EQ(verdict[0], static_cast<uint8_t>(StatusCode::kPermissionDenied));
-  EXPECT_EQ((*listener)->Accept(0.3).status().code(), StatusCode::kTimeout);
+  EXPECT_EQ(listener_->Accept(0.3).status().code(), StatusCode::kTimeout);
 }
 
 TEST_P(UcxTransportTest, GarbageOnTheBootstrapPortIsDropped) {
-  auto server = Ucx(GetParam());
-  auto listener = server->Listen("127.0.0.1:0");
-  ASSERT_TRUE(listener.ok());
-  auto tcp = NewTcpTransport();
+  ASSERT_TRUE(ListenAndConnectRaw());
   std::mt19937_64 rng(21);
   for (int i = 0; i < 5; ++i) {
-    auto raw = tcp->Connect((*listener)->Address(), 5);
-    ASSERT_TRUE(raw.ok());
+    if (i > 0) ASSERT_TRUE(ConnectRaw());
     std::vector<uint8_t> junk = RandomBytes(rng, 1 + rng() % 3000);
     if (i % 2 == 1) std::memcpy(junk.data(), "KVSU\x01", std::min<size_t>(5, junk.size()));
-    (void)(*raw)->Write(junk, 5);
+    (void)raw_->Write(junk, 5);
     if (i == 4) continue;  // left open: must time out, not block the others
-    (*raw)->Close();
+    raw_->Close();
   }
   auto client = Ucx(GetParam());
-  auto c = client->Connect((*listener)->Address(), 5);
+  auto c = client->Connect(listener_->Address(), 5);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto accepted = (*listener)->Accept(5);
+  auto accepted = listener_->Accept(5);
   ASSERT_TRUE(accepted.ok()) << accepted.status().ToString();
   std::vector<uint8_t> bytes = RandomBytes(rng, 1000);
   ASSERT_TRUE((*c)->Write(bytes, 5).ok());
@@ -339,8 +356,8 @@ TEST_P(UcxTransportTest, SenderIgnoringTheWindowIsCutOffWithBoundedMemory) {
 TEST(UcxChildRole, ConnectWriteAndWait) {
   const char* address = std::getenv("KVSERVE_UCX_CHILD_ADDRESS");
   if (address == nullptr) GTEST_SKIP() << "child role of UcxTransportTest.KilledPeerIsDetected";
-  const Kind kind = std::string(std::getenv("KVSERVE_UCX_CHILD_KIND")) == "tcp" ? Kind::kUcxTcp
-                                                                               : Kind::kUcxSm;
+  const Kind kind =
+      std::string(std::getenv("KVSERVE_UCX_CHILD_KIND")) == "tcp" ? Kind::kUcxTcp : Kind::kUcxSm;
   auto t = Ucx(kind);
   auto s = t->Connect(address, 10);
   ASSERT_TRUE(s.ok()) << s.status().ToString();

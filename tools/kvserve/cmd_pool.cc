@@ -53,17 +53,7 @@ struct PoolArgs {
 };
 
 Result<std::string> LoadSecret(const PoolArgs& a) {
-  if (!a.secret_file.empty()) {
-    KVSERVE_ASSIGN_OR_RETURN(auto bytes, ReadBinaryFile(a.secret_file));
-    std::string s(bytes.begin(), bytes.end());
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    if (s.empty()) return Status::InvalidArgument("secret file " + a.secret_file + " is empty");
-    return s;
-  }
-  if (const char* env = std::getenv("KVSERVE_SECRET"); env != nullptr && *env != '\0')
-    return std::string(env);
-  Progress(kCommand, "warning: no --secret-file or KVSERVE_SECRET: peers are not authenticated");
-  return std::string();
+  return LoadServeSecret(kCommand, a.secret_file);
 }
 
 Result<ConnectionOptions> ConnOptions(const PoolArgs& a, std::string local_id) {
@@ -260,9 +250,7 @@ RunFn SetupPool(CLI::App& sub) {
       "KVSERVE_SECRET. docs/transport.md describes the protocol.");
   sub.require_subcommand(1);
   auto common = [a](CLI::App* c) {
-    AddTransportFlags(c, &a->transport);
-    c->add_option("--secret-file", a->secret_file, "File holding the shared secret");
-    c->add_option("--timeout", a->timeout_seconds, "I/O idle timeout, seconds")->capture_default_str();
+    AddConnectionFlags(c, &a->transport, &a->secret_file, &a->timeout_seconds);
     c->add_option("--max-message-mb", a->max_message_mb, "Largest message accepted, MiB")
         ->capture_default_str();
   };

@@ -217,10 +217,7 @@ RunFn SetupTransport(CLI::App& sub) {
       "--secret-file or KVSERVE_SECRET. scripts/transport_bench.sh runs the comparison.");
   sub.require_subcommand(1);
   auto common = [a](CLI::App* c) {
-    AddTransportFlags(c, &a->transport);
-    c->add_option("--secret-file", a->secret_file, "File holding the shared secret");
-    c->add_option("--timeout", a->timeout_seconds, "I/O idle timeout, seconds")
-        ->capture_default_str();
+    AddConnectionFlags(c, &a->transport, &a->secret_file, &a->timeout_seconds);
   };
   auto serve = sub.add_subcommand("serve", "Receive frames until SIGINT/SIGTERM or --duration");
   common(serve);

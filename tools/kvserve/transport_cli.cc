@@ -19,6 +19,15 @@ void AddTransportFlags(CLI::App* app, TransportFlags* flags) {
       ->capture_default_str();
 }
 
+void AddConnectionFlags(CLI::App* app, TransportFlags* flags, std::string* secret_file,
+                        double* timeout_seconds) {
+  AddTransportFlags(app, flags);
+  app->add_option("--secret-file", *secret_file,
+                  "File holding the shared secret (else $KVSERVE_SECRET)");
+  app->add_option("--timeout", *timeout_seconds, "I/O idle timeout, seconds")
+      ->capture_default_str();
+}
+
 Result<std::unique_ptr<Transport>> MakeTransport(const TransportFlags& flags,
                                                  const std::string& secret) {
   if (flags.kind == "tcp") return NewTcpTransport();

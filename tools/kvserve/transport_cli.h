@@ -5,7 +5,6 @@
 #define KVSERVE_TOOLS_KVSERVE_TRANSPORT_CLI_H_
 
 #include <CLI/CLI.hpp>
-
 #include <memory>
 #include <string>
 
@@ -23,6 +22,12 @@ struct TransportFlags {
 
 // Adds --transport, --ucx-tls, --ucx-devices and --ucx-window-kb to `app`.
 void AddTransportFlags(CLI::App* app, TransportFlags* flags);
+
+// Adds the transport flags plus --secret-file (the shared secret; else
+// $KVSERVE_SECRET) and --timeout (I/O idle timeout, seconds; its current
+// value is shown as the default) to `app`.
+void AddConnectionFlags(CLI::App* app, TransportFlags* flags, std::string* secret_file,
+                        double* timeout_seconds);
 
 // The transport the flags name; `secret` keys the UCX bootstrap (the same
 // secret the connections prove). InvalidArgument for an unknown kind.
