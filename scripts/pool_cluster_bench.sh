@@ -26,6 +26,7 @@ cleanup() {
 trap cleanup EXIT
 scripts/start_redis_cluster.sh --base-port "$BASE" --dir "$DIR/cluster" >"$DIR/start.log"
 NODES=$(grep '^seeds ' "$DIR/start.log" | cut -d' ' -f2)
+LOAD_START=$(cut -d" " -f1-3 /proc/loadavg)
 
 : >"$DIR/ours.jsonl"
 : >"$DIR/redis.csv"
@@ -39,7 +40,8 @@ for mb in $SIZES_MB; do
     -c 1 --csv 2>/dev/null | grep -E '^"(SET|GET)"' | sed "s/^/$mb,/" >>"$DIR/redis.csv"
 done
 
-MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB RAM, Linux $(uname -r), $(redis-server --version | cut -d' ' -f3)"
+LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
+MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores (load average $LOAD_START at the start, $LOAD_END at the end: the host is shared), $(free -g | awk '/Mem:/{print $2}') GiB RAM, Linux $(uname -r), Redis $(redis-server --version | sed -n 's/.* v=\([^ ]*\).*/\1/p')"
 python3 - "$DIR/ours.jsonl" "$DIR/redis.csv" "$OUT" "$MACHINE" "$TOTAL_MB" <<'PY'
 import csv, json, sys
 ours_path, redis_path, out, machine, total_mb = sys.argv[1:]
