@@ -186,7 +186,8 @@ struct HostCache {
   DType dtype;
   KvStrides strides;
   std::vector<uint8_t> bytes;  // the whole (possibly padded) buffer
-  KvView view() const { return KvView{bytes.data(), dtype, shape, strides}; }
+  size_t origin = 0;           // byte offset of element [0][0][0][0][0]
+  KvView view() const { return KvView{bytes.data() + origin, dtype, shape, strides}; }
 };
 
 HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int layout) {
@@ -218,11 +219,17 @@ HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int la
       c.strides.layer = 2 * H * D * T;
       total = L * c.strides.layer;
       break;
+    case 4:  // each layer's V before its K (negative kind stride)
+      c.strides = KvStrides::Contiguous(shape);
+      c.strides.kind = -H * T * D;
+      total = shape.NumElements();
+      break;
     default:
       c.strides = KvStrides::Contiguous(shape);
       total = shape.NumElements();
   }
   const size_t es = DTypeSize(dtype);
+  if (layout == 4) c.origin = static_cast<size_t>(H * T * D) * es;
   c.bytes.assign(static_cast<size_t>(total) * es, 0xA5);
   std::normal_distribution<float> normal(0.f, 1.f);
   const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 3);
@@ -242,7 +249,7 @@ HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int la
             if (rng() % 211 == 0) x = -0.0f;
             const int64_t e = l * c.strides.layer + k * c.strides.kind + h * c.strides.head +
                               t * c.strides.token + d * c.strides.dim;
-            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + e * es), dtype);
+            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + c.origin + e * es), dtype);
           }
       }
   return c;
@@ -278,7 +285,7 @@ GpuFrame GpuEncode(const Profile& p, const HostCache& cache, const HeadScores* s
   DeviceBuffer<uint64_t> size(8);
   (void)cudaMemcpy(in.ptr, cache.bytes.data(), cache.bytes.size(), cudaMemcpyHostToDevice);
   KvView dv = cache.view();
-  dv.data = in.ptr;
+  dv.data = in.ptr + cache.origin;
   cudaStream_t stream = nullptr;
   if (by_layer) {
     r.status = (*enc)->Begin(ws.ptr, frame.ptr, stream);
@@ -630,6 +637,60 @@ TEST(CudaDevice, DecodeLayerEqualsWholeFrame) {
     EXPECT_EQ((*dec)->DecodeLayer(shape.layers, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).code(),
               StatusCode::kInvalidArgument);
   }
+}
+
+// StaticLayerRecords names exactly the bytes of each layer's records (pack
+// profiles), for the encoder and the decoder alike; rans has none.
+TEST(CudaDevice, StaticLayerRecordsAreTheLayersBytes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  const KvShape shape{3, 2, 200, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 5);
+  for (const char* spec : {"kivi-2", "none", "duo", "kivi-4"}) {
+    SCOPED_TRACE(spec);
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> frame = CpuEncode(p, cache.view(), &scores);
+    auto enc = Encoder::Create(p, shape, DType::kBF16, &scores);
+    auto dec = Decoder::Create(frame);
+    ASSERT_TRUE(enc.ok() && dec.ok());
+    const auto ranges = LayerRanges(frame, (*dec)->HeaderBytes(), shape.layers);
+    for (int l = 0; l < shape.layers; ++l)
+      for (const Result<ByteRange>& r : {(*enc)->StaticLayerRecords(l), (*dec)->StaticLayerRecords(l)}) {
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_EQ(r->offset, ranges[l].first);
+        EXPECT_EQ(r->offset + r->bytes, ranges[l].second);
+      }
+    EXPECT_EQ((*enc)->StaticLayerRecords(shape.layers).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ((*dec)->StaticLayerRecords(-1).status().code(), StatusCode::kInvalidArgument);
+  }
+  auto rans = Encoder::Create(*Profile::Parse("kvserve-h2r"), shape, DType::kBF16);
+  ASSERT_TRUE(rans.ok());
+  EXPECT_EQ((*rans)->StaticLayerRecords(0).status().code(), StatusCode::kNotSupported);
+}
+
+// A cache whose every V lies below its K (per-layer tensors allocated V
+// first) is read through a negative kind stride, giving the contiguous
+// cache's frame; a negative head stride is still refused.
+TEST(CudaDevice, NegativeKindStrideEqualsContiguous) {
+  SKIP_WITHOUT_GPU();
+  const KvShape shape{2, 2, 150, 64};
+  for (const char* spec : {"kivi-2", "none", "kvserve-h2r"}) {
+    SCOPED_TRACE(spec);
+    std::mt19937 a(9), b(9);
+    const HostCache flat = MakeCache(a, shape, DType::kBF16, 0);
+    const HostCache swapped = MakeCache(b, shape, DType::kBF16, 4);
+    const Profile p = *Profile::Parse(spec);
+    const GpuFrame g = GpuEncode(p, swapped, nullptr);
+    ASSERT_TRUE(g.status.ok()) << g.status.ToString();
+    EXPECT_EQ(FirstDifference(g.bytes, CpuEncode(p, flat.view(), nullptr)), SIZE_MAX);
+  }
+  HostCache bad = [&] {
+    std::mt19937 c(9);
+    return MakeCache(c, shape, DType::kBF16, 0);
+  }();
+  bad.strides.head = -bad.strides.head;
+  EXPECT_EQ(GpuEncode(*Profile::Parse("kivi-2"), bad, nullptr).status.code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {
