@@ -10,6 +10,7 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libasio-dev libssl-dev libhiredis-dev redis-server iproute2
+  libucx-dev ucx-utils nftables        # UCX transport; nft emulates packet loss where tc netem is absent
   libsentencepiece-dev sentencepiece
   libonig-dev libicu-dev unicode-data   # tokenizer.json: split regex, NFC, Unicode 15.0 data for its test
   libsqlite3-dev libnlopt-cxx-dev libnlopt-dev

@@ -28,20 +28,24 @@
 namespace kvserve {
 namespace {
 
-// A connected pair over the in-process loopback; short io timeouts so that
-// a transfer that never ends fails the test instead of hanging it.
+class KvStreamerTest : public servetest::OverTransports {};
+
+// A connected pair over `kind` (64 KiB of buffering: loopback pipe, UCX
+// window); short io timeouts so that a transfer that never ends fails the
+// test instead of hanging it.
 struct Pair {
-  std::unique_ptr<Transport> transport = NewLoopbackTransport({.buffer_bytes = 64 * 1024});
+  std::unique_ptr<Transport> transport;
   std::unique_ptr<Connection> sender, receiver;
 };
 
-std::unique_ptr<Pair> MakePair() {
+std::unique_ptr<Pair> MakePair(transporttest::Kind kind) {
   auto pair = std::make_unique<Pair>();
+  pair->transport = transporttest::MakeTransport(kind, 64 * 1024);
   ConnectionOptions o;
   o.secret = "stream-secret";
   o.io_timeout_seconds = 3;
   o.handshake_timeout_seconds = 3;
-  auto listener = pair->transport->Listen("decode");
+  auto listener = pair->transport->Listen(transporttest::ListenAddress(kind));
   EXPECT_TRUE(listener.ok()) << listener.status().ToString();
   if (!listener.ok()) return nullptr;
   std::thread accept([&] {
@@ -49,7 +53,7 @@ std::unique_ptr<Pair> MakePair() {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     if (c.ok()) pair->receiver = std::move(*c);
   });
-  auto c = Connection::Dial(*pair->transport, "decode", o);
+  auto c = Connection::Dial(*pair->transport, (*listener)->Address(), o);
   accept.join();
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (!c.ok() || !pair->receiver) return nullptr;
@@ -180,7 +184,7 @@ serve::LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int
   };
 }
 
-TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
+TEST_P(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
   std::mt19937 rng(7001);
   for (const char* spec : {"none", "identity+raw+pack", "kivi-2"}) {
     for (int dim_stride : {1, 2}) {
@@ -192,7 +196,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       const uint64_t transfer_id = rng();
 
       // Reference: StreamKv of the finished cache.
-      auto reference_pair = MakePair();
+      auto reference_pair = MakePair(GetParam());
       ASSERT_TRUE(reference_pair);
       Receiver reference(reference_pair->receiver.get());
       auto reference_encoder = NewEncoder(spec);
@@ -201,7 +205,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       ASSERT_TRUE(plain.ok()) << plain.status().ToString();
       ASSERT_TRUE(reference.Complete()) << reference.result().status().ToString();
 
-      auto pair = MakePair();
+      auto pair = MakePair(GetParam());
       ASSERT_TRUE(pair);
       Receiver receiver(pair->receiver.get());
       auto encoder = NewEncoder(spec);
@@ -235,7 +239,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
   }
 }
 
-TEST(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
+TEST_P(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
   std::mt19937 rng(7002);
   const KvShape shape{4, 2, 37, 64};
   // Fails before any layer, in the middle, and after the last layer: the
@@ -244,7 +248,7 @@ TEST(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
     for (const char* spec : {"none", "kivi-2"}) {
       SCOPED_TRACE(std::string(spec) + ", fails after " + std::to_string(fail_after) + " layers");
       const StridedKv kv = RandomStridedKv(rng, shape, 1);
-      auto pair = MakePair();
+      auto pair = MakePair(GetParam());
       ASSERT_TRUE(pair);
       Receiver receiver(pair->receiver.get());
       auto encoder = NewEncoder(spec);
@@ -279,7 +283,7 @@ enum class Mismatch {
   kExtraLayer
 };
 
-TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
+TEST_P(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
   std::mt19937 rng(7003);
   const KvShape shape{4, 2, 37, 64};
   for (Mismatch mismatch : {Mismatch::kTokens, Mismatch::kHeads, Mismatch::kHeadDim,
@@ -329,7 +333,7 @@ TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
       }
       return Status::Ok();
     };
-    auto pair = MakePair();
+    auto pair = MakePair(GetParam());
     ASSERT_TRUE(pair);
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder("none");
@@ -343,13 +347,13 @@ TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
   }
 }
 
-TEST(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
+TEST_P(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
   std::mt19937 rng(7004);
   const KvShape shape{4, 2, 37, 64};
   for (int layers = 0; layers < shape.layers; ++layers) {
     SCOPED_TRACE(std::to_string(layers) + " layers delivered");
     const StridedKv kv = RandomStridedKv(rng, shape, 1 + static_cast<int>(rng() % 2));
-    auto pair = MakePair();
+    auto pair = MakePair(GetParam());
     ASSERT_TRUE(pair);
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder(rng() % 2 ? "none" : "kivi-2");
@@ -371,11 +375,11 @@ TEST(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
 // The receiver refuses the frame: the call returns its verdict, and the
 // producer still delivered every layer (its result is the caller's to retry
 // with).
-TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
+TEST_P(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
   std::mt19937 rng(7005);
   const KvShape shape{4, 2, 37, 64};
   const StridedKv kv = RandomStridedKv(rng, shape, 1);
-  auto pair = MakePair();
+  auto pair = MakePair(GetParam());
   ASSERT_TRUE(pair);
   Result<TransferStats> received = Status::Internal("unset");
   FrameHandler refuse;
@@ -401,10 +405,10 @@ TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
 // Serving end to end: the overlap changes when the KV moves, never what it
 // is, so the same requests generate the same tokens with it on and off (and,
 // lossless, what one process generates).
-TEST(KvStreamerTest, PrefillWorkerOverlapOnAndOffGenerateTheSameTokens) {
-  servetest::ClusterOptions overlapped_options;
+TEST_P(KvStreamerTest, PrefillWorkerOverlapOnAndOffGenerateTheSameTokens) {
+  servetest::ClusterOptions overlapped_options = servetest::Over(GetParam());
   overlapped_options.overlap_prefill = true;
-  servetest::ClusterOptions sequential_options;
+  servetest::ClusterOptions sequential_options = servetest::Over(GetParam());
   sequential_options.overlap_prefill = false;
   auto overlapped = servetest::StartCluster(overlapped_options);
   auto sequential = servetest::StartCluster(sequential_options);
@@ -440,6 +444,8 @@ TEST(KvStreamerTest, PrefillWorkerOverlapOnAndOffGenerateTheSameTokens) {
     }
   }
 }
+
+KVSERVE_SERVE_OVER_TRANSPORTS(KvStreamerTest);
 
 }  // namespace
 }  // namespace kvserve

@@ -14,6 +14,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/serve.h"
 #include "serve/connection_server.h"
+#include "serve/decode_peers.h"
 #include "serve/kv_streamer.h"
 #include "serve/serve_protocol.h"
 
@@ -106,9 +107,7 @@ class PrefillWorker::Impl {
   std::unique_ptr<serve::ConnectionServer> server_;
   std::mutex mu_;  // one request at a time; guards everything below
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
-  std::unique_ptr<Connection> decode_;
-  std::string decode_peer_ = "decode";
-  size_t decode_index_ = 0;
+  std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   double seconds_per_token_;
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;

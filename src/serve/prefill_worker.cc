@@ -41,6 +41,7 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
       options_.controller.model.layers <= 0)
     options_.controller.model.layers = model_->config().layers;
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
+  decode_ = std::make_unique<serve::DecodePeers>(transport_, options_.decode_addresses, &estimator_);
   KVSERVE_ASSIGN_OR_RETURN(
       server_, serve::ConnectionServer::Start(transport_, options_.listen_address,
                                               options_.client_connection, 64,
@@ -99,33 +100,17 @@ Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
 }
 
 Result<Connection*> PrefillWorker::Impl::DecodeConnection() {
-  if (decode_) return decode_.get();
   ConnectionOptions o = options_.decode_connection;
   o.shape_bytes_per_second = link_rate_;
-  o.goodput = [this](std::string_view peer, double bytes, double seconds) {
-    (void)estimator_.Observe(peer, bytes, seconds, MonotonicSeconds());
-  };
-  const std::string& address = options_.decode_addresses[decode_index_ % options_.decode_addresses.size()];
-  auto c = Connection::Dial(*transport_, address, o);
-  if (!c.ok()) {
-    ++decode_index_;  // the next attempt tries the next decode worker
-    return c.status().WithContext("decode worker " + address);
-  }
-  decode_ = std::move(*c);
-  decode_peer_ = decode_->peer_id();
-  return decode_.get();
+  return decode_->Current(o);
 }
 
-void PrefillWorker::Impl::DropDecodeConnection() {
-  if (decode_) decode_->Close();
-  decode_.reset();
-  ++decode_index_;
-}
+void PrefillWorker::Impl::DropDecodeConnection() { decode_->DropCurrent(); }
 
 Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeRequest& r,
                                                                  double kv_bytes) {
   Chosen chosen;
-  chosen.bandwidth = estimator_.Estimate(decode_peer_);
+  chosen.bandwidth = estimator_.Estimate(decode_->current_key());
   if (r.method != kMethodAdaptive) {
     KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
     chosen.spec = r.method;
@@ -234,6 +219,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       DropDecodeConnection();
       continue;
     }
+    if (result->status.ok()) decode_->ObserveGeneration(result->generation_seconds);
     if (!result->status.ok()) {
       last = result->status.WithContext("decode worker");
       if (!serve::IsRetryable(result->status)) return last;
@@ -293,6 +279,10 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     return response;
   }
   RequestTimings& t = response.timings;
+  const ModelConfig& config = model_->config();
+  // N x M: this request's decode worker (bandwidth and load per peer).
+  decode_->Choose(4.0 * config.layers * 2 * config.kv_heads * config.head_dim *
+                  static_cast<double>(request.prompt.size()));
   PrefillContext ctx;
   ctx.request = &request;
   const ModelConfig& c = model_->config();
@@ -374,11 +364,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
 void PrefillWorker::Impl::SetLinkRate(double bytes_per_second) {
   std::lock_guard<std::mutex> lock(mu_);
   link_rate_ = bytes_per_second;
-  if (decode_) decode_->Close();
-  decode_.reset();
+  decode_->CloseAll();
 }
 
-double PrefillWorker::Impl::BandwidthEstimate() const { return estimator_.Estimate(decode_peer_); }
+double PrefillWorker::Impl::BandwidthEstimate() const {
+  return estimator_.Estimate(decode_->current_key());
+}
 
 Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport, const Model* model,
                                                             ProfileTable table,

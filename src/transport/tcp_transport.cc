@@ -15,6 +15,7 @@
 
 #include "kvserve/transport.h"
 #include "transport/poll_wait.h"
+#include "transport/tcp_internal.h"
 
 namespace kvserve {
 namespace {
@@ -125,6 +126,7 @@ class TcpStream final : public Stream {
   }
 
   std::string RemoteAddress() const override { return remote_; }
+  int fd() { return socket_.native_handle(); }
 
  private:
   std::shared_ptr<asio::io_context> io_;
@@ -261,5 +263,12 @@ class TcpTransport final : public Transport {
 std::unique_ptr<Transport> NewTcpTransport(TcpTransportOptions options) {
   return std::make_unique<TcpTransport>(options);
 }
+
+namespace transport {
+int TcpStreamFd(const Stream& stream) {
+  auto* tcp = dynamic_cast<const TcpStream*>(&stream);
+  return tcp == nullptr ? -1 : const_cast<TcpStream*>(tcp)->fd();
+}
+}  // namespace transport
 
 }  // namespace kvserve

@@ -5,10 +5,8 @@
 // TTFT of prefix-pool hits vs recompute; a run where the link changes under
 // the controller. Writes docs/e2e.md and two SVG plots.
 #include <fmt/format.h>
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "cli_util.h"
+#include "core/spawn.h"
 #include "command.h"
 #include "e2e_report.h"
 #include "kvserve/codec.h"
@@ -36,8 +35,6 @@
 #include "kvserve/serve.h"
 #include "kvserve/transport.h"
 #include "serve_cli.h"
-
-extern char** environ;
 
 namespace kvserve::cli {
 namespace {
@@ -86,30 +83,16 @@ class DecodeProcess {
   ~DecodeProcess() { Stop(); }
   // `cpu` >= 0 pins the process to that CPU.
   Status Start(const std::string& model_dir, const std::string& secret, int cpu) {
-    char exe[4096];
-    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0) return Status::IOError("cannot find the kvserve executable (/proc/self/exe)");
-    exe[n] = 0;
+    KVSERVE_ASSIGN_OR_RETURN(const std::string exe, SelfExecutable());
     dir_ = (std::filesystem::temp_directory_path() / ("kvserve-e2e-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
     const std::string address_file = dir_ + "/decode.addr";
     std::vector<std::string> args = {exe, "serve", "--role", "decode", "--model", model_dir,
                                      "--listen", "127.0.0.1:0", "--address-file", address_file,
                                      "--threads", "1", "--codec-threads", "1"};
-    std::vector<std::string> env = {"KVSERVE_SECRET=" + secret};
-    for (char** e = environ; *e; ++e)
-      if (std::string_view(*e).rfind("KVSERVE_SECRET=", 0) != 0) env.push_back(*e);
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    const int rc = posix_spawn(&pid_, exe, &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return Status::IOError("cannot start the decode worker process");
+    auto pid = SpawnProcess(args, {"KVSERVE_SECRET=" + secret}, /*stdout_to_null=*/true);
+    if (!pid.ok()) return pid.status().WithContext("the decode worker process");
+    pid_ = *pid;
     if (cpu >= 0) PinToCpu(pid_, cpu);
     for (int i = 0; i < 1200; ++i) {  // up to 60 s (model loading)
       std::ifstream in(address_file);

@@ -11,6 +11,7 @@
 
 #include "command.h"
 #include "kvserve/controller.h"
+#include "workload_mix.h"
 
 namespace kvserve::cli {
 namespace {
@@ -54,34 +55,6 @@ Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t se
                                  "\" (drop-drift | steps | random-walk)");
 }
 
-// "name:weight:median_mib:sigma:slo_ms:quality_min;..."
-Result<std::vector<SimulatedWorkload>> ParseMix(const std::string& mix) {
-  std::vector<SimulatedWorkload> out;
-  std::stringstream all(mix);
-  std::string item;
-  while (std::getline(all, item, ';')) {
-    if (item.empty()) continue;
-    std::stringstream fields(item);
-    std::string f[6];
-    int k = 0;
-    while (k < 6 && std::getline(fields, f[k], ':')) ++k;
-    if (k != 6) return Status::InvalidArgument("--mix item \"" + item + "\" needs 6 fields");
-    SimulatedWorkload w;
-    try {
-      w.name = f[0];
-      w.weight = std::stod(f[1]);
-      w.kv_bytes_median = std::stod(f[2]) * 1048576.0;
-      w.kv_bytes_sigma = std::stod(f[3]);
-      w.slo_seconds = std::stod(f[4]) / 1e3;
-      w.quality_min = std::stod(f[5]);
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("--mix item \"" + item + "\": not a number");
-    }
-    out.push_back(w);
-  }
-  return out;
-}
-
 Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
@@ -112,10 +85,7 @@ int RunSimulate(const SimulateArgs& a) {
   if (!a.write_trace.empty()) {
     if (Status s = WriteText(a.write_trace, o.trace.ToCsv()); !s.ok()) return Fail(s);
   }
-  const std::string mix = a.mix.empty()
-                              ? "chat:0.4:24:0.6:250:0.99;retrieval:0.3:160:0.5:1500:0.97;"
-                                "code:0.3:64:0.5:600:0.98"
-                              : a.mix;
+  const std::string mix = a.mix.empty() ? kDefaultMix : a.mix;
   Result<std::vector<SimulatedWorkload>> workloads = ParseMix(mix);
   if (!workloads.ok()) return Fail(workloads.status());
   o.workloads = *workloads;
