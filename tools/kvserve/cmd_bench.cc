@@ -17,8 +17,9 @@
 #include "command.h"
 #include "kvserve/codec.h"
 #include "kvserve/kv_file.h"
+#include "kvserve/version.h"
 #include "measure.h"
-#ifdef KVSERVE_HAVE_CUDA
+#if KVSERVE_HAVE_CUDA
 #include "kvserve/cuda.h"
 #endif
 
@@ -65,7 +66,7 @@ std::vector<std::string> DefaultPresets() {
 
 int RunBench(const BenchArgs& a) {
   if (a.device == "cuda") {
-#ifdef KVSERVE_HAVE_CUDA
+#if KVSERVE_HAVE_CUDA
     // The GPU table (docs/benchmarks.md "CUDA"): Llama-3.1-8B shape at the
     // given token count, device-to-device copy as the yardstick.
     cuda::BenchOptions options;

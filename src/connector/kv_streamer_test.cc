@@ -4,9 +4,8 @@
 // producer's bytes; a producer that fails, delivers a layer that does not
 // match the declared shape, or delivers too few or too many layers makes the
 // call fail and leaves the receiver without a complete frame; a receiver's
-// refusal still lets the producer run to completion; and a prefill worker
-// with the overlap on generates what it generates with the overlap off.
-#include "serve/kv_streamer.h"
+// refusal still lets the producer run to completion.
+#include "kvserve/connector.h"
 
 #include <gtest/gtest.h>
 
@@ -21,41 +20,13 @@
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
-#include "kvserve/serve.h"
 #include "kvserve/transport.h"
-#include "serve/serve_test_util.h"
+#include "connector/connector_test_util.h"
 
 namespace kvserve {
 namespace {
 
-// A connected pair over the in-process loopback; short io timeouts so that
-// a transfer that never ends fails the test instead of hanging it.
-struct Pair {
-  std::unique_ptr<Transport> transport = NewLoopbackTransport({.buffer_bytes = 64 * 1024});
-  std::unique_ptr<Connection> sender, receiver;
-};
-
-std::unique_ptr<Pair> MakePair() {
-  auto pair = std::make_unique<Pair>();
-  ConnectionOptions o;
-  o.secret = "stream-secret";
-  o.io_timeout_seconds = 3;
-  o.handshake_timeout_seconds = 3;
-  auto listener = pair->transport->Listen("decode");
-  EXPECT_TRUE(listener.ok()) << listener.status().ToString();
-  if (!listener.ok()) return nullptr;
-  std::thread accept([&] {
-    auto c = Connection::Accept(**listener, o, 3);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (c.ok()) pair->receiver = std::move(*c);
-  });
-  auto c = Connection::Dial(*pair->transport, "decode", o);
-  accept.join();
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok() || !pair->receiver) return nullptr;
-  pair->sender = std::move(*c);
-  return pair;
-}
+using connectortest::MakePair;
 
 // Receives one frame on its own thread, keeping the frame's bytes and
 // decoding each record as it arrives.
@@ -170,7 +141,7 @@ std::unique_ptr<EncoderContext> NewEncoder(const std::string& spec) {
 
 // A producer that hands over `layers` layers of `kv` in order, then returns
 // `result`; it counts its calls in *delivered.
-serve::LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int* delivered) {
+LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int* delivered) {
   return [&kv, layers, result, delivered](const LayerReadyCallback& on_layer) {
     for (int l = 0; l < layers; ++l) {
       on_layer(l, kv.LayerView(l));
@@ -196,7 +167,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       ASSERT_TRUE(reference_pair);
       Receiver reference(reference_pair->receiver.get());
       auto reference_encoder = NewEncoder(spec);
-      auto plain = serve::StreamKv(*reference_pair->sender, *reference_encoder, kv.dense.view(),
+      auto plain = StreamKv(*reference_pair->sender, *reference_encoder, kv.dense.view(),
                                    transfer_id);
       ASSERT_TRUE(plain.ok()) << plain.status().ToString();
       ASSERT_TRUE(reference.Complete()) << reference.result().status().ToString();
@@ -207,7 +178,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       auto encoder = NewEncoder(spec);
       int delivered = 0;
       auto streamed =
-          serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, transfer_id,
+          StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, transfer_id,
                                         Deliver(kv, shape.layers, Status::Ok(), &delivered));
       ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
       ASSERT_TRUE(receiver.Complete()) << receiver.result().status().ToString();
@@ -251,7 +222,7 @@ TEST(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
       int delivered = 0;
       const std::string reason =
           "prefill ran out of memory at token " + std::to_string(rng() % 1000);
-      auto streamed = serve::StreamKvWhileProducing(
+      auto streamed = StreamKvWhileProducing(
           *pair->sender, *encoder, shape, DType::kF32, rng(),
           Deliver(kv, fail_after, Status::ResourceExhausted(reason), &delivered));
       ASSERT_FALSE(streamed.ok());
@@ -289,7 +260,7 @@ TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
     const StridedKv kv = RandomStridedKv(rng, shape, 1);
     const int bad = static_cast<int>(rng() % shape.layers);  // the call that breaks the contract
     int calls = 0;
-    serve::LayerProducer produce = [&](const LayerReadyCallback& on_layer) {
+    LayerProducer produce = [&](const LayerReadyCallback& on_layer) {
       for (int l = 0; l < shape.layers; ++l) {
         KvView view = kv.LayerView(l);
         int index = l;
@@ -334,7 +305,7 @@ TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder("none");
     auto streamed =
-        serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(), produce);
+        StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(), produce);
     EXPECT_FALSE(streamed.ok());
     // The producer is not cut short: its own result stays whole.
     EXPECT_EQ(calls, shape.layers + (mismatch == Mismatch::kExtraLayer ? 1 : 0));
@@ -355,7 +326,7 @@ TEST(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
     auto encoder = NewEncoder(rng() % 2 ? "none" : "kivi-2");
     int delivered = 0;
     auto streamed =
-        serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
+        StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
                                       Deliver(kv, layers, Status::Ok(), &delivered));
     EXPECT_FALSE(streamed.ok());
     EXPECT_NE(streamed.status().message().find(std::to_string(layers) + " of " +
@@ -387,7 +358,7 @@ TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
   auto encoder = NewEncoder("kivi-2");
   int delivered = 0;
   auto streamed =
-      serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
+      StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
                                     Deliver(kv, shape.layers, Status::Ok(), &delivered));
   receiver.join();
   ASSERT_FALSE(streamed.ok());
@@ -396,49 +367,6 @@ TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
       << streamed.status().ToString();
   EXPECT_EQ(received.status().code(), StatusCode::kCorruption);
   EXPECT_EQ(delivered, shape.layers);
-}
-
-// Serving end to end: the overlap changes when the KV moves, never what it
-// is, so the same requests generate the same tokens with it on and off (and,
-// lossless, what one process generates).
-TEST(KvStreamerTest, PrefillWorkerOverlapOnAndOffGenerateTheSameTokens) {
-  servetest::ClusterOptions overlapped_options;
-  overlapped_options.overlap_prefill = true;
-  servetest::ClusterOptions sequential_options;
-  sequential_options.overlap_prefill = false;
-  auto overlapped = servetest::StartCluster(overlapped_options);
-  auto sequential = servetest::StartCluster(sequential_options);
-  ASSERT_TRUE(overlapped && sequential);
-  std::mt19937_64 rng(7006);
-  for (int i = 0; i < 4; ++i) {
-    ServeRequest r;
-    r.id = 500 + i;
-    // kivi-2 keeps the last 128 tokens raw: its prompts are longer.
-    r.prompt =
-        i < 2 ? servetest::RandomPrompt(rng, 8, 120) : servetest::RandomPrompt(rng, 200, 240);
-    r.max_new_tokens = 8;
-    r.method = i < 2 ? "none" : "kivi-2";
-    r.sampling.temperature = (i % 2 == 0) ? 0.0f : 0.8f;
-    r.sampling.top_p = 0.9f;
-    r.sampling.seed = rng();
-    SCOPED_TRACE("request " + std::to_string(r.id) + " (" + r.method + "), " +
-                 std::to_string(r.prompt.size()) + " tokens");
-    auto on = overlapped->client->Submit(r);
-    auto off = sequential->client->Submit(r);
-    ASSERT_TRUE(on.ok() && off.ok());
-    ASSERT_TRUE(on->status.ok()) << on->status.ToString();
-    ASSERT_TRUE(off->status.ok()) << off->status.ToString();
-    EXPECT_EQ(on->tokens.size(), static_cast<size_t>(r.max_new_tokens));
-    EXPECT_EQ(on->tokens, off->tokens);
-    EXPECT_EQ(on->timings.attempts, 1);
-    EXPECT_EQ(off->timings.attempts, 1);
-    EXPECT_EQ(on->timings.frame_bytes, off->timings.frame_bytes);
-    if (r.method == "none") {
-      EXPECT_EQ(on->tokens, servetest::Reference(servetest::SmallModel(), r));
-    } else {
-      EXPECT_LT(on->timings.frame_bytes, on->timings.kv_bytes);  // really quantized
-    }
-  }
 }
 
 }  // namespace
