@@ -15,6 +15,7 @@ PACKAGES=(
   libsqlite3-dev libnlopt-cxx-dev libnlopt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch libdlpack-dev
+  python3-matplotlib                  # scripts/plots.py draws the docs' plots from JSON
 
 )
 

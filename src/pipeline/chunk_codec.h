@@ -12,7 +12,7 @@
 #include "kvserve/kv.h"
 #include "pipeline/frame_format.h"
 #include "pipeline/gather.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::pipeline {
 

@@ -60,11 +60,10 @@ inline PagedTestCache MakePagedCache(std::mt19937& rng, PagedLayout layout, DTyp
   return c;
 }
 
-// Seeded KV values with channel offsets, outlier channels and token
-// correlation (what the quantizers are built for), contiguous.
-inline KvCache RandomKv(std::mt19937& rng, const KvShape& shape, DType dtype) {
-  KvCache kv(dtype, shape);
-  MutableKvView v = kv.mutable_view();
+// Fills `v` (any strides) with seeded KV values with channel offsets,
+// outlier channels and token correlation (what the quantizers are built for).
+inline void FillRandomKv(std::mt19937& rng, const MutableKvView& v) {
+  const KvShape& shape = v.shape;
   std::normal_distribution<float> normal(0.f, 1.f);
   for (int l = 0; l < shape.layers; ++l)
     for (int k = 0; k < 2; ++k)
@@ -77,9 +76,15 @@ inline KvCache RandomKv(std::mt19937& rng, const KvShape& shape, DType dtype) {
         for (int t = 0; t < shape.tokens; ++t)
           for (int d = 0; d < shape.head_dim; ++d) {
             prev[d] = 0.7f * prev[d] + 0.3f * normal(rng);
-            StoreFromFloat(mean[d] + scale[d] * prev[d], v.At(l, k, h, t, d), dtype);
+            StoreFromFloat(mean[d] + scale[d] * prev[d], v.At(l, k, h, t, d), v.dtype);
           }
       }
+}
+
+// FillRandomKv into a new contiguous cache.
+inline KvCache RandomKv(std::mt19937& rng, const KvShape& shape, DType dtype) {
+  KvCache kv(dtype, shape);
+  FillRandomKv(rng, kv.mutable_view());
   return kv;
 }
 

@@ -63,8 +63,13 @@ step "examples/ as a standalone project"
 "$src/examples/run_examples.sh" "$work/examples"
 
 step "the installed kvserve from outside the repository"
+# generate with no --model loads the shipped model from <prefix>/share/kvserve;
+# a --data-dir without the data files is a clear error, not a crash.
 (cd "$work" && env -u KVSERVE_DATA_DIR "$prefix/bin/kvserve" --version \
-  && env -u KVSERVE_DATA_DIR "$prefix/bin/kvserve" policy --help >/dev/null)
+  && env -u KVSERVE_DATA_DIR "$prefix/bin/kvserve" generate --prompt-ids 1,2,3 -n 2 --threads 1 \
+  && ! env -u KVSERVE_DATA_DIR "$prefix/bin/kvserve" --data-dir "$work" generate --prompt-ids 1 \
+       2>"$work/data_dir.err" \
+  && grep -q "is not a kvserve data directory" "$work/data_dir.err")
 
 if command -v cpack >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then
   step "cpack -G DEB"
