@@ -19,6 +19,8 @@
 # receives the 8K-token cache and its kivi-2 rANS symbols, and
 # KVSERVE_EXTRA_BENCH, if set, is run last with that directory as its
 # argument (another codec measured on the same bytes; docs/cuda.md).
+# KVSERVE_NCU=PRESETS profiles one encode and decode of those presets
+# with Nsight Compute (ncu.txt).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -35,7 +37,7 @@ if [ "${1:-}" = "--stage" ]; then
     strip -o "$ROOT/build-cuda/carry/$b" "$BUILD/src/cuda/$b"
   done
   for lib in libzstd.so.1 liblz4.so.1 libxxhash.so.0 libfmt.so.9; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
     [ -n "$path" ] && cp -L "$path" "$ROOT/build-cuda/carry/lib/"
   done
   du -sh "$ROOT/build-cuda/carry"
@@ -67,7 +69,7 @@ fi
 
 status=0
 echo "== consistency tests"
-timeout "${KVSERVE_TEST_TIMEOUT:-240}" "$BIN/test_cuda" --gtest_output="xml:$OUT/test_cuda.xml" > "$OUT/test_cuda.txt" 2>&1 || status=1
+timeout "${KVSERVE_TEST_TIMEOUT:-240}" "$BIN/test_cuda" > "$OUT/test_cuda.txt" 2>&1 || status=1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |random profiles tested|Failure|differ|error" "$OUT/test_cuda.txt" | head -60
 
 echo "== benchmark"
@@ -79,6 +81,18 @@ grep -E "^\| (d2d-copy|none|kivi-2|kvserve-h2r|identity\+kivi\(k=2,v=2,residual=
 echo "== torch.compile reference (bench/torch_kivi_reference.py)"
 PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/bench/torch_kivi_reference.py" --tokens "${KVSERVE_BENCH_TOKENS:-1024,8192,32768}" \
   --repeats "${KVSERVE_BENCH_REPEATS:-20}" --out "$OUT/torch_reference.json" || status=1
+
+if [ -n "${KVSERVE_NCU:-}" ]; then
+  echo "== Nsight Compute: one encode and one decode of ${KVSERVE_NCU} at 8K tokens"
+  timeout 300 ncu --clock-control none --kernel-name regex:'Tiles|RawSpans|Rans|Record' --print-details all \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section InstructionStats --section MemoryWorkloadAnalysis_Tables \
+    "$BIN/kvserve_cuda_bench" --tokens 8192 --repeats 0 --presets "$KVSERVE_NCU" --no-verify --no-stages \
+    > "$OUT/ncu.txt" 2>&1 || echo "ncu exit $?"
+  grep -E "^  [A-Za-z].*\(|Duration|Memory Throughput|Achieved Occupancy|Registers Per|Stall" "$OUT/ncu.txt" | head -80
+  echo "== local memory instructions per kernel (cuobjdump)"
+  cuobjdump -sass "$BIN/kvserve_cuda_bench" 2>/dev/null | awk '/Function :/ {f=$3} /LDL|STL/ {n[f]++} END {for (k in n) print n[k], k}' | sort -rn | head -20
+fi
 
 if [ "${KVSERVE_SANITIZER:-1}" != "0" ]; then
   echo "== compute-sanitizer (memcheck) on test_cuda, ${KVSERVE_SANITIZER_PROFILES:-24} random profiles"

@@ -48,6 +48,12 @@ std::string DeviceName();
 // when the profile or shape is invalid for the CPU encoder too.
 Status CheckSupported(const Profile& profile, const KvShape& shape);
 
+// A byte range [offset, offset + bytes) of a frame.
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+
 // Encodes caches of one (profile, shape, dtype) into frames. The plan (chunk
 // records, segment layout, frame header) is built once by Create; Encode and
 // the layer entry points only launch kernels.
@@ -72,9 +78,17 @@ class Encoder {
   virtual bool FrameSizeIsStatic() const = 0;
   // Bytes of the frame header (the records start there).
   virtual uint64_t HeaderBytes() const = 0;
+  // Where layer `layer`'s records lie in every frame of this encoder, when
+  // record sizes are static (FrameSizeIsStatic(): pack): the bytes
+  // EncodeLayer(layer) writes, which Decoder::DecodeLayer takes. NotSupported
+  // for rans frames (their sizes exist only after encoding); InvalidArgument
+  // for a layer outside the shape.
+  virtual Result<ByteRange> StaticLayerRecords(int layer) const = 0;
 
-  // Encodes the whole cache `kv` (device pointer, any strides, the shape and
-  // dtype given to Create) into `frame` (device, 16-byte aligned,
+  // Encodes the whole cache `kv` (device pointer, the shape and dtype given
+  // to Create; any non-negative strides, except that the kind stride may be
+  // negative: a layer's V may lie below its K, as with separately allocated
+  // per-layer tensors) into `frame` (device, 16-byte aligned,
   // MaxFrameBytes() capacity).
   // The frame's size is written to the device word `frame_bytes` (may be
   // null). Stream-ordered; returns InvalidArgument for mismatched arguments
@@ -114,10 +128,12 @@ class Decoder {
   virtual uint64_t WorkspaceBytes() const = 0;
   virtual uint64_t HeaderBytes() const = 0;
   virtual const FrameInfo& info() const = 0;
+  // As Encoder::StaticLayerRecords, for the frames this decoder reads.
+  virtual Result<ByteRange> StaticLayerRecords(int layer) const = 0;
 
   // Decodes the frame `frame` (device pointer, 16-byte aligned, `frame_bytes`
-  // long; records in any order) into `out` (device pointer, any strides, the
-  // frame's shape and dtype). `keep_mask`, if non-null, is a device array of
+  // long; records in any order) into `out` (device pointer, the frame's shape
+  // and dtype, strides as Encoder::Encode's kv). `keep_mask`, if non-null, is a device array of
   // layers*2*kv_heads*tokens bytes ([layer][kind][head][token]) that receives
   // 0 for pruned tokens and 1 otherwise. Stream-ordered; corruption surfaces
   // through Check (out is then unspecified).

@@ -10,6 +10,10 @@ tensors:
   ``encode(kv, profile, out=buffer)`` writes the frame into your buffer (e.g.
   a registered transfer buffer) and returns a memoryview of the used prefix.
 * ``decode(frame, out=tensor)`` writes the cache into your tensor.
+* CUDA tensors go through the CUDA codec (:mod:`kvserve.cuda`:
+  :class:`CudaEncoder`, :class:`CudaDecoder`, :class:`DeviceFrame`) on the
+  caller's stream, never through host memory; ``encode`` of a CUDA tensor
+  returns a DeviceFrame.
 * :class:`Encoder` / :class:`Decoder` are reusable contexts, with
   layer-at-a-time streaming (``begin`` / ``encode_layer`` / ``finish`` and
   ``start`` / ``decode_record``).
@@ -83,7 +87,13 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     synthesize_kv,
 )
 
+from . import cuda  # noqa: E402
+from .cuda import CudaDecoder, CudaEncoder, DeviceFrame  # noqa: E402,F401
+
+cuda_available = cuda.available
+
 __all__ = [
+    "CudaDecoder", "CudaEncoder", "DeviceFrame", "cuda", "cuda_available",
     "BandwidthEstimator", "ChunkEntry", "Controller", "Decision", "Decoder", "Encoder", "Frame",
     "FrameInfo", "FrameStats", "HeadScores", "KvserveCorruptionError", "KvserveError",
     "KvserveInternalError", "KvserveInvalidArgumentError", "KvserveIOError",
@@ -251,9 +261,17 @@ def encode(kv: Any, profile: ProfileLike, *, threads: int = 0,
     the frame at the start of that buffer. For repeated encodes, keep an
     :class:`Encoder`.
 
+    A CUDA ``kv`` is encoded on the GPU (:func:`kvserve.cuda.encode`):
+    returns a :class:`DeviceFrame`, or with a host ``out`` the frame's size;
+    the call synchronises to report errors.
+
     Raises KvserveInvalidArgumentError (a ValueError) for a bad profile or
     tensor, KvserveNotSupportedError for CUDA tensors in a CPU-only build.
     """
+    if cuda.is_cuda(kv):
+        if cuda.DeviceFrame is None:
+            cuda._require()
+        return cuda.encode(kv, profile, head_scores=head_scores, out=out)
     return Encoder(profile, threads, head_scores).encode(kv, out, dtype)
 
 
@@ -266,5 +284,12 @@ def decode(frame: Any, out: Any = None, *, threads: int = 0, keep_mask: bool = F
     Raises KvserveCorruptionError (a ValueError) for malformed, truncated or
     checksum-failing frames, KvserveInvalidArgumentError when ``out`` does not
     match the frame's shape and dtype.
+
+    A :class:`DeviceFrame`, a CUDA frame buffer or a CUDA ``out`` decodes on
+    the GPU (:func:`kvserve.cuda.decode`; ``out=None`` then allocates a torch
+    CUDA tensor, and the mask is a CUDA uint8 tensor).
     """
+    if cuda.is_cuda(frame) or (out is not None and cuda.is_cuda(out)):
+        return cuda.decode(frame, out, keep_mask=keep_mask)
     return Decoder(threads).decode(frame, out, keep_mask=keep_mask, framework=framework)
+

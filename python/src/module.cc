@@ -3,6 +3,8 @@
 // which re-exports these bindings with docstrings and type hints.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "bindings.h"
 #include "errors.h"
 
@@ -14,4 +16,10 @@ PYBIND11_MODULE(_kvserve, m) {
   kvserve::python::RegisterCodec(m);
   kvserve::python::RegisterIo(m);
   kvserve::python::RegisterController(m);
+#ifdef KVSERVE_PY_CUDA
+  kvserve::python::RegisterCuda(m);
+#else
+  m.def("cuda_available", [] { return false; }, "False: this build has no CUDA codec.");
+  m.def("cuda_device_name", [] { return std::string(); });
+#endif
 }

@@ -283,9 +283,13 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
         auto encode = [&] {
           return (*enc)->Encode(kv, ws.ptr, frame.ptr, reinterpret_cast<uint64_t*>(size.ptr), stream);
         };
-        for (int i = 0; i < 2; ++i) KVSERVE_RETURN_IF_ERROR(encode());
+        // repeats 0: one call each way and no timing (for a profiler's run).
+        const int warmups = options.repeats > 0 ? 2 : 1;
+        for (int i = 0; i < warmups; ++i) KVSERVE_RETURN_IF_ERROR(encode());
         KVSERVE_RETURN_IF_ERROR((*enc)->Check(ws.ptr, stream));
-        KVSERVE_ASSIGN_OR_RETURN(row.encode_us, TimeUs(encode, options.repeats, stream));
+        if (options.repeats > 0) {
+          KVSERVE_ASSIGN_OR_RETURN(row.encode_us, TimeUs(encode, options.repeats, stream));
+        }
         KVSERVE_RETURN_IF_ERROR((*enc)->Check(ws.ptr, stream));
         uint64_t frame_bytes = 0;
         (void)cudaMemcpy(&frame_bytes, size.ptr, 8, cudaMemcpyDeviceToHost);
@@ -296,11 +300,13 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
         if (!dec.ok()) return dec.status();
         Buffer dws((*dec)->WorkspaceBytes());
         auto decode = [&] { return (*dec)->Decode(frame.ptr, frame_bytes, out, nullptr, dws.ptr, stream); };
-        for (int i = 0; i < 2; ++i) KVSERVE_RETURN_IF_ERROR(decode());
+        for (int i = 0; i < warmups; ++i) KVSERVE_RETURN_IF_ERROR(decode());
         KVSERVE_RETURN_IF_ERROR((*dec)->Check(dws.ptr, stream));
-        KVSERVE_ASSIGN_OR_RETURN(row.decode_us, TimeUs(decode, options.repeats, stream));
+        if (options.repeats > 0) {
+          KVSERVE_ASSIGN_OR_RETURN(row.decode_us, TimeUs(decode, options.repeats, stream));
+        }
         KVSERVE_RETURN_IF_ERROR((*dec)->Check(dws.ptr, stream));
-        if (options.stages) {
+        if (options.stages && options.repeats > 0) {
           StageTimer timer;
           for (int direction = 0; direction < 2; ++direction) {
             if (direction == 0) {

@@ -18,11 +18,21 @@
 
 namespace {
 
+// Splits at commas outside parentheses (profile specs have commas inside).
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
-  std::stringstream in(s);
   std::string item;
-  while (std::getline(in, item, ',')) if (!item.empty()) out.push_back(item);
+  int depth = 0;
+  for (char c : s) {
+    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    if (c == ',' && depth == 0) {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(item);
   return out;
 }
 

@@ -126,6 +126,139 @@ KV_DEV void CopyBytes(uint8_t* dst, const uint8_t* src, uint64_t n, const uint8_
   for (uint64_t i = tail + t; i < n; i += nt) dst[i] = src[i];
 }
 
+// ------------------------------------------------------------ async copies
+// Asynchronous 16-byte global -> shared copies (cp.async.cg, sm_80+): a
+// thread issues copies, commits them as a group, and waits for all but the
+// newest `kPending` groups; the data are visible to the other threads of the
+// block after that wait and a barrier. `src_bytes` < 16 reads only that many
+// bytes and zero-fills the rest of the 16 (0 reads nothing). On the host
+// simulator the copy happens at once.
+KV_DEV void CpAsync16(void* smem_dst, const void* global_src, uint32_t src_bytes = 16) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(global_src), "r"(src_bytes)
+               : "memory");
+#else
+  std::memset(smem_dst, 0, 16);
+  if (src_bytes > 0) std::memcpy(smem_dst, global_src, src_bytes);
+#endif
+}
+KV_DEV void CpAsyncCommit() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+template <int kPending>
+KV_DEV void CpAsyncWait() {
+#if defined(__CUDA_ARCH__)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+#endif
+}
+
+// 16 bytes of shared memory at `smem_dst` from global `g`: its first
+// `bytes` (<= 16) bytes, the rest zero. A whole chunk goes through cp.async;
+// a partial one (the end of a range) is copied byte by byte, so nothing past
+// the range's end is read (cp.async with a smaller source size still counts
+// as a 16-byte read for the memory checker).
+KV_DEV void CopyChunk16(void* smem_dst, const uint8_t* g, uint32_t bytes) {
+  if (bytes == 16) {
+    CpAsync16(smem_dst, g);
+    return;
+  }
+  uint8_t* d = static_cast<uint8_t*>(smem_dst);
+#pragma unroll
+  for (uint32_t i = 0; i < 16; ++i) d[i] = i < bytes ? g[i] : 0;
+}
+
+// Issues async copies of the aligned 16-byte chunks covering global bytes
+// [src, src + n) into smem (16-byte aligned, room for n + 32 bytes), reading
+// only inside [lo, hi) (lo 16-byte aligned). Afterwards (wait + barrier)
+// byte k of the range is at smem byte (src & 15) + k: read it with WordAt /
+// ByteAt at that offset. Cooperative: thread t of nt. Returns the offset.
+KV_DEV uint32_t StageAsync(uint32_t* smem, const uint8_t* src, uint32_t n, const uint8_t* lo, const uint8_t* hi,
+                           int t, int nt) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(a & ~uintptr_t{15});
+  const uint32_t off = static_cast<uint32_t>(a & 15u);
+  const uint32_t chunks = (off + n + 15) / 16;
+  for (uint32_t c = t; c < chunks; c += nt) {
+    const uint8_t* g = base + 16 * c;
+    const int64_t avail = hi - g;
+    const uint32_t bytes = avail >= 16 ? 16u : avail > 0 ? static_cast<uint32_t>(avail) : 0u;
+    CopyChunk16(smem + 4 * c, g, bytes);
+  }
+  return off;
+}
+
+// A warp's read-ahead ring over a byte range in global memory: kSlots
+// slots of 1 KiB in shared memory hold consecutive 1 KiB pieces of the
+// range (aligned to 16 bytes at `base`), filled with cp.async two pieces
+// ahead of the reader. The warp calls Start once, then, before each read
+// step, Ensure(g) with the furthest byte the step reads (the reader moves at
+// most 64 bytes a step); Byte(g) reads the byte at global address g. Bytes
+// outside [lo, hi) read as 0. Backward (kForward false) rings serve readers
+// that move towards lower addresses from `base`.
+template <bool kForward>
+struct WarpRing {
+  static constexpr int kSlots = 4;
+  static constexpr int kSlotBytes = 1024;
+  uint8_t* slots;          // kSlots * kSlotBytes bytes of shared memory, 16-byte aligned
+  const uint8_t* base;     // piece 0 starts here (forward) / ends here (backward)
+  const uint8_t* lo;
+  const uint8_t* hi;
+  int64_t ready = 0;       // pieces [0, ready) are complete
+  int64_t issued = 0;      // pieces [0, issued) were requested
+
+  KV_DEV const uint8_t* PieceStart(int64_t n) const {
+    return kForward ? base + n * kSlotBytes : base - (n + 1) * kSlotBytes;
+  }
+  KV_DEV void Issue() {
+    const int lane = threadIdx.x & 31;
+    uint8_t* dst = slots + (issued % kSlots) * kSlotBytes;
+    const uint8_t* src = PieceStart(issued);
+    for (int c = lane; c < kSlotBytes / 16; c += 32) {
+      const uint8_t* g = src + 16 * c;
+      const int64_t from = lo - g, avail = hi - g;
+      uint32_t bytes = avail >= 16 ? 16u : avail > 0 ? static_cast<uint32_t>(avail) : 0u;
+      if (from > 0) bytes = 0;  // a piece before lo (backward rings) reads nothing
+      CopyChunk16(dst + 16 * c, g, bytes);
+    }
+    CpAsyncCommit();
+    ++issued;
+  }
+  // base: 16-byte aligned; forward rings read [base, ...), backward ones
+  // (..., base).
+  KV_DEV void Start(const uint8_t* b, const uint8_t* l, const uint8_t* h) {
+    base = b;
+    lo = l;
+    hi = h;
+    ready = 0;
+    issued = 0;
+    Issue();
+    Issue();
+    Issue();
+    CpAsyncWait<2>();
+    __syncwarp();
+    ready = 1;
+  }
+  // Makes the bytes up to (forward) / down to (backward) g readable.
+  KV_DEV void Ensure(const uint8_t* g) {
+    const int64_t piece = kForward ? (g - base) / kSlotBytes : (base - 1 - g) / kSlotBytes;
+    if (piece < ready) return;
+    CpAsyncWait<1>();
+    __syncwarp();
+    ready = issued - 1;
+    Issue();
+  }
+  // (Ranges are below 4 GiB: 32-bit offsets, shifts and masks.)
+  KV_DEV uint32_t Byte(const uint8_t* g) const {
+    static_assert(kSlotBytes == 1024 && kSlots == 4, "Byte's shifts assume 4 slots of 1 KiB");
+    const uint32_t off = static_cast<uint32_t>(kForward ? g - base : (base - 1) - g);
+    const uint32_t in_piece = kForward ? (off & 1023u) : 1023u - (off & 1023u);
+    return slots[((off >> 10) & 3u) * kSlotBytes + in_piece];
+  }
+};
+
 }  // namespace kvserve::cuda
 
 #endif  // KVSERVE_CUDA_BYTES_CUH_

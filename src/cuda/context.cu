@@ -95,11 +95,23 @@ Status CheckView(const void* data, DType dtype, const KvShape& shape, const KvSt
   if (data == nullptr) return Status::InvalidArgument("KV view has no data");
   if (!(shape == plan.shape) || dtype != plan.dtype)
     return Status::InvalidArgument("KV view shape/dtype differ from the plan's");
-  if (strides.layer < 0 || strides.kind < 0 || strides.head < 0 || strides.token < 0 || strides.dim < 0)
-    return Status::InvalidArgument("KV view strides must be non-negative");
+  if (strides.layer < 0 || strides.head < 0 || strides.token < 0 || strides.dim < 0)
+    return Status::InvalidArgument("KV view strides must be non-negative (only the kind stride may be negative)");
   if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) != 0)
     return Status::InvalidArgument("KV view data must be aligned to its element size");
   return Status::Ok();
+}
+
+Result<ByteRange> StaticLayerRecordsOf(const Plan& plan, int layer) {
+  if (layer < 0 || layer >= plan.shape.layers)
+    return Status::InvalidArgument("layer " + std::to_string(layer) + " outside the plan's " +
+                                   std::to_string(plan.shape.layers) + " layers");
+  if (!plan.static_sizes) return Status::NotSupported("rans frames have no static record offsets");
+  const PlanRange r = LayerOfPlan(plan, layer);
+  if (r.record_end <= r.record_begin) return ByteRange{};
+  const RecordDesc& first = plan.records[r.record_begin];
+  const RecordDesc& last = plan.records[r.record_end - 1];
+  return ByteRange{first.static_offset, last.static_offset + last.static_len - first.static_offset};
 }
 
 Status ReadDeviceError(void* workspace, const Plan& plan, Stream stream) {
@@ -136,6 +148,7 @@ class EncoderImpl final : public Encoder {
   uint64_t MaxFrameBytes() const override { return plan_.max_frame_bytes; }
   bool FrameSizeIsStatic() const override { return plan_.static_sizes; }
   uint64_t HeaderBytes() const override { return plan_.header.size(); }
+  Result<ByteRange> StaticLayerRecords(int layer) const override { return StaticLayerRecordsOf(plan_, layer); }
   const Profile& profile() const override { return plan_.profile; }
 
   Status Encode(const KvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
@@ -238,6 +251,7 @@ class DecoderImpl final : public Decoder {
   uint64_t WorkspaceBytes() const override { return plan_.ws.total; }
   uint64_t HeaderBytes() const override { return header_bytes_; }
   const FrameInfo& info() const override { return info_; }
+  Result<ByteRange> StaticLayerRecords(int layer) const override { return StaticLayerRecordsOf(plan_, layer); }
 
   Status Decode(const uint8_t* frame, uint64_t frame_bytes, const MutableKvView& out,
                 uint8_t* keep_mask, void* workspace, Stream stream) override {

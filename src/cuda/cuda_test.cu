@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -184,7 +186,8 @@ struct HostCache {
   DType dtype;
   KvStrides strides;
   std::vector<uint8_t> bytes;  // the whole (possibly padded) buffer
-  KvView view() const { return KvView{bytes.data(), dtype, shape, strides}; }
+  size_t origin = 0;           // byte offset of element [0][0][0][0][0]
+  KvView view() const { return KvView{bytes.data() + origin, dtype, shape, strides}; }
 };
 
 HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int layout) {
@@ -216,11 +219,17 @@ HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int la
       c.strides.layer = 2 * H * D * T;
       total = L * c.strides.layer;
       break;
+    case 4:  // each layer's V before its K (negative kind stride)
+      c.strides = KvStrides::Contiguous(shape);
+      c.strides.kind = -H * T * D;
+      total = shape.NumElements();
+      break;
     default:
       c.strides = KvStrides::Contiguous(shape);
       total = shape.NumElements();
   }
   const size_t es = DTypeSize(dtype);
+  if (layout == 4) c.origin = static_cast<size_t>(H * T * D) * es;
   c.bytes.assign(static_cast<size_t>(total) * es, 0xA5);
   std::normal_distribution<float> normal(0.f, 1.f);
   const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 3);
@@ -240,7 +249,7 @@ HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int la
             if (rng() % 211 == 0) x = -0.0f;
             const int64_t e = l * c.strides.layer + k * c.strides.kind + h * c.strides.head +
                               t * c.strides.token + d * c.strides.dim;
-            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + e * es), dtype);
+            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + c.origin + e * es), dtype);
           }
       }
   return c;
@@ -276,7 +285,7 @@ GpuFrame GpuEncode(const Profile& p, const HostCache& cache, const HeadScores* s
   DeviceBuffer<uint64_t> size(8);
   (void)cudaMemcpy(in.ptr, cache.bytes.data(), cache.bytes.size(), cudaMemcpyHostToDevice);
   KvView dv = cache.view();
-  dv.data = in.ptr;
+  dv.data = in.ptr + cache.origin;
   cudaStream_t stream = nullptr;
   if (by_layer) {
     r.status = (*enc)->Begin(ws.ptr, frame.ptr, stream);
@@ -546,6 +555,142 @@ TEST(CudaDevice, LayerAtATimeEqualsWholeFrame) {
     ASSERT_TRUE(whole.status.ok() && layered.status.ok()) << spec;
     EXPECT_EQ(whole.bytes, layered.bytes) << spec;
   }
+}
+
+// The byte ranges of each layer's records in a frame (records are in plan
+// order: a layer's records are contiguous), from the record headers.
+std::vector<std::pair<size_t, size_t>> LayerRanges(const std::vector<uint8_t>& frame, size_t header_bytes,
+                                                   int layers) {
+  std::vector<size_t> starts;
+  for (size_t p = header_bytes; p + 20 <= frame.size();) {
+    starts.push_back(p);
+    uint32_t body = 0;
+    std::memcpy(&body, frame.data() + p + 16, 4);
+    p += 24 + body;
+  }
+  const size_t per_layer = starts.size() / layers;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (int l = 0; l < layers; ++l) {
+    const size_t b = starts[l * per_layer];
+    const size_t e = l + 1 < layers ? starts[(l + 1) * per_layer] : frame.size();
+    ranges.emplace_back(b, e);
+  }
+  return ranges;
+}
+
+// DecodeLayer on each layer's records (layers in a random order, one
+// layer's records shuffled) gives the whole-frame decode's values and mask.
+TEST(CudaDevice, DecodeLayerEqualsWholeFrame) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4);
+  const KvShape shape{3, 2, 333, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 3);
+  for (const char* spec : {"kivi-2", "none", "duo", "kvserve-h2r"}) {
+    SCOPED_TRACE(spec);
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> frame = CpuEncode(p, cache.view(), &scores);
+    const Decoded whole = CpuDecode(frame, shape, DType::kBF16);
+    ASSERT_TRUE(whole.status.ok());
+    auto dec = Decoder::Create(frame);
+    ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+    const auto ranges = LayerRanges(frame, (*dec)->HeaderBytes(), shape.layers);
+    const size_t out_bytes = whole.values.size(), mask_bytes = whole.mask.size();
+    DeviceBuffer<> ws((*dec)->WorkspaceBytes()), out(out_bytes), mask(mask_bytes);
+    CUDA_OK(cudaMemset(out.ptr, 0x5A, out_bytes));
+    CUDA_OK(cudaMemset(mask.ptr, 7, mask_bytes));
+    MutableKvView view{out.ptr, DType::kBF16, shape, KvStrides::Contiguous(shape)};
+    std::vector<int> order(shape.layers);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::unique_ptr<DeviceBuffer<>>> keep_alive;
+    for (int l : order) {
+      std::vector<uint8_t> bytes(frame.begin() + ranges[l].first, frame.begin() + ranges[l].second);
+      if (l == order.front()) {  // this layer's records in reverse order
+        std::vector<std::vector<uint8_t>> recs;
+        for (size_t q = 0; q < bytes.size();) {
+          uint32_t body = 0;
+          std::memcpy(&body, bytes.data() + q + 16, 4);
+          recs.emplace_back(bytes.begin() + q, bytes.begin() + q + 24 + body);
+          q += 24 + body;
+        }
+        bytes.clear();
+        for (auto it = recs.rbegin(); it != recs.rend(); ++it) bytes.insert(bytes.end(), it->begin(), it->end());
+      }
+      keep_alive.push_back(std::make_unique<DeviceBuffer<>>(bytes.size()));
+      CUDA_OK(cudaMemcpy(keep_alive.back()->ptr, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      ASSERT_TRUE((*dec)->DecodeLayer(l, keep_alive.back()->ptr, bytes.size(), view, mask.ptr, ws.ptr, nullptr).ok());
+    }
+    ASSERT_TRUE((*dec)->Check(ws.ptr, nullptr).ok());
+    std::vector<uint8_t> values(out_bytes), m(mask_bytes);
+    CUDA_OK(cudaMemcpy(values.data(), out.ptr, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(m.data(), mask.ptr, mask_bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
+    EXPECT_EQ(m, whole.mask);
+    // A layer's records with a flipped bit are reported at Check.
+    std::vector<uint8_t> bad(frame.begin() + ranges[1].first, frame.begin() + ranges[1].second);
+    bad[bad.size() / 2] ^= 0x10;
+    DeviceBuffer<> dbad(bad.size());
+    CUDA_OK(cudaMemcpy(dbad.ptr, bad.data(), bad.size(), cudaMemcpyHostToDevice));
+    ASSERT_TRUE((*dec)->DecodeLayer(1, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).ok());
+    EXPECT_EQ((*dec)->Check(ws.ptr, nullptr).code(), StatusCode::kCorruption);
+    EXPECT_EQ((*dec)->DecodeLayer(shape.layers, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
+// StaticLayerRecords names exactly the bytes of each layer's records (pack
+// profiles), for the encoder and the decoder alike; rans has none.
+TEST(CudaDevice, StaticLayerRecordsAreTheLayersBytes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  const KvShape shape{3, 2, 200, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 5);
+  for (const char* spec : {"kivi-2", "none", "duo", "kivi-4"}) {
+    SCOPED_TRACE(spec);
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> frame = CpuEncode(p, cache.view(), &scores);
+    auto enc = Encoder::Create(p, shape, DType::kBF16, &scores);
+    auto dec = Decoder::Create(frame);
+    ASSERT_TRUE(enc.ok() && dec.ok());
+    const auto ranges = LayerRanges(frame, (*dec)->HeaderBytes(), shape.layers);
+    for (int l = 0; l < shape.layers; ++l)
+      for (const Result<ByteRange>& r : {(*enc)->StaticLayerRecords(l), (*dec)->StaticLayerRecords(l)}) {
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_EQ(r->offset, ranges[l].first);
+        EXPECT_EQ(r->offset + r->bytes, ranges[l].second);
+      }
+    EXPECT_EQ((*enc)->StaticLayerRecords(shape.layers).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ((*dec)->StaticLayerRecords(-1).status().code(), StatusCode::kInvalidArgument);
+  }
+  auto rans = Encoder::Create(*Profile::Parse("kvserve-h2r"), shape, DType::kBF16);
+  ASSERT_TRUE(rans.ok());
+  EXPECT_EQ((*rans)->StaticLayerRecords(0).status().code(), StatusCode::kNotSupported);
+}
+
+// A cache whose every V lies below its K (per-layer tensors allocated V
+// first) is read through a negative kind stride, giving the contiguous
+// cache's frame; a negative head stride is still refused.
+TEST(CudaDevice, NegativeKindStrideEqualsContiguous) {
+  SKIP_WITHOUT_GPU();
+  const KvShape shape{2, 2, 150, 64};
+  for (const char* spec : {"kivi-2", "none", "kvserve-h2r"}) {
+    SCOPED_TRACE(spec);
+    std::mt19937 a(9), b(9);
+    const HostCache flat = MakeCache(a, shape, DType::kBF16, 0);
+    const HostCache swapped = MakeCache(b, shape, DType::kBF16, 4);
+    const Profile p = *Profile::Parse(spec);
+    const GpuFrame g = GpuEncode(p, swapped, nullptr);
+    ASSERT_TRUE(g.status.ok()) << g.status.ToString();
+    EXPECT_EQ(FirstDifference(g.bytes, CpuEncode(p, flat.view(), nullptr)), SIZE_MAX);
+  }
+  HostCache bad = [&] {
+    std::mt19937 c(9);
+    return MakeCache(c, shape, DType::kBF16, 0);
+  }();
+  bad.strides.head = -bad.strides.head;
+  EXPECT_EQ(GpuEncode(*Profile::Parse("kivi-2"), bad, nullptr).status.code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {

@@ -12,11 +12,13 @@
 //                         segment offsets, and the XXH3 checksum (pack raw
 //                         records: step 6)
 //   4. (rans) RansDecode  warp per segment -> workspace symbols
-//   5. ProduceKernel      raw spans: bytes -> output (pack: through a 1 KiB
-//                         shared-memory window per warp that also yields the
-//                         XXH3 block terms); coded tiles: codes and params
-//                         staged in shared memory with aligned loads ->
-//                         dequantise -> inverse transform -> output view
+//   5. DecodeRawSpans     raw spans: bytes -> output (pack: through 1 KiB
+//                         shared-memory windows, cp.async, that also yield
+//                         the XXH3 block terms)
+//      DecodeTiles        persistent blocks, a pipeline over their tiles' row
+//                         blocks: the next block's codes and params are
+//                         copied into shared memory (cp.async) while this one
+//                         is dequantised, inverse-transformed and stored
 //   6. RawChainKernel     (pack) raw records' checksums from the block terms
 // Kernels after a recorded error return at once, so a corrupt frame never
 // drives reads outside its bytes. Coded records are verified before they are
@@ -36,22 +38,32 @@ namespace {
 
 constexpr int kThreads = 32 * kBlockWarps;
 constexpr int kParamStage = 2048;
-constexpr int kCodeStage = 4096 + 16;
+constexpr int kCodeStage = 4096 + 32;     // a row block's codes (512 * bits bytes) or symbols (4096)
 constexpr int kWindowSmem = 1088;
+constexpr int kWarpWindows = kSpanWindows / kBlockWarps;
+constexpr int kTileBlocksPerSm = 3;
+
+// One pipeline stage: a job's codes (or rANS symbols) and parameters, as
+// the aligned 16-byte chunks covering them (read at the recorded offsets).
+struct DecStage {
+  uint32_t codes[kCodeStage / 4];
+  uint32_t scales[(kParamStage + 32) / 4];
+  uint32_t zeros[(kParamStage + 32) / 4];
+};
+constexpr int kMaxJobGroups = kParamStage / 2;  // f16 params a stage holds
 
 template <int D>
 struct DecTileSmem {
-  uint32_t codes[2][kCodeStage / 4];
-  uint32_t scales[2][(kParamStage + 16) / 4];
-  uint32_t zeros[2][(kParamStage + 16) / 4];
+  DecStage stage[2];
+  // The current job's parameters as f32, checked once each (prepared from
+  // the stage after its copies landed).
+  __align__(16) float scale[kMaxJobGroups];
+  __align__(16) float zero[kMaxJobGroups];
 };
 struct DecRawSmem {
-  uint32_t win[kBlockWarps][kWindowSmem / 4];
+  uint32_t win[kBlockWarps][kWarpWindows][kWindowSmem / 4];
 };
-template <int D>
-constexpr size_t DecSmemBytes() {
-  return sizeof(DecTileSmem<D>) > sizeof(DecRawSmem) ? sizeof(DecTileSmem<D>) : sizeof(DecRawSmem);
-}
+
 
 KV_DEV uint32_t* Err(const DecArgs& a) { return ErrorBlock(a.ws, a.L); }
 KV_DEV bool Failed(const DecArgs& a) { return Failed(a.ws, a.L); }
@@ -257,8 +269,11 @@ __global__ void __launch_bounds__(kHashThreads) RawChainKernel(DecArgs a, int64_
 KV_DEV float ReadParamGlobal(const uint8_t* p, bool f32) {
   return f32 ? BitsFloat(GetU32(p)) : HalfBitsToFloat(static_cast<uint16_t>(GetU16(p)));
 }
-KV_DEV float ReadParamStaged(const uint32_t* stage, int index, bool f32) {
-  return f32 ? BitsFloat(stage[index]) : HalfBitsToFloat(reinterpret_cast<const uint16_t*>(stage)[index]);
+// Parameter `index` of a staged parameter range whose first byte is at
+// byte `off` of the stage.
+KV_DEV float ReadParamStaged(const uint32_t* stage, uint32_t off, int index, bool f32) {
+  return f32 ? BitsFloat(WordAt(stage, off + 4 * index))
+             : HalfBitsToFloat(static_cast<uint16_t>(WordAt(stage, off + 2 * index)));
 }
 
 KV_DEV void KeepMask(const DecArgs& a, int layer, int kind, int head, int token, uint8_t v) {
@@ -311,170 +326,265 @@ KV_DEV void DequantRowGlobal(const DecArgs& a, const RunDesc& run, int t_run, fl
   if (!ok) RecordError(Err(a), kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
 }
 
+// The staged inputs of a job and where they start in their buffers.
+struct StageOffsets {
+  uint32_t codes, scales, zeros;
+};
+
+// Tile geometry shared by the prefetch and the decode of a job.
 template <int D>
-KV_DEV void DecodeTile(const DecArgs& a, const TileDesc& tile, DecTileSmem<D>& sm) {
+struct DecJobGeo {
+  TileDesc tile;
+  RunDesc run;
+  int rows, r0, nrows, row_bytes, ssz, gpr;
+  bool stage_params;  // token axis: this row block's params fit a stage
+  KV_DEV DecJobGeo(const DecArgs& a, int64_t ti, int it) {
+    constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+    tile = a.t.tiles[ti];
+    run = a.t.runs[tile.run];
+    rows = tile.row_end - tile.row_begin;
+    r0 = it * RPB;
+    nrows = rows - r0 < RPB ? rows - r0 : RPB;
+    row_bytes = a.c.codec == 0 ? D * run.bits / 8 : D;
+    ssz = a.c.scale_f32 != 0 ? 4 : 2;
+    gpr = run.axis == 0 ? D / run.group : 0;
+    stage_params = run.axis == 0 ? RPB * gpr * ssz <= kParamStage : true;
+  }
+  KV_DEV const uint8_t* Codes(const DecArgs& a) const {
+    return a.c.codec == 0 ? a.bytes + SegOff(a.ws, a.L)[run.segment]
+                          : a.ws + a.L.symbols + a.t.segments[run.segment].sym_ws;
+  }
+  KV_DEV const uint8_t* Scales(const DecArgs& a) const {
+    return a.bytes + RecAux(a.ws, a.L)[2 * run.record + 1] + run.params_rel;
+  }
+  // First parameter index of this job: token axis, its rows' groups;
+  // channel axis, the tile's token group.
+  KV_DEV int64_t FirstGroup() const {
+    return run.axis == 0 ? static_cast<int64_t>(tile.row_begin + r0) * gpr
+                         : static_cast<int64_t>(tile.row_begin / run.group) * D;
+  }
+  KV_DEV int Groups() const { return run.axis == 0 ? nrows * gpr : D; }
+};
+
+template <int D>
+KV_DEV int DecTileJobs(const DecArgs& a, int64_t ti) {
+  constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+  const TileDesc tile = a.t.tiles[ti];
+  return (tile.row_end - tile.row_begin + RPB - 1) / RPB;
+}
+
+// Issues the async copies of job (ti, it)'s codes and parameters.
+template <int D>
+KV_DEV StageOffsets PrefetchDecJob(const DecArgs& a, int64_t ti, int it, DecStage& st) {
+  const DecJobGeo<D> g(a, ti, it);
+  StageOffsets off{0, 0, 0};
+  if (g.run.levels == 0) return off;
+  const uint8_t* lo = a.c.codec == 0 ? a.bytes : a.ws;
+  const uint8_t* hi = a.c.codec == 0 ? a.bytes + a.bytes_len : a.ws + a.L.total;
+  off.codes = StageAsync(st.codes, g.Codes(a) + static_cast<int64_t>(g.tile.row_begin + g.r0) * g.row_bytes,
+                         g.nrows * g.row_bytes, lo, hi, threadIdx.x, kThreads);
+  if (g.stage_params) {
+    const uint8_t* scales = g.Scales(a);
+    const int64_t g0 = g.FirstGroup();
+    const uint32_t n = static_cast<uint32_t>(g.Groups() * g.ssz);
+    const uint8_t* plo = a.bytes;
+    const uint8_t* phi = a.bytes + a.bytes_len;
+    off.scales = StageAsync(st.scales, scales + g0 * g.ssz, n, plo, phi, threadIdx.x, kThreads);
+    if (a.c.symmetric == 0)
+      off.zeros = StageAsync(st.zeros, scales + (static_cast<int64_t>(g.run.ngroups) + g0) * g.ssz, n, plo, phi,
+                             threadIdx.x, kThreads);
+  }
+  return off;
+}
+
+// Decodes job (ti, it): row block `it` of the tile, from its staged codes
+// and parameters.
+// Converts and checks job (ti, it)'s staged parameters into sm.scale/zero
+// (every thread calls it; a barrier follows). Non-finite or negative scales
+// and non-finite zero points are Corruption.
+template <int D>
+KV_DEV void PrepareParams(const DecArgs& a, int64_t ti, int it, const DecStage& st, const StageOffsets& off,
+                          DecTileSmem<D>& sm) {
+  const DecJobGeo<D> g(a, ti, it);
+  if (g.run.levels == 0 || !g.stage_params) return;
+  const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
+  const int groups = g.Groups();
+  bool ok = true;
+  for (int i = threadIdx.x; i < groups; i += kThreads) {
+    const float scale = ReadParamStaged(st.scales, off.scales, i, f32);
+    const float zero = sym ? 0.0f : ReadParamStaged(st.zeros, off.zeros, i, f32);
+    ok = ok && IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero);
+    sm.scale[i] = scale;
+    sm.zero[i] = zero;
+  }
+  if (!ok) RecordError(Err(a), kDevCorrupt, static_cast<uint32_t>(g.run.record), kCorCode);
+}
+
+template <int D>
+KV_DEV void DecodeJob(const DecArgs& a, int64_t ti, int it, const DecStage& st, const StageOffsets& off,
+                      const DecTileSmem<D>& sm) {
   using G = RowGeo<D>;
-  constexpr int RPB = G::kRowsPerBlock;
   const int warp = threadIdx.x >> 5, sub = G::Sub(), part = G::Part();
-  const RunDesc run = a.t.runs[tile.run];
+  const DecJobGeo<D> g(a, ti, it);
+  const RunDesc& run = g.run;
   const RecordDesc rec = a.t.records[run.record];
-  const int rows = tile.row_end - tile.row_begin;
-  const int iters = (rows + RPB - 1) / RPB;
   const int r_local = warp * G::kRowsPerWarp + sub;
+  const int r = g.r0 + r_local;
+  const bool active = r < g.rows;
+  const int t_run = g.tile.row_begin + (active ? r : g.r0);
+  const int t_rel = run.begin + t_run;
   if (run.levels == 0) {  // pruned: zeros, keep-mask 0
     float z[kLaneElems];
 #pragma unroll
     for (int j = 0; j < kLaneElems; ++j) z[j] = 0.0f;
-    for (int r = r_local; r < rows; r += RPB) {
-      const int t = rec.token_begin + run.begin + tile.row_begin + r;
-      StoreRow<D>(a.out, rec.layer, rec.kind, run.head, t, z);
-      if (part == 0) KeepMask(a, rec.layer, rec.kind, run.head, t, 0);
+    if (active) {
+      StoreRow<D>(a.out, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, z);
+      if (part == 0) KeepMask(a, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, 0);
     }
     return;
   }
-  const SegmentDesc seg = a.t.segments[run.segment];
   const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
-  const int ssz = f32 ? 4 : 2;
-  const uint8_t* scales = a.bytes + RecAux(a.ws, a.L)[2 * run.record + 1] + run.params_rel;
-  const uint8_t* zeros = scales + static_cast<int64_t>(run.ngroups) * ssz;
   const int b = run.bits;
-  const int row_bytes = D * b / 8;
-  const bool pack = a.c.codec == 0;
-  const uint8_t* coded = pack ? a.bytes + SegOff(a.ws, a.L)[run.segment] : nullptr;
-  const uint8_t* syms = a.ws + a.L.symbols + seg.sym_ws;
-  const uint8_t* lo = a.bytes;
-  const uint8_t* hi = a.bytes + a.bytes_len;
   const float h = FMul(static_cast<float>(run.levels - 1), 0.5f);
-  const bool check_codes = run.levels != (1 << b);
-  uint32_t signs = 0;
-  if (a.c.transform == 2) {
-    const uint64_t* words =
-        a.t.sign_words + ((static_cast<int64_t>(rec.layer) * 2 + rec.kind) * a.c.kv_heads + run.head) * a.c.sign_words;
-    signs = SignBitsOfLane<D>(words);
-  }
-  const int gc = run.group;
-  const int gpr = run.axis == 0 ? D / gc : 0;
-  const bool stage_token = run.axis == 0 && RPB * gpr * ssz <= kParamStage;
   uint32_t* err = Err(a);
-  if (run.axis != 0) {  // channel axis: the token group's D scales and zeros, staged once
-    const int64_t g0 = static_cast<int64_t>(tile.row_begin / run.group) * D;
-    LoadToSmem(sm.scales[0], scales + g0 * ssz, D * ssz, lo, hi, threadIdx.x, kThreads);
-    if (!sym) LoadToSmem(sm.zeros[0], zeros + g0 * ssz, D * ssz, lo, hi, threadIdx.x, kThreads);
-    __syncthreads();
-    for (int d = threadIdx.x; d < D; d += kThreads) {
-      const float scale = ReadParamStaged(sm.scales[0], d, f32);
-      const float zero = sym ? 0.0f : ReadParamStaged(sm.zeros[0], d, f32);
-      if (!(IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero)))
-        RecordError(err, kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
+  uint32_t codes[kLaneElems];
+  const uint32_t k = off.codes + (active ? r_local : 0) * g.row_bytes;
+  if (a.c.codec == 0) {
+    UnpackLane(st.codes, k + part * 2 * b, b, codes);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t w = WordAt(st.codes, k + kLaneElems * part + 4 * q);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) codes[4 * q + j] = (w >> (8 * j)) & 0xFFu;
     }
   }
-  for (int it = 0; it < iters; ++it) {
-    const int parity = it & 1;
-    const int r0 = it * RPB;
-    const int nrows = rows - r0 < RPB ? rows - r0 : RPB;
-    if (pack)
-      LoadToSmem(sm.codes[parity], coded + static_cast<int64_t>(tile.row_begin + r0) * row_bytes,
-                 nrows * row_bytes, lo, hi, threadIdx.x, kThreads);
-    const int64_t g0 = static_cast<int64_t>(tile.row_begin + r0) * gpr;
-    if (stage_token) {
-      LoadToSmem(sm.scales[parity], scales + g0 * ssz, nrows * gpr * ssz, lo, hi, threadIdx.x, kThreads);
-      if (!sym) LoadToSmem(sm.zeros[parity], zeros + g0 * ssz, nrows * gpr * ssz, lo, hi, threadIdx.x, kThreads);
-    }
-    __syncthreads();
-    const int r = r0 + r_local;
-    const bool active = r < rows;
-    const int t_run = tile.row_begin + (active ? r : 0);
-    uint32_t codes[kLaneElems];
-    if (pack) {
-      UnpackLane(sm.codes[parity], (active ? r_local : 0) * row_bytes + part * 2 * b, b, codes);
-    } else {
-      const uint4 s = *reinterpret_cast<const uint4*>(syms + static_cast<int64_t>(t_run) * D + kLaneElems * part);
-      const uint32_t w[4] = {s.x, s.y, s.z, s.w};
+  const uint8_t* scales = g.Scales(a);
+  const uint8_t* zeros = scales + static_cast<int64_t>(run.ngroups) * g.ssz;
+  float x[kLaneElems];
+  bool ok = true;
+  if (!g.stage_params) {  // many small groups: straight from the frame, checked here
 #pragma unroll
-      for (int j = 0; j < kLaneElems; ++j) codes[j] = (w[j / 4] >> (8 * (j & 3))) & 0xFFu;
+    for (int j = 0; j < kLaneElems; ++j) {
+      const int64_t gi = static_cast<int64_t>(t_run) * g.gpr + (kLaneElems * part + j) / run.group;
+      const float scale = ReadParamGlobal(scales + gi * g.ssz, f32);
+      const float zero = sym ? 0.0f : ReadParamGlobal(zeros + gi * g.ssz, f32);
+      ok = ok && IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero);
+      x[j] = DecodeValue(codes[j], scale, zero, h, sym);
     }
-    float x[kLaneElems];
-    bool ok = true;
-    if (run.axis != 0) {
+  } else if (run.axis != 0) {  // channel axis: this lane's 16 channels
+    const float4* sc = reinterpret_cast<const float4*>(sm.scale + kLaneElems * part);
+    const float4* ze = reinterpret_cast<const float4*>(sm.zero + kLaneElems * part);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 s4 = sc[q], z4 = ze[q];
+      x[4 * q] = DecodeValue(codes[4 * q], s4.x, z4.x, h, sym);
+      x[4 * q + 1] = DecodeValue(codes[4 * q + 1], s4.y, z4.y, h, sym);
+      x[4 * q + 2] = DecodeValue(codes[4 * q + 2], s4.z, z4.z, h, sym);
+      x[4 * q + 3] = DecodeValue(codes[4 * q + 3], s4.w, z4.w, h, sym);
+    }
+  } else if (run.group >= kLaneElems) {  // token axis: one group for the lane's channels
+    const int idx = (active ? r_local : 0) * g.gpr + (kLaneElems * part) / run.group;
+    const float scale = sm.scale[idx], zero = sm.zero[idx];
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) x[j] = DecodeValue(codes[j], scale, zero, h, sym);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) {
+      const int idx = (active ? r_local : 0) * g.gpr + (kLaneElems * part + j) / run.group;
+      x[j] = DecodeValue(codes[j], sm.scale[idx], sm.zero[idx], h, sym);
+    }
+  }
+  if (run.levels != (1 << b))  // codes >= levels are possible only then
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) ok = ok && codes[j] < static_cast<uint32_t>(run.levels);
+  if (active && !ok) RecordError(err, kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
+  switch (a.c.transform) {
+    case 1: {  // delta: x = y + y[anchor]
+      const int anchor_every = a.c.anchor == 0 ? rec.tokens : a.c.anchor;
+      const int anchor = t_rel - t_rel % anchor_every;
+      if (active && anchor != t_rel) {
+        // The anchor's run: same head, the run containing `anchor`.
+        int ri = rec.first_run;
+        for (int q = rec.first_run; q < rec.first_run + rec.num_runs; ++q) {
+          const RunDesc& o = a.t.runs[q];
+          if (o.head == run.head && o.begin <= anchor && anchor < o.begin + o.tokens) ri = q;
+        }
+        const RunDesc arun = a.t.runs[ri];
+        float base[kLaneElems];
+        DequantRowGlobal<D>(a, arun, anchor - arun.begin, base);
+#pragma unroll
+        for (int j = 0; j < kLaneElems; ++j) x[j] = FAdd(x[j], base[j]);
+      }
+      break;
+    }
+    case 2: {
+      uint32_t signs = SignBitsOfLane<D>(
+          a.t.sign_words + ((static_cast<int64_t>(rec.layer) * 2 + rec.kind) * a.c.kv_heads + run.head) * a.c.sign_words);
+      RowFwht<D>(x);
+#pragma unroll
+      for (int j = 0; j < kLaneElems; ++j) x[j] = FMul(x[j], a.c.hadamard_scale);
+      FlipSigns(x, signs);
+      break;
+    }
+    case 3: {
+      const uint8_t* side = a.bytes + RecAux(a.ws, a.L)[2 * run.record];
+      const int H = a.c.kv_heads;
 #pragma unroll
       for (int j = 0; j < kLaneElems; ++j) {
         const int d = kLaneElems * part + j;
-        x[j] = DecodeValue(codes[j], ReadParamStaged(sm.scales[0], d, f32),
-                           sym ? 0.0f : ReadParamStaged(sm.zeros[0], d, f32), h, sym);
+        const float shift = BitsFloat(GetU32(side + 4 * (run.head * D + d)));
+        const float scale = BitsFloat(GetU32(side + 4 * (H * D + run.head * D + d)));
+        x[j] = FAdd(FMul(x[j], scale), shift);
       }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kLaneElems; ++j) {
-        const int g = (kLaneElems * part + j) / gc;
-        float scale, zero = 0.0f;
-        if (stage_token) {
-          const int idx = (active ? r_local : 0) * gpr + g;
-          scale = ReadParamStaged(sm.scales[parity], idx, f32);
-          if (!sym) zero = ReadParamStaged(sm.zeros[parity], idx, f32);
-        } else {
-          const int64_t gi = static_cast<int64_t>(t_run) * gpr + g;
-          scale = ReadParamGlobal(scales + gi * ssz, f32);
-          if (!sym) zero = ReadParamGlobal(zeros + gi * ssz, f32);
-        }
-        ok = ok && IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero);
-        x[j] = DecodeValue(codes[j], scale, zero, h, sym);
-      }
+      break;
     }
-    if (check_codes)
-#pragma unroll
-      for (int j = 0; j < kLaneElems; ++j) ok = ok && codes[j] < static_cast<uint32_t>(run.levels);
-    if (active && !ok) RecordError(err, kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
-    const int t_rel = run.begin + t_run;
-    switch (a.c.transform) {
-      case 1: {  // delta: x = y + y[anchor]
-        const int anchor_every = a.c.anchor == 0 ? rec.tokens : a.c.anchor;
-        const int anchor = t_rel - t_rel % anchor_every;
-        if (active && anchor != t_rel) {
-          // The anchor's run: same head, the run containing `anchor`.
-          int ri = rec.first_run;
-          for (int k = rec.first_run; k < rec.first_run + rec.num_runs; ++k) {
-            const RunDesc& o = a.t.runs[k];
-            if (o.head == run.head && o.begin <= anchor && anchor < o.begin + o.tokens) ri = k;
-          }
-          const RunDesc arun = a.t.runs[ri];
-          float base[kLaneElems];
-          DequantRowGlobal<D>(a, arun, anchor - arun.begin, base);
-#pragma unroll
-          for (int j = 0; j < kLaneElems; ++j) x[j] = FAdd(x[j], base[j]);
-        }
-        break;
-      }
-      case 2:
-        RowFwht<D>(x);
-#pragma unroll
-        for (int j = 0; j < kLaneElems; ++j) x[j] = FMul(x[j], a.c.hadamard_scale);
-        FlipSigns(x, signs);
-        break;
-      case 3: {
-        const uint8_t* side = a.bytes + RecAux(a.ws, a.L)[2 * run.record];
-        const int H = a.c.kv_heads;
-#pragma unroll
-        for (int j = 0; j < kLaneElems; ++j) {
-          const int d = kLaneElems * part + j;
-          const float shift = BitsFloat(GetU32(side + 4 * (run.head * D + d)));
-          const float scale = BitsFloat(GetU32(side + 4 * (H * D + run.head * D + d)));
-          x[j] = FAdd(FMul(x[j], scale), shift);
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    if (active) {
-      StoreRow<D>(a.out, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, x);
-      if (part == 0) KeepMask(a, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, 1);
-    }
+    default:
+      break;
+  }
+  if (active) {
+    StoreRow<D>(a.out, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, x);
+    if (part == 0) KeepMask(a, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, 1);
   }
 }
 
+// A persistent block's tiles first, first + stride, ... < end, as a
+// pipeline: job k + 1's codes and parameters are copied into the other
+// stage while job k is decoded.
+template <int D>
+KV_DEV void DecodeTiles(const DecArgs& a, int64_t first, int64_t end, int64_t stride, DecTileSmem<D>& sm) {
+  int64_t ti = first;
+  int it = 0;
+  StageOffsets cur{0, 0, 0};
+  if (ti < end) cur = PrefetchDecJob<D>(a, ti, it, sm.stage[0]);
+  CpAsyncCommit();
+  for (int k = 0; ti < end; ++k) {
+    int64_t next_ti = ti;
+    int next_it = it + 1;
+    if (next_it >= DecTileJobs<D>(a, ti)) {
+      next_it = 0;
+      next_ti = ti + stride;
+    }
+    StageOffsets next{0, 0, 0};
+    if (next_ti < end) next = PrefetchDecJob<D>(a, next_ti, next_it, sm.stage[(k + 1) & 1]);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    PrepareParams<D>(a, ti, it, sm.stage[k & 1], cur, sm);
+    __syncthreads();
+    DecodeJob<D>(a, ti, it, sm.stage[k & 1], cur, sm);
+    __syncthreads();
+    ti = next_ti;
+    it = next_it;
+    cur = next;
+  }
+  CpAsyncWait<0>();
+}
+
 // A raw record's span of windows: pack: the record's bytes through a 1 KiB
-// window per warp (XXH3 block terms + output rows); rans: the decoded data
-// bytes in the workspace -> output rows.
+// window per warp (cp.async, kWarpWindows in flight) that yields the XXH3
+// block terms and the output rows; rans: the decoded data bytes in the
+// workspace -> output rows.
 template <int D>
 KV_DEV void DecodeRawSpan(const DecArgs& a, const RawSpan& span, DecRawSmem& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -507,20 +617,29 @@ KV_DEV void DecodeRawSpan(const DecArgs& a, const RawSpan& span, DecRawSmem& sm)
   const uint64_t len = 30 + count;
   const uint64_t nb = (len - 1) / 1024;
   uint64_t* sums = reinterpret_cast<uint64_t*>(a.ws + a.L.hash_sums + rec.hash_ws);
-  uint32_t* win = sm.win[warp];
   const uint8_t* lo = a.bytes;
   const uint8_t* hi = a.bytes + a.bytes_len;
-  for (int w = span.first_window + warp; w < w_end; w += kBlockWarps) {
+  // Window w's buffer holds the aligned 16-byte chunks from the one that
+  // contains record byte 1024 w; record byte o is at buffer byte o - 1024 w + s.
+  uint32_t shift[kWarpWindows];
+#pragma unroll
+  for (int k = 0; k < kWarpWindows; ++k) {
+    shift[k] = 0;
+    const int w = span.first_window + warp + kBlockWarps * k;
+    if (w < w_end)
+      shift[k] = StageAsync(sm.win[warp][k], a.bytes + p + static_cast<uint64_t>(w) * kWindowBytes,
+                            kWindowSmem - 32, lo, hi, lane, 32);
+  }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kWarpWindows; ++k) {
+    const int w = span.first_window + warp + kBlockWarps * k;
+    if (w >= w_end) break;
+    const uint32_t* win = sm.win[warp][k];
+    const uint32_t s = shift[k];
     const uint64_t o0 = static_cast<uint64_t>(w) * kWindowBytes;
-    const uint8_t* at = a.bytes + p + o0;
-    const uint8_t* base = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(at) & ~uintptr_t{15});
-    const uint32_t s = static_cast<uint32_t>(at - base);
-    for (int c = lane; c < kWindowSmem / 16 - 1; c += 32) {
-      uint32_t x[4];
-      Load16Guarded(base + 16 * c, lo, hi, x);
-      *reinterpret_cast<uint4*>(win + 4 * c) = make_uint4(x[0], x[1], x[2], x[3]);
-    }
-    __syncwarp();
     if (o0 / 1024 < nb) {
       uint32_t x[8];
 #pragma unroll
@@ -530,31 +649,41 @@ KV_DEV void DecodeRawSpan(const DecArgs& a, const RawSpan& span, DecRawSmem& sm)
       WarpReduceBlockTerms(c4);
       if (lane < 2)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sums[8 * w + 4 * lane + k] = c4[k];
+        for (int j = 0; j < 4; ++j) sums[8 * w + 4 * lane + j] = c4[j];
     }
     // Output chunks whose first byte (record offset d + 30) is in this window.
     const uint64_t d_first = o0 >= 30 ? (o0 - 30 + 15) / 16 * 16 : 0;
     const uint64_t d_stop = o0 + kWindowBytes - 30 < count ? o0 + kWindowBytes - 30 : count;
     for (uint64_t d = d_first + 16 * lane; d < d_stop; d += 512) {
-      const uint32_t k = static_cast<uint32_t>(d + 30 - o0) + s;
-      const uint32_t x[4] = {WordAt(win, k), WordAt(win, k + 4), WordAt(win, k + 8), WordAt(win, k + 12)};
+      const uint32_t q = static_cast<uint32_t>(d + 30 - o0) + s;
+      const uint32_t x[4] = {WordAt(win, q), WordAt(win, q + 4), WordAt(win, q + 8), WordAt(win, q + 12)};
       StoreRawChunk(a.out, rec.layer, rec.kind, rec.token_begin, rec.tokens, D, d, x);
       keep(d);
     }
-    __syncwarp();
   }
 }
 
+#ifndef KVSERVE_CUDA_PRODUCE_MIN_BLOCKS
+#define KVSERVE_CUDA_PRODUCE_MIN_BLOCKS 3
+#endif
+
+// One raw span per block (light, so many blocks per SM keep many windows
+// in flight).
 template <int D>
-__global__ void __launch_bounds__(kThreads) DecodeProduceKernel(DecArgs a, int64_t span_begin, int64_t spans,
-                                                                int64_t tile_begin) {
-  __shared__ __align__(16) uint8_t smem[DecSmemBytes<D>()];
+__global__ void __launch_bounds__(kThreads, 6) DecodeRawSpansKernel(DecArgs a, int64_t span_begin) {
+  KV_DYNAMIC_SMEM(smem);
   if (Failed(a)) return;
-  if (static_cast<int64_t>(blockIdx.x) < spans) {
-    DecodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<DecRawSmem*>(smem));
-  } else {
-    DecodeTile<D>(a, a.t.tiles[tile_begin + blockIdx.x - spans], *reinterpret_cast<DecTileSmem<D>*>(smem));
-  }
+  DecodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<DecRawSmem*>(smem));
+}
+
+// Persistent tile blocks, tile_stride of them, taking the tiles
+// [tile_begin, tile_end) in turn.
+template <int D>
+__global__ void __launch_bounds__(kThreads, KVSERVE_CUDA_PRODUCE_MIN_BLOCKS)
+    DecodeTilesKernel(DecArgs a, int64_t tile_begin, int64_t tile_end, int64_t tile_stride) {
+  KV_DYNAMIC_SMEM(smem);
+  if (Failed(a)) return;
+  DecodeTiles<D>(a, tile_begin + blockIdx.x, tile_end, tile_stride, *reinterpret_cast<DecTileSmem<D>*>(smem));
 }
 
 unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
@@ -613,9 +742,19 @@ Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* s
   const int64_t tiles = d.range.tile_end - d.range.tile_begin;
   KVSERVE_RETURN_IF_ERROR(KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
     constexpr int D = 32 * E;
-    if (spans + tiles > 0)
-      KV_LAUNCH(DecodeProduceKernel<D>, static_cast<unsigned>(spans + tiles), kThreads, 0, stream)(
-          a, d.range.raw_span_begin, spans, d.range.tile_begin);
+    if (spans > 0) {
+      auto* kernel = DecodeRawSpansKernel<D>;
+      KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(DecRawSmem)));
+      KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(DecRawSmem), stream)(a, d.range.raw_span_begin);
+      KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: raw spans"));
+    }
+    const int64_t tile_blocks = std::min<int64_t>(tiles, int64_t{kTileBlocksPerSm} * MultiprocessorCount());
+    if (tile_blocks > 0) {
+      auto* kernel = DecodeTilesKernel<D>;
+      KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(DecTileSmem<D>)));
+      KV_LAUNCH(kernel, static_cast<unsigned>(tile_blocks), kThreads, sizeof(DecTileSmem<D>), stream)(
+          a, d.range.tile_begin, d.range.tile_end, tile_blocks);
+    }
     return LaunchStatus("decode: produce");
   }));
   const int64_t raws = d.range.raw_record_end - d.range.raw_record_begin;

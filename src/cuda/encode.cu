@@ -5,19 +5,22 @@
 //                          total, rans symbol counts zeroed
 //   1. AffineStatsKernel   (affine only) block per (record, head): per-channel
 //                          shift/scale -> side bytes + f32 copy for step 2
-//   2. ProduceKernel       one launch, two kinds of blocks:
-//      raw spans           16 KiB of a raw record each. pack: the record's
+//   2. RawSpansKernel      block per 32 KiB span of a raw record. pack: the record's
 //                          bytes (headers + source bytes) staged per 1 KiB
-//                          window in shared memory, written to the frame with
-//                          aligned stores, and the window's XXH3 block terms
-//                          to the workspace; rans: source bytes -> workspace
-//      coded tiles         a run's rows: gather + forward transform + grid
-//                          params + quantise; pack: codes and params staged
-//                          in shared memory and written to the frame with
-//                          aligned stores (one pass over the KV); rans: u8
-//                          symbols, symbol counts and params to the workspace
-//   3. (rans) RansEncode -> ScanRecords -> Finalize (rans_encode.cu, here)
-//   4. RecordHashKernel    block per record: (pack) coded record and segment
+//                          window in shared memory (cp.async, four windows a
+//                          warp in flight), written to the frame with aligned
+//                          stores, and each window's XXH3 block terms to the
+//                          workspace; rans: source bytes -> workspace
+//   3. TilesKernel         persistent blocks, each a pipeline over its tiles'
+//                          row blocks: the next row block's source rows are
+//                          copied into shared memory (cp.async) while this
+//                          one is transformed, its grid params computed and
+//                          quantised; pack: codes and params staged in shared
+//                          memory and written to the frame with aligned
+//                          stores (one pass over the KV); rans: u8 symbols,
+//                          symbol counts and params to the workspace
+//   4. (rans) RansEncode -> ScanRecords -> Finalize (rans_encode.cu, here)
+//   5. RecordHashKernel    block per record: (pack) coded record and segment
 //                          headers, then the XXH3 checksum (record_hash.cuh)
 // No host synchronisation anywhere; sizes stay on the device.
 #include <cub/block/block_scan.cuh>
@@ -36,25 +39,26 @@ namespace {
 constexpr int kThreads = 32 * kBlockWarps;
 constexpr int kParamStage = 2048;         // bytes of scales (and of zeros) staged per row block
 constexpr int kCodeStage = 4096 + 16;     // codes of one row block: 512 * bits bytes at most
+constexpr int kRowStage = 16384;          // source rows of one row block: 4096 elements, f32 at most
 constexpr int kWindowSmem = 1088;         // a raw window: 18 + 1024 + 16 bytes, rounded up
+constexpr int kWarpWindows = kSpanWindows / kBlockWarps;  // raw windows a warp has in flight
+constexpr int kTileBlocksPerSm = 3;       // persistent tile blocks per multiprocessor
 
 template <int D>
 struct TileSmem {
-  uint32_t codes[2][kCodeStage / 4];
-  uint32_t scales[2][(kParamStage + 16) / 4];
-  uint32_t zeros[2][(kParamStage + 16) / 4];
-  float rows[RowGeo<D>::kRowsPerBlock * D];  // a row block of the channel axis
+  uint32_t stage[2][kRowStage / 4];       // source rows of this and the next row block
+  uint32_t codes[kCodeStage / 4];
+  uint32_t scales[(kParamStage + 16) / 4];
+  uint32_t zeros[(kParamStage + 16) / 4];
+  float rows[RowGeo<D>::kRowsPerBlock * D];  // transformed rows (channel statistics)
   float mn[D], mx[D];
   float zero[D], inv[D];
   uint32_t hist[256];  // SymbolCounter
 };
 struct RawSmem {
-  uint32_t win[kBlockWarps][kWindowSmem / 4];
+  uint32_t win[kBlockWarps][kWarpWindows][kWindowSmem / 4];
 };
-template <int D>
-constexpr size_t ProduceSmemBytes() {
-  return sizeof(TileSmem<D>) > sizeof(RawSmem) ? sizeof(TileSmem<D>) : sizeof(RawSmem);
-}
+
 
 KV_DEV uint8_t* SideDst(const EncArgs& a, const RecordDesc& rec) {
   return a.direct ? a.frame + rec.static_offset + 24 : a.ws + a.L.params + rec.params_ws;
@@ -82,7 +86,9 @@ KV_DEV void PutParam(uint8_t* p, float v, bool f32) {
 }
 
 // The rows of one head of a coded record, loaded and forward-transformed.
-template <int D>
+// kIdentity: the profile's transform is identity (compiled without the
+// other transforms, which keeps the presets' kernels lean).
+template <int D, bool kIdentity>
 struct RowSource {
   const EncArgs& a;
   RecordDesc rec;
@@ -99,11 +105,17 @@ struct RowSource {
     if (a.c.transform == 3) affine = reinterpret_cast<const float*>(a.ws + a.L.affine + rec.affine_ws);
   }
 
-  // Row t_rel (chunk-relative) into v; false in lanes holding a non-finite
-  // value. Every lane of the warp must call it (the hadamard is warp-wide).
-  KV_DEV bool Load(int t_rel, float v[kLaneElems]) const {
-    LoadRow<D>(a.src, rec.layer, rec.kind, head, rec.token_begin + t_rel, v);
-    switch (a.c.transform) {
+  // Row t_rel (chunk-relative) into v, from `staged` (the row's source bytes
+  // in shared memory) or else from the view; false in lanes holding a
+  // non-finite value. Every lane of the warp must call it (the hadamard is
+  // warp-wide).
+  KV_DEV bool Load(int t_rel, const uint32_t* staged, float v[kLaneElems]) const {
+    if (staged != nullptr) {
+      LoadStagedRow<D>(staged, a.src.dtype, v);
+    } else {
+      LoadRow<D>(a.src, rec.layer, rec.kind, head, rec.token_begin + t_rel, v);
+    }
+    switch (kIdentity ? 0 : a.c.transform) {
       case 1: {  // delta
         const int anchor_every = a.c.anchor == 0 ? rec.tokens : a.c.anchor;
         const int anchor = t_rel - t_rel % anchor_every;
@@ -190,6 +202,14 @@ struct SymbolCounter {
   }
 };
 
+// The grid search as a call (not inlined): the small-group path runs it up
+// to 16 times per row, and 16 inlined copies cost more in instruction-cache
+// misses than the calls do.
+__device__ __noinline__ uint32_t GridParamsCall(int levels, bool symmetric, bool f16, float mn, float mx,
+                                                float* scale, float* zero) {
+  return GridParamsFor(levels, symmetric, f16, mn, mx, scale, zero);
+}
+
 // Token-axis groups smaller than a lane's 16 channels: GC channels each.
 // put(g, scale, zero) stores the lane's g-th group's parameters.
 template <int GC, typename Put>
@@ -205,7 +225,7 @@ KV_DEV uint32_t EncodeSmallGroups(const float v[kLaneElems], int levels, bool sy
       mx = v[j] > mx ? v[j] : mx;
     }
     float scale, zero;
-    const uint32_t s = GridParamsFor(levels, sym, !f32, mn, mx, &scale, &zero);
+    const uint32_t s = GridParamsCall(levels, sym, !f32, mn, mx, &scale, &zero);
     if (s != kDevOk) {
       st = s;
       scale = 0.0f;
@@ -219,24 +239,80 @@ KV_DEV uint32_t EncodeSmallGroups(const float v[kLaneElems], int levels, bool sy
   return st;
 }
 
+// The jobs of tile `ti`: one per row block of a token-axis tile; a
+// channel-axis tile (one token group) is one job; a pruned tile none.
+// Row blocks a token-axis job covers: as many as one stage holds.
 template <int D>
-KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) {
+KV_DEV int BlocksPerJob(const EncArgs& a) {
+  const int n = kRowStage / (RowGeo<D>::kRowsPerBlock * D * a.src.elem_bytes);
+  return n > 0 ? n : 1;
+}
+
+template <int D>
+KV_DEV int TileJobs(const EncArgs& a, int64_t ti) {
+  const TileDesc tile = a.t.tiles[ti];
+  const RunDesc run = a.t.runs[tile.run];
+  if (run.levels == 0) return 0;
+  if (run.axis != 0) return 1;
+  constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+  const int rows_per_job = RPB * BlocksPerJob<D>(a);
+  return (tile.row_end - tile.row_begin + rows_per_job - 1) / rows_per_job;
+}
+
+// Whether job (ti, it) reads its rows from shared memory: the view allows
+// 16-byte copies, and the tile's statistics need its rows only once (every
+// token-axis job; a channel-axis tile of one row block).
+template <int D>
+KV_DEV bool JobIsStaged(const EncArgs& a, const TileDesc& tile, const RunDesc& run) {
+  constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+  return a.src.vec16 && (run.axis == 0 || tile.row_end - tile.row_begin <= RPB);
+}
+
+// Issues the async copies of job (ti, it)'s source rows into `stage`.
+template <int D>
+KV_DEV void PrefetchJob(const EncArgs& a, int64_t ti, int it, uint32_t* stage) {
+  constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+  const TileDesc tile = a.t.tiles[ti];
+  const RunDesc run = a.t.runs[tile.run];
+  if (!JobIsStaged<D>(a, tile, run)) return;
+  const RecordDesc rec = a.t.records[run.record];
+  const int span = run.axis == 0 ? RPB * BlocksPerJob<D>(a) : RPB;
+  const int r0 = it * span;
+  const int rows = tile.row_end - tile.row_begin - r0 < span ? tile.row_end - tile.row_begin - r0 : span;
+  const int row_bytes = D * a.src.elem_bytes;
+  const int chunks_per_row = row_bytes / 16;
+  const int first = rec.token_begin + run.begin + tile.row_begin + r0;
+  for (int c = threadIdx.x; c < rows * chunks_per_row; c += kThreads) {
+    const int r = c / chunks_per_row, k = c % chunks_per_row;
+    const uint8_t* src =
+        a.src.data + RowElemOffset(a.src, rec.layer, rec.kind, run.head, first + r) * a.src.elem_bytes + 16 * k;
+    CpAsync16(stage + (r * row_bytes + 16 * k) / 4, src);
+  }
+}
+
+// One job: job `it` of tile `ti` (token axis: BlocksPerJob row blocks from
+// row block it * BlocksPerJob), its source rows in `stage` when JobIsStaged
+// (a channel-axis tile of several row blocks reads its rows from the view
+// twice: statistics, then codes).
+template <int D, bool kIdentity>
+KV_DEV void EncodeJob(const EncArgs& a, int64_t ti, int it, const uint32_t* stage, TileSmem<D>& sm) {
   using G = RowGeo<D>;
   constexpr int RPB = G::kRowsPerBlock;
   const int warp = threadIdx.x >> 5;
   const int sub = G::Sub(), part = G::Part();
+  const TileDesc tile = a.t.tiles[ti];
   const RunDesc run = a.t.runs[tile.run];
-  if (run.levels == 0) return;  // pruned: nothing to code
   const RecordDesc rec = a.t.records[run.record];
   const SegmentDesc seg = a.t.segments[run.segment];
   uint32_t* err = ErrorBlock(a.ws, a.L);
-  const RowSource<D> src(a, rec, run.head);
+  const RowSource<D, kIdentity> src(a, rec, run.head);
   const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
   const int ssz = f32 ? 4 : 2;
   uint8_t* scales = ParamsDst(a, rec) + run.params_rel;
   uint8_t* zeros = scales + static_cast<int64_t>(run.ngroups) * ssz;
   const int b = run.bits;
   const int row_bytes = D * b / 8;
+  const int stage_row_words = D * a.src.elem_bytes / 4;
   uint8_t* code_dst = a.frame + seg.static_coded_offset;  // direct only
   uint8_t* sym_dst = a.ws + a.L.symbols + seg.sym_ws;     // staged only
   const float lm1 = static_cast<float>(run.levels - 1);
@@ -250,14 +326,19 @@ KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) 
     counter.Zero();
     __syncthreads();
   }
-
-  // Codes of row r (tile-relative) of row block `it`: into the staging
-  // buffer (pack) or the workspace symbols (rans).
+  // Row r (tile-relative) of row block `block`, transformed. Lanes past the
+  // tile's rows load the block's first row (every lane must take part).
+  // `stage_first`: the first row block in the stage.
+  int stage_first = 0;
+  auto load = [&](int block, int r, float v[kLaneElems]) {
+    const int rr = r < rows ? r : block * RPB;
+    const uint32_t* staged = stage != nullptr ? stage + (rr - stage_first * RPB) * stage_row_words : nullptr;
+    return src.Load(run.begin + tile.row_begin + rr, staged, v);
+  };
   // Every lane of the warp calls it (the symbol count is warp-wide).
-  auto emit = [&](const uint32_t codes[kLaneElems], int r, int parity, bool active) {
+  auto emit = [&](const uint32_t codes[kLaneElems], int r, bool active) {
     if (a.direct) {
-      if (active)
-        PackLane(codes, b, reinterpret_cast<uint8_t*>(sm.codes[parity]) + r_local * row_bytes + part * 2 * b);
+      if (active) PackLane(codes, b, reinterpret_cast<uint8_t*>(sm.codes) + r_local * row_bytes + part * 2 * b);
     } else {
       if (active) {
         uint32_t w[4] = {0, 0, 0, 0};
@@ -269,87 +350,90 @@ KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) 
       counter.Add(codes, active);
     }
   };
-  // After a row block's emits: the block's codes to the frame.
-  auto flush_codes = [&](int it, int parity) {
+  // After a row block's emits and a barrier: the block's codes to the frame.
+  auto flush_codes = [&](int block) {
     if (!a.direct) return;
-    const int r0 = it * RPB;
+    const int r0 = block * RPB;
     const int n = (rows - r0 < RPB ? rows - r0 : RPB) * row_bytes;
-    StoreFromSmem(code_dst + static_cast<int64_t>(tile.row_begin + r0) * row_bytes, sm.codes[parity], 0, n,
-                  threadIdx.x, kThreads);
+    StoreFromSmem(code_dst + static_cast<int64_t>(tile.row_begin + r0) * row_bytes, sm.codes, 0, n, threadIdx.x,
+                  kThreads);
   };
 
   if (run.axis == 0) {
-    // Token axis: groups of gc channels inside each row.
+    // Token axis: groups of gc channels inside each row; this job is row
+    // blocks [it * BlocksPerJob, ...) of the tile.
     const int gc = run.group;
     const int gpr = D / gc;
-    const bool stage = RPB * gpr * ssz <= kParamStage;
-    for (int it = 0; it < iters; ++it) {
-      const int parity = it & 1;
-      const int r = it * RPB + r_local;
-      const bool active = r < rows;
-      float v[kLaneElems];
-      const bool finite = src.Load(run.begin + tile.row_begin + (active ? r : 0), v);
-      if (active && !finite) RecordError(err, kDevNonFinite, run.record, 0);
-      uint32_t codes[kLaneElems];
-      const int64_t row_group0 = static_cast<int64_t>(tile.row_begin + r) * gpr;  // first group of the row
-      auto put = [&](int g_in_row, float scale, float zero) {
-        if (!active) return;
-        if (stage) {
-          const int idx = r_local * gpr + g_in_row;
-          StageParam(sm.scales[parity], idx, scale, f32);
-          if (!sym) StageParam(sm.zeros[parity], idx, zero, f32);
-        } else {
-          PutParam(scales + (row_group0 + g_in_row) * ssz, scale, f32);
-          if (!sym) PutParam(zeros + (row_group0 + g_in_row) * ssz, zero, f32);
-        }
-      };
-      if (gc >= kLaneElems) {
-        const int lanes_per_group = gc / kLaneElems;
-        float mn = v[0], mx = v[0];
-#pragma unroll
-        for (int j = 1; j < kLaneElems; ++j) {
-          mn = v[j] < mn ? v[j] : mn;
-          mx = v[j] > mx ? v[j] : mx;
-        }
-        for (int off = 1; off < lanes_per_group; off <<= 1) {
-          const float omn = __shfl_xor_sync(0xffffffffu, mn, off);
-          const float omx = __shfl_xor_sync(0xffffffffu, mx, off);
-          mn = omn < mn ? omn : mn;
-          mx = omx > mx ? omx : mx;
-        }
-        float scale, zero;
-        const uint32_t st = GridParamsFor(run.levels, sym, !f32, mn, mx, &scale, &zero);
-        if (st != kDevOk) {
-          if (active) RecordError(err, st, run.record, 1);
-          scale = 0.0f;
-          zero = 0.0f;
-        }
-        if (part % lanes_per_group == 0) put(part / lanes_per_group, scale, zero);
-        const float inv = InverseScale(scale);
-#pragma unroll
-        for (int j = 0; j < kLaneElems; ++j) codes[j] = EncodeValue(v[j], zero, inv, h, lm1, sym);
+    const bool stage_params = RPB * gpr * ssz <= kParamStage;
+    const int per_job = BlocksPerJob<D>(a);
+    stage_first = it * per_job;
+    for (int blk = stage_first; blk < stage_first + per_job && blk < iters; ++blk) {
+    const int r = blk * RPB + r_local;
+    const bool active = r < rows;
+    float v[kLaneElems];
+    const bool finite = load(blk, r, v);
+    if (active && !finite) RecordError(err, kDevNonFinite, run.record, 0);
+    uint32_t codes[kLaneElems];
+    const int64_t row_group0 = static_cast<int64_t>(tile.row_begin + r) * gpr;  // first group of the row
+    auto put = [&](int g_in_row, float scale, float zero) {
+      if (!active) return;
+      if (stage_params) {
+        const int idx = r_local * gpr + g_in_row;
+        StageParam(sm.scales, idx, scale, f32);
+        if (!sym) StageParam(sm.zeros, idx, zero, f32);
       } else {
-        const int per_lane = kLaneElems / gc;
-        auto lane_put = [&](int g, float scale, float zero) { put(part * per_lane + g, scale, zero); };
-        uint32_t st;
-        switch (gc) {
-          case 1: st = EncodeSmallGroups<1>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
-          case 2: st = EncodeSmallGroups<2>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
-          case 4: st = EncodeSmallGroups<4>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
-          default: st = EncodeSmallGroups<8>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
-        }
-        if (st != kDevOk && active) RecordError(err, st, run.record, 1);
+        PutParam(scales + (row_group0 + g_in_row) * ssz, scale, f32);
+        if (!sym) PutParam(zeros + (row_group0 + g_in_row) * ssz, zero, f32);
       }
-      emit(codes, r, parity, active);
-      __syncthreads();
-      flush_codes(it, parity);
-      if (stage) {
-        const int r0 = it * RPB;
-        const int groups = (rows - r0 < RPB ? rows - r0 : RPB) * gpr;
-        const int64_t g0 = static_cast<int64_t>(tile.row_begin + r0) * gpr;
-        StoreFromSmem(scales + g0 * ssz, sm.scales[parity], 0, groups * ssz, threadIdx.x, kThreads);
-        if (!sym) StoreFromSmem(zeros + g0 * ssz, sm.zeros[parity], 0, groups * ssz, threadIdx.x, kThreads);
+    };
+    if (gc >= kLaneElems) {
+      const int lanes_per_group = gc / kLaneElems;
+      float mn = v[0], mx = v[0];
+#pragma unroll
+      for (int j = 1; j < kLaneElems; ++j) {
+        mn = v[j] < mn ? v[j] : mn;
+        mx = v[j] > mx ? v[j] : mx;
       }
+      for (int off = 1; off < lanes_per_group; off <<= 1) {
+        const float omn = __shfl_xor_sync(0xffffffffu, mn, off);
+        const float omx = __shfl_xor_sync(0xffffffffu, mx, off);
+        mn = omn < mn ? omn : mn;
+        mx = omx > mx ? omx : mx;
+      }
+      float scale, zero;
+      const uint32_t st = GridParamsFor(run.levels, sym, !f32, mn, mx, &scale, &zero);
+      if (st != kDevOk) {
+        if (active) RecordError(err, st, run.record, 1);
+        scale = 0.0f;
+        zero = 0.0f;
+      }
+      if (part % lanes_per_group == 0) put(part / lanes_per_group, scale, zero);
+      const float inv = InverseScale(scale);
+#pragma unroll
+      for (int j = 0; j < kLaneElems; ++j) codes[j] = EncodeValue(v[j], zero, inv, h, lm1, sym);
+    } else {
+      const int per_lane = kLaneElems / gc;
+      auto lane_put = [&](int g, float scale, float zero) { put(part * per_lane + g, scale, zero); };
+      uint32_t st;
+      switch (gc) {
+        case 1: st = EncodeSmallGroups<1>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
+        case 2: st = EncodeSmallGroups<2>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
+        case 4: st = EncodeSmallGroups<4>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
+        default: st = EncodeSmallGroups<8>(v, run.levels, sym, f32, h, lm1, codes, lane_put); break;
+      }
+      if (st != kDevOk && active) RecordError(err, st, run.record, 1);
+    }
+    emit(codes, r, active);
+    __syncthreads();
+    flush_codes(blk);
+    if (stage_params) {
+      const int r0 = blk * RPB;
+      const int groups = (rows - r0 < RPB ? rows - r0 : RPB) * gpr;
+      const int64_t g0 = static_cast<int64_t>(tile.row_begin + r0) * gpr;
+      StoreFromSmem(scales + g0 * ssz, sm.scales, 0, groups * ssz, threadIdx.x, kThreads);
+      if (!sym) StoreFromSmem(zeros + g0 * ssz, sm.zeros, 0, groups * ssz, threadIdx.x, kThreads);
+    }
+    __syncthreads();  // the staging buffers are reused by the next row block
     }
     if (count_symbols) counter.Flush(SegHist(a.ws, a.L, seg));
     return;
@@ -366,11 +450,11 @@ KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) 
   }
   float held[kLaneElems];
   bool finite = true;
-  for (int it = 0; it < iters; ++it) {
-    const int r = it * RPB + r_local;
+  for (int blk = 0; blk < iters; ++blk) {
+    const int r = blk * RPB + r_local;
     const bool active = r < rows;
     float v[kLaneElems];
-    const bool ok = src.Load(run.begin + tile.row_begin + (active ? r : 0), v);
+    const bool ok = load(blk, r, v);
     finite = finite && (ok || !active);
     float* dst = sm.rows + r_local * D + kLaneElems * part;
 #pragma unroll
@@ -379,7 +463,7 @@ KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) 
       held[j] = v[j];  // kept when the tile is one row block
     }
     __syncthreads();
-    const int block_rows = rows - it * RPB < RPB ? rows - it * RPB : RPB;
+    const int block_rows = rows - blk * RPB < RPB ? rows - blk * RPB : RPB;
     for (int d = threadIdx.x; d < D; d += kThreads) {
       float lo = sm.mn[d], hi = sm.mx[d];
       for (int k = 0; k < block_rows; ++k) {
@@ -401,46 +485,78 @@ KV_DEV void EncodeTile(const EncArgs& a, const TileDesc& tile, TileSmem<D>& sm) 
       scale = 0.0f;
       zero = 0.0f;
     }
-    StageParam(sm.scales[0], d, scale, f32);
-    if (!sym) StageParam(sm.zeros[0], d, zero, f32);
+    StageParam(sm.scales, d, scale, f32);
+    if (!sym) StageParam(sm.zeros, d, zero, f32);
     sm.zero[d] = zero;
     sm.inv[d] = InverseScale(scale);
   }
   __syncthreads();
   {
     const int64_t g0 = static_cast<int64_t>(tile.row_begin / run.group) * D;
-    StoreFromSmem(scales + g0 * ssz, sm.scales[0], 0, D * ssz, threadIdx.x, kThreads);
-    if (!sym) StoreFromSmem(zeros + g0 * ssz, sm.zeros[0], 0, D * ssz, threadIdx.x, kThreads);
+    StoreFromSmem(scales + g0 * ssz, sm.scales, 0, D * ssz, threadIdx.x, kThreads);
+    if (!sym) StoreFromSmem(zeros + g0 * ssz, sm.zeros, 0, D * ssz, threadIdx.x, kThreads);
   }
   // The channels' zero points and inverse scales stay in shared memory.
   const float* zero = sm.zero + kLaneElems * part;
   const float* inv = sm.inv + kLaneElems * part;
-  auto encode_block = [&](int it, const float v[kLaneElems]) {
-    const int parity = it & 1;
-    const int r = it * RPB + r_local;
+  auto encode_block = [&](int blk, const float v[kLaneElems]) {
+    const int r = blk * RPB + r_local;
     uint32_t codes[kLaneElems];
 #pragma unroll
     for (int j = 0; j < kLaneElems; ++j) codes[j] = EncodeValue(v[j], zero[j], inv[j], h, lm1, sym);
-    emit(codes, r, parity, r < rows);
+    emit(codes, r, r < rows);
     __syncthreads();
-    flush_codes(it, parity);
+    flush_codes(blk);
+    __syncthreads();  // the codes buffer is reused by the next row block
   };
   if (iters == 1) {
     encode_block(0, held);
   } else {
-    for (int it = 0; it < iters; ++it) {
+    for (int blk = 0; blk < iters; ++blk) {
       float v[kLaneElems];
-      const int r = it * RPB + r_local;
-      src.Load(run.begin + tile.row_begin + (r < rows ? r : 0), v);
-      encode_block(it, v);
+      load(blk, blk * RPB + r_local, v);
+      encode_block(blk, v);
     }
   }
   if (count_symbols) counter.Flush(SegHist(a.ws, a.L, seg));
 }
 
+// A persistent block's tiles first, first + stride, ... < end, as a
+// pipeline of jobs: while job k runs on stage k & 1, job k + 1's rows are
+// copied into the other stage.
+template <int D, bool kIdentity>
+KV_DEV void EncodeTiles(const EncArgs& a, int64_t first, int64_t end, int64_t stride, TileSmem<D>& sm) {
+  int64_t ti = first;
+  while (ti < end && TileJobs<D>(a, ti) == 0) ti += stride;
+  int it = 0;
+  if (ti < end) PrefetchJob<D>(a, ti, it, sm.stage[0]);
+  CpAsyncCommit();
+  for (int k = 0; ti < end; ++k) {
+    int64_t next_ti = ti;
+    int next_it = it + 1;
+    if (next_it >= TileJobs<D>(a, ti)) {
+      next_it = 0;
+      next_ti = ti + stride;
+      while (next_ti < end && TileJobs<D>(a, next_ti) == 0) next_ti += stride;
+    }
+    if (next_ti < end) PrefetchJob<D>(a, next_ti, next_it, sm.stage[(k + 1) & 1]);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const TileDesc tile = a.t.tiles[ti];
+    const bool staged = JobIsStaged<D>(a, tile, a.t.runs[tile.run]);
+    EncodeJob<D, kIdentity>(a, ti, it, staged ? sm.stage[k & 1] : nullptr, sm);
+    __syncthreads();
+    ti = next_ti;
+    it = next_it;
+  }
+  CpAsyncWait<0>();
+}
+
 // A raw record's span: pack frames get the record's bytes (written through
-// a 1 KiB shared-memory window per warp, plus the window's XXH3 block terms);
-// rans frames get the data bytes in the workspace (and their byte counts).
+// a 1 KiB shared-memory window per warp and kWarpWindows windows in flight,
+// plus each window's XXH3 block terms); rans frames get the data bytes in
+// the workspace (and their byte counts).
 template <int D>
 KV_DEV void EncodeRawSpan(const EncArgs& a, const RawSpan& span, RawSmem& sm, uint32_t* hist_smem) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -472,22 +588,39 @@ KV_DEV void EncodeRawSpan(const EncArgs& a, const RawSpan& span, RawSmem& sm, ui
   const uint64_t len = 30 + count;  // hashed bytes: everything before the checksum
   const uint64_t nb = (len - 1) / 1024;
   uint64_t* sums = reinterpret_cast<uint64_t*>(a.ws + a.L.hash_sums + rec.hash_ws);
-  uint32_t* win = sm.win[warp];
-  uint8_t* win_bytes = reinterpret_cast<uint8_t*>(win);
-  // Record byte o of window w sits at win byte o - 1024 w + 18, so that the
-  // 16-byte data chunks (data offset d, record offset d + 30) land aligned.
-  for (int w = span.first_window + warp; w < w_end; w += kBlockWarps) {
+  // Record byte o of window w sits at byte o - 1024 w + 18 of its buffer, so
+  // that the 16-byte data chunks (data offset d, record offset d + 30) land
+  // aligned: chunk c (d = 1024 w - 32 + 16 c) at byte 16 (c + 1).
+#pragma unroll
+  for (int k = 0; k < kWarpWindows; ++k) {
+    const int w = span.first_window + warp + kBlockWarps * k;
+    if (w >= w_end) break;
+    uint32_t* win = sm.win[warp][k];
     const int64_t o0 = static_cast<int64_t>(w) * kWindowBytes;
     for (int c = lane; c <= 64; c += 32) {
       const int64_t d = o0 - 32 + 16 * c;
-      if (d >= 0 && static_cast<uint64_t>(d) < count) {
+      if (d < 0 || static_cast<uint64_t>(d) >= count) continue;
+      if (a.src.vec16) {
+        const int64_t e = RawChunkElem(a.src, rec.layer, rec.kind, rec.token_begin, rec.tokens, D, d);
+        CpAsync16(win + 4 * (c + 1), a.src.data + e * a.src.elem_bytes);
+      } else {
         uint32_t x[4];
         LoadRawChunk(a.src, rec.layer, rec.kind, rec.token_begin, rec.tokens, D, static_cast<uint64_t>(d), x);
         *reinterpret_cast<uint4*>(win + 4 * (c + 1)) = make_uint4(x[0], x[1], x[2], x[3]);
       }
     }
-    if (w == 0 && lane < 30) win_bytes[18 + lane] = static_cast<uint8_t>(RawHeaderByte(rec, count, lane));
-    __syncwarp();
+    if (w == 0 && lane < 30)
+      reinterpret_cast<uint8_t*>(win)[18 + lane] = static_cast<uint8_t>(RawHeaderByte(rec, count, lane));
+  }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kWarpWindows; ++k) {
+    const int w = span.first_window + warp + kBlockWarps * k;
+    if (w >= w_end) break;
+    const uint32_t* win = sm.win[warp][k];
+    const uint64_t o0 = static_cast<uint64_t>(w) * kWindowBytes;
     if (static_cast<uint64_t>(w) < nb) {
       uint32_t x[8];
 #pragma unroll
@@ -497,25 +630,36 @@ KV_DEV void EncodeRawSpan(const EncArgs& a, const RawSpan& span, RawSmem& sm, ui
       WarpReduceBlockTerms(c);
       if (lane < 2)
 #pragma unroll
-        for (int k = 0; k < 4; ++k) sums[8 * w + 4 * lane + k] = c[k];
+        for (int j = 0; j < 4; ++j) sums[8 * w + 4 * lane + j] = c[j];
     }
-    const uint64_t left = len - static_cast<uint64_t>(o0);
+    const uint64_t left = len - o0;
     const uint32_t n = left < kWindowBytes ? static_cast<uint32_t>(left) : kWindowBytes;
     StoreFromSmem(a.frame + p + o0, win, 18, n, lane, 32);
-    __syncwarp();
   }
 }
 
+// Blocks per SM the produce kernels are compiled for (register budget:
+// 65536 / (256 * blocks) per thread).
+#ifndef KVSERVE_CUDA_PRODUCE_MIN_BLOCKS
+#define KVSERVE_CUDA_PRODUCE_MIN_BLOCKS 3
+#endif
+
+// One raw span per block. Light on registers and shared memory, so many
+// blocks per SM keep many windows in flight.
 template <int D>
-__global__ void __launch_bounds__(kThreads) ProduceKernel(EncArgs a, int64_t span_begin, int64_t spans,
-                                                          int64_t tile_begin) {
-  __shared__ __align__(16) uint8_t smem[ProduceSmemBytes<D>()];
-  if (static_cast<int64_t>(blockIdx.x) < spans) {
-    EncodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<RawSmem*>(smem),
-                     reinterpret_cast<TileSmem<D>*>(smem)->hist);
-  } else {
-    EncodeTile<D>(a, a.t.tiles[tile_begin + blockIdx.x - spans], *reinterpret_cast<TileSmem<D>*>(smem));
-  }
+__global__ void __launch_bounds__(kThreads, 6) RawSpansKernel(EncArgs a, int64_t span_begin) {
+  KV_DYNAMIC_SMEM(smem);
+  __shared__ uint32_t hist[256];
+  EncodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<RawSmem*>(smem), hist);
+}
+
+// Persistent tile blocks, tile_stride of them, taking the tiles
+// [tile_begin, tile_end) in turn.
+template <int D, bool kIdentity>
+__global__ void __launch_bounds__(kThreads, KVSERVE_CUDA_PRODUCE_MIN_BLOCKS)
+    TilesKernel(EncArgs a, int64_t tile_begin, int64_t tile_end, int64_t tile_stride) {
+  KV_DYNAMIC_SMEM(smem);
+  EncodeTiles<D, kIdentity>(a, tile_begin + blockIdx.x, tile_end, tile_stride, *reinterpret_cast<TileSmem<D>*>(smem));
 }
 
 // Affine: per (record, head, channel) shift and scale over the chunk.
@@ -733,9 +877,19 @@ Status LaunchEncodeRange(const EncodeLaunch& e, const DeviceView& src, const Pla
   }
   KVSERVE_RETURN_IF_ERROR(KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
     constexpr int D = 32 * E;
-    if (spans + tiles > 0)
-      KV_LAUNCH(ProduceKernel<D>, static_cast<unsigned>(spans + tiles), kThreads, 0, stream)(a, range.raw_span_begin,
-                                                                                    spans, range.tile_begin);
+    if (spans > 0) {
+      auto* kernel = RawSpansKernel<D>;
+      KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(RawSmem)));
+      KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(RawSmem), stream)(a, range.raw_span_begin);
+      KVSERVE_RETURN_IF_ERROR(LaunchStatus("encode: raw spans"));
+    }
+    const int64_t tile_blocks = std::min<int64_t>(tiles, int64_t{kTileBlocksPerSm} * MultiprocessorCount());
+    if (tile_blocks > 0) {
+      auto* kernel = a.c.transform == 0 ? TilesKernel<D, true> : TilesKernel<D, false>;
+      KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(TileSmem<D>)));
+      KV_LAUNCH(kernel, static_cast<unsigned>(tile_blocks), kThreads, sizeof(TileSmem<D>), stream)(
+          a, range.tile_begin, range.tile_end, tile_blocks);
+    }
     return LaunchStatus("encode: produce");
   }));
   if (!e.direct) {

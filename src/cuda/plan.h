@@ -24,10 +24,10 @@ namespace kvserve::cuda {
 
 inline constexpr int kTileRows = 64;      // token-axis tile height (rows per block)
 inline constexpr int kWindowBytes = 1024;  // raw-record window: one XXH3 block
-inline constexpr int kSpanWindows = 16;    // windows per raw-record span (one thread block)
+inline constexpr int kSpanWindows = 32;    // windows per raw-record span (one thread block)
 inline constexpr uint64_t kWsAlign = 256;
 
-struct RecordDesc {
+struct alignas(16) RecordDesc {
   uint8_t type;             // 1 coded, 2 raw
   uint8_t kind;             // 0 K, 1 V
   uint16_t num_segments;    // codec segments in the record
@@ -48,7 +48,7 @@ struct RecordDesc {
   uint64_t affine_ws;       // workspace offset of f32 shift[H][D], scale[H][D]
 };
 
-struct RunDesc {
+struct alignas(16) RunDesc {
   int32_t record;
   int32_t head;
   int32_t begin;            // chunk-relative first token
@@ -63,7 +63,7 @@ struct RunDesc {
   int32_t pad0;
 };
 
-struct SegmentDesc {
+struct alignas(16) SegmentDesc {
   int32_t record;
   int32_t run;              // -1 for a raw record's segment
   int32_t levels;
@@ -79,7 +79,7 @@ struct SegmentDesc {
 };
 
 // A block's share of a run of a coded record.
-struct TileDesc {
+struct alignas(16) TileDesc {
   int32_t run;
   int32_t head;
   int32_t row_begin;        // run-relative

@@ -1,10 +1,11 @@
 // Copyright kvserve authors. The rANS stage of the CUDA decoder (format.md
 // §6.2): warp per segment, the 32 interleaved states in the 32 lanes. The
-// frequency table becomes a shared-memory decode table; for n <= 12 table
-// bits each slot packs (symbol, frequency - 1, slot - cumulative) into one
-// u32 (8 + 12 + 12 bits, one lookup per symbol), larger tables keep a byte of
-// symbol per slot and look frequency and cumulative up. Lanes that must read
-// a renormalisation word find their word by ballot and prefix popcount.
+// symbol of a slot comes from registers for alphabets of up to 4 symbols
+// (three compares against the cumulative frequencies: kivi-2's codes), else
+// from a shared-memory table of a byte per slot, with frequency and
+// cumulative looked up; small tables keep many warps per SM. The words come
+// through a read-ahead ring in shared memory. Lanes that must read a
+// renormalisation word find their word by ballot and prefix popcount.
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/launch_args.cuh"
@@ -24,10 +25,11 @@ KV_DEV int FindSymbol(const uint32_t* cum, int levels, uint32_t slot) {
   return lo;
 }
 
-// Shared-memory bytes per warp for a table capacity of `cap_bits`.
-KV_HD size_t WarpSmemBytes(int cap_bits) {
-  return (cap_bits <= 12 ? (size_t{4} << cap_bits) : (size_t{1} << cap_bits)) + 2048;
-}
+constexpr size_t kRingBytes = WarpRing<true>::kSlots * WarpRing<true>::kSlotBytes;
+
+// Shared-memory bytes per warp for a table capacity of `cap_bits`: a byte of
+// symbol per slot, frequencies and cumulatives, the stream ring.
+KV_HD size_t WarpSmemBytes(int cap_bits) { return (size_t{1} << cap_bits) + 2048 + kRingBytes; }
 
 __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, int cap_bits) {
   KV_DYNAMIC_SMEM(smem);
@@ -36,9 +38,9 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
   if (si >= a.se || Failed(a.ws, a.L)) return;
   uint32_t* err = ErrorBlock(a.ws, a.L);
   uint8_t* mine = smem + static_cast<size_t>(warp) * WarpSmemBytes(cap_bits);
-  const bool packed_table_fits = cap_bits <= 12;
-  uint32_t* freq = reinterpret_cast<uint32_t*>(mine + (WarpSmemBytes(cap_bits) - 2048));
+  uint32_t* freq = reinterpret_cast<uint32_t*>(mine + (WarpSmemBytes(cap_bits) - 2048 - kRingBytes));
   uint32_t* cum = freq + 256;
+  uint8_t* ring_slots = mine + (WarpSmemBytes(cap_bits) - kRingBytes);
   const SegmentDesc seg = a.t.segments[si];
   const uint8_t* in = a.bytes + SegOff(a.ws, a.L)[si];
   const uint32_t len = SegLen(a.ws, a.L)[si];
@@ -119,29 +121,33 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
   if ((len - header_end - 4u * K) % 2 != 0) return fail(kCorRansStream);
   uint32_t x = lane < K ? GetU32(in + header_end + 4 * lane) : (1u << 16);
   if (!__all_sync(0xffffffffu, x >= (1u << 16))) return fail(kCorRansHeader);
-  // 0: binary search; 1: byte symbol table; 2: packed u32 table.
-  const int table_kind = n <= static_cast<uint32_t>(cap_bits) ? (packed_table_fits ? 2 : 1) : 0;
-  uint32_t* packed = reinterpret_cast<uint32_t*>(mine);
+  // 2: at most 4 symbols, searched in registers; 1: byte symbol table;
+  // 0: binary search (a table wider than the profile's).
+  const int table_kind = levels <= 4 ? 2 : n <= static_cast<uint32_t>(cap_bits) ? 1 : 0;
   uint8_t* symtab = mine;
-  if (table_kind != 0) {
-    for (uint32_t j = lane; j < M; j += 32) {
-      const int s = FindSymbol(cum, levels, j);
-      if (table_kind == 2) {
-        packed[j] = static_cast<uint32_t>(s) | ((freq[s] - 1) << 8) | ((j - cum[s]) << 20);
-      } else {
-        symtab[j] = static_cast<uint8_t>(s);
-      }
-    }
+  if (table_kind == 1) {
+    for (uint32_t j = lane; j < M; j += 32) symtab[j] = static_cast<uint8_t>(FindSymbol(cum, levels, j));
     __syncwarp();
+  }
+  uint32_t c1 = 0xFFFFFFFFu, c2 = 0xFFFFFFFFu, c3 = 0xFFFFFFFFu, f0 = 0, f1 = 0, f2 = 0, f3 = 0;
+  if (table_kind == 2) {
+    f0 = freq[0];
+    f1 = levels > 1 ? freq[1] : 0;
+    f2 = levels > 2 ? freq[2] : 0;
+    f3 = levels > 3 ? freq[3] : 0;
+    c1 = levels > 1 ? cum[1] : 0xFFFFFFFFu;
+    c2 = levels > 2 ? cum[2] : 0xFFFFFFFFu;
+    c3 = levels > 3 ? cum[3] : 0xFFFFFFFFu;
   }
   uint64_t wp = header_end + 4u * K;
   const uint64_t wend = len;
   const uint32_t lt_mask = (1u << lane) - 1u;
   const uint64_t steps = (count + 31) / 32;
+  // The renormalisation words come through the shared-memory ring.
+  WarpRing<true> ring{ring_slots};
+  ring.Start(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(in + wp) & ~uintptr_t{15}), a.bytes, in + len);
   for (uint64_t step = 0; step < steps; ++step) {
-#if defined(__CUDA_ARCH__)
-    if ((step & 7) == 0 && wp + 512 < wend) asm volatile("prefetch.global.L1 [%0];" ::"l"(in + wp + 512));
-#endif
+    ring.Ensure(in + wp + 63);
     const uint64_t i = step * 32 + lane;
     const bool active = i < count;
     bool need = false;
@@ -149,10 +155,10 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
       const uint32_t slot = x & (M - 1);
       uint32_t s, f, bias;
       if (table_kind == 2) {
-        const uint32_t e = packed[slot];
-        s = e & 0xFFu;
-        f = ((e >> 8) & 0xFFFu) + 1;
-        bias = e >> 20;
+        const bool g1 = slot >= c1, g2 = slot >= c2, g3 = slot >= c3;
+        s = static_cast<uint32_t>(g1) + g2 + g3;
+        f = g3 ? f3 : g2 ? f2 : g1 ? f1 : f0;
+        bias = slot - (g3 ? c3 : g2 ? c2 : g1 ? c1 : 0u);
       } else {
         s = table_kind == 1 ? symtab[slot] : static_cast<uint32_t>(FindSymbol(cum, levels, slot));
         f = freq[s];
@@ -169,12 +175,16 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
       if (o + 2 > wend) {
         overrun = true;
       } else {
-        x = (x << 16) | GetU16(in + o);
+        x = (x << 16) | ring.Byte(in + o) | (ring.Byte(in + o + 1) << 8);
       }
     }
-    if (__any_sync(0xffffffffu, overrun)) return fail(kCorRansStream);
+    if (__any_sync(0xffffffffu, overrun)) {
+      CpAsyncWait<0>();
+      return fail(kCorRansStream);
+    }
     wp += 2 * __popc(mask);
   }
+  CpAsyncWait<0>();
   const bool final_ok = lane >= K || x == (1u << 16);
   if (wp != wend || !__all_sync(0xffffffffu, final_ok)) fail(kCorRansStream);
 }

@@ -8,6 +8,7 @@
 // for every 32-bit x), 8 steps of symbols loaded ahead, and the 16-bit words
 // stored as aligned u16 backwards from the end of the segment's slot (the
 // plan aligns slot ends to 16 bytes).
+#include "cuda/bytes.cuh"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/launch_args.cuh"
@@ -53,6 +54,7 @@ KV_DEV int WarpLargest(const uint32_t* freq, int levels) {
 struct RansEncSmem {
   uint4 table[kRansWarps][256];  // freq, cum, reciprocal, shift
   uint32_t freq[kRansWarps][256];
+  __align__(16) uint8_t ring[kRansWarps][WarpRing<false>::kSlots * WarpRing<false>::kSlotBytes];
 };
 
 __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, int64_t seg_begin,
@@ -129,28 +131,23 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
   // the stream is the reverse of the emission order, so emission e lands at
   // slot[cap - 2 (e + 1)] and the stream ends at the slot's end.
   uint32_t x = 1u << 16;
-  uint64_t words = 0;
+  uint32_t words = 0;  // segments hold < 2^32 symbols
   const int64_t steps = static_cast<int64_t>((count + 31) / 32);
   const uint32_t above = lane == 31 ? 0u : ~0u << (lane + 1);
-  for (int64_t g = (steps + 7) / 8 - 1; g >= 0; --g) {
-    uint32_t syms[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const uint64_t k = static_cast<uint64_t>(g * 8 + j) * 32 + lane;
-      syms[j] = k < count ? sym[k] : 0u;
-    }
-#pragma unroll
-    for (int j = 7; j >= 0; --j) {
-      const int64_t step = g * 8 + j;
-      if (step >= steps) continue;
-      const bool active = static_cast<uint64_t>(step) * 32 + lane < count;
-      const uint4 e = table[syms[j]];
+  // The symbols come through a backward shared-memory ring from the end.
+  WarpRing<false> ring{sm.ring[warp]};
+  ring.Start(sym + (count + 15) / 16 * 16, sym, sym + count);
+  {
+    for (int64_t step = steps - 1; step >= 0; --step) {
+      ring.Ensure(sym + static_cast<uint64_t>(step) * 32);
+      const uint64_t k = static_cast<uint64_t>(step) * 32 + lane;
+      const bool active = k < count;
+      const uint4 e = table[active ? ring.Byte(sym + k) : 0u];
       const bool emit = active && static_cast<uint64_t>(x) >= (static_cast<uint64_t>(e.x) << (32 - n));
       const uint32_t mask = __ballot_sync(0xffffffffu, emit);
       if (emit) {
-        const uint64_t idx = words + __popc(mask & above);
-        const int64_t pos = static_cast<int64_t>(cap) - 2 * static_cast<int64_t>(idx + 1);
-        if (pos >= 0) *reinterpret_cast<uint16_t*>(slot + pos) = static_cast<uint16_t>(x);
+        const uint32_t idx = words + __popc(mask & above);
+        if (2 * (idx + 1) <= cap) *reinterpret_cast<uint16_t*>(slot + (cap - 2 * (idx + 1))) = static_cast<uint16_t>(x);
         x >>= 16;
       }
       words += __popc(mask);
@@ -160,11 +157,12 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
       }
     }
   }
+  CpAsyncWait<0>();
   const int K = count < 32 ? static_cast<int>(count) : 32;
   uint32_t vbytes = 0;
   for (int s = lane; s < levels; s += 32) vbytes += VarintBytes(freq[s]);
   for (int off = 16; off > 0; off >>= 1) vbytes += __shfl_xor_sync(0xffffffffu, vbytes, off);
-  const uint64_t rans_size = 3 + vbytes + 4ull * K + 2 * words;
+  const uint64_t rans_size = 3 + vbytes + 4ull * K + 2ull * words;
   __syncwarp();
   if (rans_size < cap) {
     const uint64_t start = cap - rans_size;

@@ -95,6 +95,33 @@ KV_DEV void LoadRow(const DeviceView& v, int layer, int kind, int head, int toke
   for (int j = 0; j < kLaneElems; ++j) x[j] = LoadElem(v.data + (base + j * v.dim) * v.elem_bytes, v.dtype);
 }
 
+// The same 16 values from a row staged in shared memory (its source bytes,
+// 16-byte aligned, as LoadRow would read them).
+template <int D>
+KV_DEV void LoadStagedRow(const uint32_t* row, int dtype, float x[kLaneElems]) {
+  const int part = RowGeo<D>::Part();
+  if (dtype == 0) {
+    const uint4* p = reinterpret_cast<const uint4*>(row) + 4 * part;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint4 w = p[q];
+      x[4 * q] = BitsFloat(w.x);
+      x[4 * q + 1] = BitsFloat(w.y);
+      x[4 * q + 2] = BitsFloat(w.z);
+      x[4 * q + 3] = BitsFloat(w.w);
+    }
+    return;
+  }
+  const uint4* p = reinterpret_cast<const uint4*>(row) + 2 * part;
+  const uint4 w0 = p[0], w1 = p[1];
+  const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+  for (int j = 0; j < kLaneElems; ++j) {
+    const uint16_t h = static_cast<uint16_t>(w[j / 2] >> (16 * (j & 1)));
+    x[j] = dtype == 1 ? HalfBitsToFloat(h) : BF16BitsToFloat(h);
+  }
+}
+
 template <int D>
 KV_DEV void StoreRow(const DeviceView& v, int layer, int kind, int head, int token,
                      const float x[kLaneElems]) {
@@ -102,37 +129,52 @@ KV_DEV void StoreRow(const DeviceView& v, int layer, int kind, int head, int tok
   const int64_t base = RowElemOffset(v, layer, kind, head, token) + int64_t{kLaneElems} * part * v.dim;
   if (v.vec16) {
     uint4* p = reinterpret_cast<uint4*>(v.data + base * v.elem_bytes);
+    // One branch per row on the dtype (uniform), none per element.
     if (v.dtype == 0) {
 #pragma unroll
       for (int q = 0; q < 4; ++q)
         p[q] = make_uint4(FloatBits(x[4 * q]), FloatBits(x[4 * q + 1]), FloatBits(x[4 * q + 2]),
                           FloatBits(x[4 * q + 3]));
-    } else {
-      uint32_t w[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        w[q] = EncodeElemBits(v.dtype, x[2 * q]) | (EncodeElemBits(v.dtype, x[2 * q + 1]) << 16);
-      p[0] = make_uint4(w[0], w[1], w[2], w[3]);
-      p[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      return;
     }
+    uint32_t w[8];
+    if (v.dtype == 2) {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) w[q] = FloatToBF16Bits(x[2 * q]) | (FloatToBF16Bits(x[2 * q + 1]) << 16);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) w[q] = FloatToHalfBits(x[2 * q]) | (FloatToHalfBits(x[2 * q + 1]) << 16);
+    }
+    p[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    p[1] = make_uint4(w[4], w[5], w[6], w[7]);
     return;
   }
 #pragma unroll
   for (int j = 0; j < kLaneElems; ++j) StoreElem(v.data + (base + j * v.dim) * v.elem_bytes, v.dtype, x[j]);
 }
 
-// The 16 source bytes at byte offset d (a multiple of 16) of the raw-record
-// data of (layer, kind, heads x tokens rows from token_begin): the bytes of
-// [head][token][dim] order, as 4 words. A 16-byte piece never crosses a row
-// (rows are D * elem_bytes >= 64 bytes, a multiple of 16).
+// The element offset in the view of byte offset d (a multiple of 16) of the
+// raw-record data of (layer, kind, heads x tokens rows from token_begin):
+// the bytes of [head][token][dim] order. A 16-byte piece never crosses a row
+// (rows are D * elem_bytes >= 64 bytes, a multiple of 16), so with vec16 the
+// piece is 16 contiguous, aligned bytes of the view.
+KV_DEV int64_t RawChunkElem(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
+                            uint64_t d) {
+  // Rows are head_dim * elem_bytes bytes, a power of two: shifts, and one
+  // 32-bit division for the head (rows < 2^26).
+  const int elem_shift = v.elem_bytes == 4 ? 2 : 1;
+  const int row_shift = (31 - __clz(head_dim)) + elem_shift;
+  const uint32_t row = static_cast<uint32_t>(d >> row_shift);
+  const uint32_t head = row / static_cast<uint32_t>(tokens);
+  const int token = static_cast<int>(row - head * static_cast<uint32_t>(tokens));
+  const int i = static_cast<int>((d & ((uint64_t{1} << row_shift) - 1)) >> elem_shift);
+  return RowElemOffset(v, layer, kind, static_cast<int>(head), token_begin + token) + i * v.dim;
+}
+
+// Those 16 bytes as 4 words.
 KV_DEV void LoadRawChunk(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
                          uint64_t d, uint32_t w[4]) {
-  const uint64_t e0 = d / v.elem_bytes;
-  const uint64_t per_head = static_cast<uint64_t>(tokens) * head_dim;
-  const int head = static_cast<int>(e0 / per_head);
-  const uint64_t rem = e0 % per_head;
-  const int token = static_cast<int>(rem / head_dim), i = static_cast<int>(rem % head_dim);
-  const int64_t off = RowElemOffset(v, layer, kind, head, token_begin + token) + i * v.dim;
+  const int64_t off = RawChunkElem(v, layer, kind, token_begin, tokens, head_dim, d);
   if (v.vec16) {
     const uint4 x = *reinterpret_cast<const uint4*>(v.data + off * v.elem_bytes);
     w[0] = x.x;
@@ -158,12 +200,7 @@ KV_DEV void LoadRawChunk(const DeviceView& v, int layer, int kind, int token_beg
 // Stores 16 raw bytes (4 words) at data byte offset d of such a region.
 KV_DEV void StoreRawChunk(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
                           uint64_t d, const uint32_t w[4]) {
-  const uint64_t e0 = d / v.elem_bytes;
-  const uint64_t per_head = static_cast<uint64_t>(tokens) * head_dim;
-  const int head = static_cast<int>(e0 / per_head);
-  const uint64_t rem = e0 % per_head;
-  const int token = static_cast<int>(rem / head_dim), i = static_cast<int>(rem % head_dim);
-  const int64_t off = RowElemOffset(v, layer, kind, head, token_begin + token) + i * v.dim;
+  const int64_t off = RawChunkElem(v, layer, kind, token_begin, tokens, head_dim, d);
   if (v.vec16) {
     *reinterpret_cast<uint4*>(v.data + off * v.elem_bytes) = make_uint4(w[0], w[1], w[2], w[3]);
     return;

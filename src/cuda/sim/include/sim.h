@@ -45,6 +45,9 @@ inline SimDim3 threadIdx, blockIdx, blockDim{256, 1, 1}, gridDim{1, 1, 1};
 struct uint2 {
   uint32_t x, y;
 };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 struct alignas(16) uint4 {
   uint32_t x, y, z, w;
 };
@@ -343,6 +346,15 @@ struct cudaDeviceProp {
 };
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "simulated"; }
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+inline cudaError_t cudaGetDevice(int* d) {
+  *d = 0;
+  return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr, int) {
+  *v = 2;  // two simulated multiprocessors: persistent grids get several blocks
+  return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceCount(int* n) {
   *n = 1;
   return cudaSuccess;
