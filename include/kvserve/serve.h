@@ -244,24 +244,6 @@ class ServeClient {
   size_t next_address_ = 0;
 };
 
-// The default model directory: the first directory under `models_dir`
-// (sorted by name) that holds a config.json, or "" when there is none.
-std::string DefaultModelDirectory(const std::string& models_dir = "models");
-
-// The random-weight Qwen2-family model used when no model is shipped: 8
-// layers, 4 KV heads of 64 dims (16 KiB of f32 KV per token), hidden 256,
-// vocabulary 1024: small enough to prefill quickly on two cores, with a KV
-// cache large enough that moving it matters.
-RandomModelSpec FallbackModelSpec();
-
-// The model directory the serve commands use: `flag` when non-empty; else
-// DefaultModelDirectory(models_dir); else the fallback model, written once
-// to `fallback_dir` (e.g. under the build or temp directory). `*note` (may
-// be null) says which was chosen. IOError when the fallback cannot be
-// written.
-Result<std::string> ResolveModelDirectory(const std::string& flag, const std::string& models_dir,
-                                          const std::string& fallback_dir, std::string* note);
-
 }  // namespace kvserve
 
 #endif  // KVSERVE_SERVE_H_

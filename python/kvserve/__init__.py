@@ -20,6 +20,10 @@ tensors:
 * :class:`Controller`, :class:`ProfileTable`, :class:`BandwidthEstimator`
   pick a profile per request.
 * :mod:`kvserve.hf` compresses and restores Hugging Face ``DynamicCache``.
+* :class:`PagedKv` describes one request's KV in an engine's paged caches
+  (vLLM, FlashInfer layouts) with its block table: ``encode`` gathers from
+  the pages, ``decode(frame, out=paged)`` scatters into the receiver's
+  pages, and the frames equal those of the contiguous cache.
 
 A KV cache is either one 5-D tensor ``(layers, 2, kv_heads, tokens,
 head_dim)`` (axis 1: 0 = K, 1 = V) with any non-negative strides, or a
@@ -63,6 +67,7 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     KvserveUnavailableError,
     ParamInfo,
     Preset,
+    PagedKv as _PagedKv,
     Profile,
     ProfileCost,
     ProfileTable,
@@ -94,7 +99,7 @@ __all__ = [
     "KvserveInternalError", "KvserveInvalidArgumentError", "KvserveIOError",
     "KvserveNotFoundError", "KvserveNotSupportedError", "KvserveOutOfRangeError",
     "KvservePermissionDeniedError", "KvserveResourceExhaustedError", "KvserveTimeoutError",
-    "KvserveUnavailableError", "ParamInfo", "Preset", "Profile", "ProfileCost", "ProfileTable",
+    "KvserveUnavailableError", "PagedKv", "ParamInfo", "Preset", "Profile", "ProfileCost", "ProfileTable",
     "as_torch", "benefit_threshold", "describe_layout", "bytes_per_second_to_gbps", "decode", "encode", "empty_like_frame",
     "gbps_to_bytes_per_second", "inspect", "load_kv_file", "param_info", "piecewise_policy",
     "predict_seconds", "presets", "save_kv_file", "synth_shapes", "synthesize_head_scores",
@@ -173,6 +178,42 @@ class Decoder(_kvserve.Decoder):
             dtype = self.header(frame).dtype
         mask = super().decode(frame, out, keep_mask, dtype)
         return (out, mask) if keep_mask else out
+
+
+class PagedKv(_PagedKv):
+    """One request's KV cache in a serving engine's per-layer paged caches,
+    borrowed in place (CPU numpy arrays or torch tensors), plus the
+    request's block table: token ``t`` sits in block ``block_table[t //
+    block_size]``, slot ``t % block_size``.
+
+    Args:
+        layers: the per-layer cache tensors (a sequence, one per layer, or
+            one tensor with a leading layer axis), each in ``layout``'s shape:
+            ``"vllm"`` ``(2, num_blocks, block_size, kv_heads, head_dim)``;
+            ``"vllm-block-first"`` and ``"flashinfer-nhd"``
+            ``(num_blocks, 2, block_size, kv_heads, head_dim)``;
+            ``"flashinfer-hnd"`` ``(num_blocks, 2, kv_heads, block_size,
+            head_dim)``. Any strides, head_dim contiguous, every layer alike.
+        layout: one of the names above.
+        block_table: the request's block ids, in token order (at least
+            ``ceil(tokens / block_size)``; copied).
+        tokens: the request's token count.
+        dtype: the element type of 16-bit integer buffers ("bf16").
+        writable: borrow the tensors writable (needed for ``decode(out=)``).
+
+    ``Encoder.encode(paged)`` / ``encode_layer(layer, paged)`` gather from
+    the pages; ``Decoder.decode(frame, out=paged)`` / ``decode_record(data,
+    paged)`` scatter into them, touching only the request's slots.
+    ``gather(out)`` / ``scatter(kv)`` copy between the pages and a 5-D
+    ``(layers, 2, kv_heads, tokens, head_dim)`` tensor. The tensors must
+    outlive the PagedKv's use. Raises ValueError for a shape that does not
+    fit the layout, a table entry outside the cache or (for writing) a block
+    named twice. docs/paged.md has the details.
+    """
+
+    def __init__(self, layers: Any, layout: str, block_table: Any, tokens: int,
+                 dtype: Optional[str] = None, writable: bool = True) -> None:
+        super().__init__(layers, layout, block_table, tokens, dtype, writable)
 
 
 def as_torch(array: Any, dtype: Optional[str] = None) -> Any:

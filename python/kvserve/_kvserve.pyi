@@ -104,6 +104,18 @@ class HeadScores:
     def load(path: str) -> "HeadScores": ...
     def save(self, path: str) -> None: ...
 
+class PagedKv:
+    def __init__(self, layers: Any, layout: str, block_table: Any, tokens: int,
+                 dtype: Any = None, writable: bool = True) -> None: ...
+    layout: str
+    shape: Tuple[int, int, int, int]
+    dtype: str
+    block_size: int
+    num_blocks: int
+    tokens: int
+    def gather(self, out: Any, dtype: Any = None) -> None: ...
+    def scatter(self, kv: Any, dtype: Any = None) -> None: ...
+
 class Encoder:
     stats: FrameStats
     profile: Profile

@@ -12,6 +12,7 @@ PYBIND11_MODULE(_kvserve, m) {
   m.doc() = "kvserve native bindings; import `kvserve` instead.";
   kvserve::python::RegisterErrors(m);
   kvserve::python::RegisterProfile(m);
+  kvserve::python::RegisterPaged(m);
   kvserve::python::RegisterCodec(m);
   kvserve::python::RegisterIo(m);
   kvserve::python::RegisterController(m);

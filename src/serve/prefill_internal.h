@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/connector.h"
 #include "kvserve/serve.h"
 #include "serve/connection_server.h"
 #include "serve/decode_peers.h"
-#include "serve/kv_streamer.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -73,7 +73,7 @@ class PrefillWorker::Impl {
                                                const std::string& spec,
                                                const std::vector<std::vector<uint8_t>>* frames,
                                                RequestTimings* t,
-                                               const Result<serve::StreamResult>* streamed = nullptr);
+                                               const Result<StreamResult>* streamed = nullptr);
   // The first transfer id of `attempt` of `request_id`: distinct per
   // request, attempt and frame (modulo 2^64; the decode worker only matches
   // them against the frames since the last GENERATE).
@@ -86,7 +86,7 @@ class PrefillWorker::Impl {
   // result in `*streamed`. Sets `*prefill_end` to the MonotonicSeconds()
   // when the model finished (the transfer may end later).
   Result<PrefillResult> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
-                                   std::optional<Result<serve::StreamResult>>* streamed,
+                                   std::optional<Result<StreamResult>>* streamed,
                                    double* prefill_end);
   // pool_path.cc: true (and ctx/t filled) when stored encodings of the
   // prompt's first chunks are fetched; false to recompute.

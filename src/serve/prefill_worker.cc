@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/connector.h"
 #include "kvserve/profile.h"
 #include "kvserve/serve.h"
 #include "serve/connection_server.h"
-#include "serve/kv_streamer.h"
 #include "serve/prefill_internal.h"
 #include "serve/serve_protocol.h"
 
@@ -138,7 +138,7 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
 Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     PrefillContext& ctx, const KvView& kv, const std::string& spec,
     const std::vector<std::vector<uint8_t>>* frames, RequestTimings* t,
-    const Result<serve::StreamResult>* streamed) {
+    const Result<StreamResult>* streamed) {
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     t->attempts = attempt;
@@ -150,8 +150,8 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     const uint64_t first_id = FirstTransferId(ctx.request->id, attempt);
     std::vector<uint64_t> transfer_ids;
     Status sent = Status::Ok();
-    serve::StreamResult total;
-    auto add = [&](const serve::StreamResult& r) {
+    StreamResult total;
+    auto add = [&](const StreamResult& r) {
       total.encode_seconds += r.encode_seconds;
       total.kv_seconds += r.kv_seconds;
       total.transfer.busy_seconds += r.transfer.busy_seconds;
@@ -164,14 +164,14 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     } else if (frames != nullptr) {
       for (size_t i = 0; i < frames->size(); ++i) transfer_ids.push_back(first_id + i);
       for (size_t i = 0; i < frames->size() && sent.ok(); ++i) {
-        auto one = serve::StreamFrame(**connection, (*frames)[i], transfer_ids[i]);
+        auto one = StreamFrame(**connection, (*frames)[i], transfer_ids[i]);
         if (one.ok()) add(*one);
         sent = one.status();
       }
     } else {
       transfer_ids.push_back(first_id);
       KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
-      auto one = serve::StreamKv(**connection, *encoder, kv, first_id);
+      auto one = StreamKv(**connection, *encoder, kv, first_id);
       if (one.ok()) add(*one);
       sent = one.status();
     }
@@ -233,7 +233,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
 
 Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
                                                       const std::string& spec,
-                                                      std::optional<Result<serve::StreamResult>>* streamed,
+                                                      std::optional<Result<StreamResult>>* streamed,
                                                       double* prefill_end_out) {
   const std::vector<int32_t>& prompt = ctx.request->prompt;
   auto plain = [&] {
@@ -249,7 +249,7 @@ Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
   const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
   Result<PrefillResult> prefill = Status::Internal("unset");
   double prefill_end = 0;
-  auto sent = serve::StreamKvWhileProducing(
+  auto sent = StreamKvWhileProducing(
       **connection, **encoder, shape, DType::kF32, FirstTransferId(ctx.request->id, 1),
       [&](const LayerReadyCallback& on_layer) {
         PrefillOptions options;
@@ -325,7 +325,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   t.predicted_kv_seconds = chosen->decision.predicted_seconds;
 
   const double prefill_start = MonotonicSeconds();
-  std::optional<Result<serve::StreamResult>> streamed;
+  std::optional<Result<StreamResult>> streamed;
   double prefill_end = 0;
   auto prefill = RunPrefill(ctx, chosen->spec, &streamed, &prefill_end);
   if (!prefill.ok()) {

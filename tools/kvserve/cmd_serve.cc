@@ -31,7 +31,8 @@ struct ServeArgs {
   std::string model;
   std::string listen = "127.0.0.1:0";
   std::string decode;  // prefill: decode worker addresses
-  std::string table = "configs/profile_table.example.json";
+  std::string table = "configs/profile_table.example.json";  // under the data directory
+  bool table_given = false;
   std::string secret_file;
   std::string address_file;
   double shape_gbps = 0;
@@ -86,8 +87,10 @@ int RunServe(const ServeArgs& a) {
     decode = std::move(*w);
     address = decode->address();
   } else {
-    auto table = ProfileTable::Load(a.table);
-    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(a.table));
+    auto table_path = DefaultDataFile(a.table, a.table_given);
+    if (!table_path.ok()) return ReportError(kCommand, table_path.status());
+    auto table = ProfileTable::Load(*table_path);
+    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(*table_path));
     PrefillWorkerOptions o;
     o.listen_address = a.listen;
     o.decode_addresses = SplitList(a.decode);
@@ -164,7 +167,10 @@ RunFn SetupServe(CLI::App& sub) {
   sub.add_option("--address-file", a->address_file, "also write the bound address to this file");
   sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
   sub.add_option("--decode", a->decode, "prefill: decode worker addresses, tried in order");
-  sub.add_option("--table", a->table, "prefill: profile table JSON the controller chooses from");
+  sub.add_option("--table", a->table,
+                 "prefill: profile table JSON the controller chooses from (default: "
+                 "<data>/configs/profile_table.example.json)")
+      ->each([a](const std::string&) { a->table_given = true; });
   sub.add_option("--shape-gbps", a->shape_gbps,
                  "prefill: pace KV transfers at this rate (token bucket; emulates a link)");
   sub.add_option("--latency-model", a->latency_model, "prefill: streamed (default) | serial");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/lab.h"
 #include "kvserve/status.h"
 
 namespace kvserve::cli {
@@ -19,12 +20,9 @@ Result<std::string> LoadServeSecret(std::string_view command, const std::string&
 // fallback written under $TMPDIR. Prints which one on stderr.
 Result<std::string> ServeModelDirectory(std::string_view command, const std::string& flag);
 
-// "a:1,b:2" -> {"a:1", "b:2"} (empty pieces dropped).
-std::vector<std::string> SplitList(const std::string& list);
-
-// The q-quantile (0..1, nearest rank) of `values`; 0 when empty.
-double Percentile(std::vector<double> values, double q);
-double Mean(const std::vector<double>& values);
+using lab::Mean;
+using lab::Percentile;
+using lab::SplitList;
 
 // Blocks SIGINT/SIGTERM for every thread started after this call; then
 // WaitForStopSignal returns once one arrives or after `seconds` (> 0).

@@ -1,6 +1,5 @@
-// Copyright kvserve authors. Layer-wise encode/send pipeline.
-#include "serve/kv_streamer.h"
-
+// Copyright kvserve authors. The connector's sending side: the layer-wise
+// encode/send pipeline (kvserve/connector.h).
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -11,7 +10,9 @@
 #include <thread>
 #include <vector>
 
-namespace kvserve::serve {
+#include "kvserve/connector.h"
+
+namespace kvserve {
 namespace {
 
 // A bounded queue of encoded byte runs between the encoder and the sender.
@@ -131,9 +132,12 @@ void CopyLayer(const KvView& from, const MutableKvView& to, int layer) {
 }
 
 // The encode/send pipeline of StreamKv; with a gate, layer l is encoded
-// only once the gate says it is ready.
-Result<StreamResult> StreamLayers(Connection& connection, EncoderContext& encoder, const KvView& kv,
+// only once the gate says it is ready. `View` is KvView or PagedKvView.
+template <typename View>
+Result<StreamResult> StreamLayers(Connection& connection, EncoderContext& encoder, const View& kv,
                                   uint64_t transfer_id, int max_queued_layers, LayerGate* gate) {
+  if (Status valid = kv.Validate(); !valid.ok())
+    return valid.WithContext("encoding transfer " + std::to_string(transfer_id));
   StreamResult result;
   FrameSender sender(&connection);
   ByteSink& wire = sender.sink(transfer_id);
@@ -204,46 +208,22 @@ Result<StreamResult> StreamLayers(Connection& connection, EncoderContext& encode
   return result;
 }
 
-}  // namespace
-
-Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder, const KvView& kv,
-                              uint64_t transfer_id, int max_queued_layers) {
-  return StreamLayers(connection, encoder, kv, transfer_id, max_queued_layers, nullptr);
-}
-
-Result<StreamResult> StreamKvWhileProducing(Connection& connection, EncoderContext& encoder,
-                                            const KvShape& shape, DType dtype,
-                                            uint64_t transfer_id, const LayerProducer& produce,
-                                            int max_queued_layers) {
-  KvCache staging(dtype, shape);
-  const MutableKvView target = staging.mutable_view();
-  LayerGate gate;
+// Runs `produce` on this thread while `stream` runs on another with
+// `gate`; `produce` calls mark(layer) per finished layer, which returns
+// false once the contract broke (`*mismatch` then says how). Returns the
+// producer's error, Internal for a broken contract, else the stream's
+// result.
+Result<StreamResult> RunProducer(
+    LayerGate& gate, int layers, const std::function<Result<StreamResult>()>& stream,
+    const std::function<Status(int* next_layer, std::string* mismatch)>& produce) {
   Result<StreamResult> streamed = Status::Internal("unset");
-  std::thread stream_thread([&] {
-    streamed = StreamLayers(connection, encoder, staging.view(), transfer_id, max_queued_layers, &gate);
-  });
+  std::thread stream_thread([&] { streamed = stream(); });
   int next_layer = 0;
   std::string mismatch;  // the first call that broke the contract, if any
-  Status produced = produce([&](int layer, const KvView& layer_kv) {
-    if (!mismatch.empty() || layer != next_layer || layer >= shape.layers ||
-        layer_kv.dtype != dtype || layer_kv.shape.layers != 1 ||
-        layer_kv.shape.kv_heads != shape.kv_heads || layer_kv.shape.tokens != shape.tokens ||
-        layer_kv.shape.head_dim != shape.head_dim) {
-      if (mismatch.empty()) {
-        const KvShape& s = layer_kv.shape;
-        mismatch = "then layer " + std::to_string(layer) + " as [" + std::to_string(s.layers) +
-                   "," + std::to_string(s.kv_heads) + "," + std::to_string(s.tokens) + "," +
-                   std::to_string(s.head_dim) + "] " + std::string(DTypeName(layer_kv.dtype));
-      }
-      gate.Fail();  // the transfer is aborted; the producer's result is still whole
-      return;
-    }
-    CopyLayer(layer_kv, target, layer);
-    gate.MarkReady(++next_layer);
-  });
-  if (produced.ok() && (next_layer != shape.layers || !mismatch.empty()))
+  Status produced = produce(&next_layer, &mismatch);
+  if (produced.ok() && (next_layer != layers || !mismatch.empty()))
     produced = Status::Internal("the producer delivered " + std::to_string(next_layer) + " of " +
-                                std::to_string(shape.layers) + " layers in the expected shape" +
+                                std::to_string(layers) + " layers in the expected shape" +
                                 (mismatch.empty() ? "" : ", " + mismatch));
   if (produced.ok()) {
     gate.MarkDone();
@@ -253,6 +233,76 @@ Result<StreamResult> StreamKvWhileProducing(Connection& connection, EncoderConte
   stream_thread.join();
   if (!produced.ok()) return produced;
   return streamed;
+}
+
+}  // namespace
+
+Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder, const KvView& kv,
+                              uint64_t transfer_id, int max_queued_layers) {
+  return StreamLayers(connection, encoder, kv, transfer_id, max_queued_layers, nullptr);
+}
+
+Result<StreamResult> StreamKv(Connection& connection, EncoderContext& encoder,
+                              const PagedKvView& kv, uint64_t transfer_id, int max_queued_layers) {
+  return StreamLayers(connection, encoder, kv, transfer_id, max_queued_layers, nullptr);
+}
+
+Result<StreamResult> StreamKvWhileProducing(Connection& connection, EncoderContext& encoder,
+                                            const KvShape& shape, DType dtype,
+                                            uint64_t transfer_id, const LayerProducer& produce,
+                                            int max_queued_layers) {
+  if (shape.layers <= 0 || shape.kv_heads <= 0 || shape.tokens <= 0 || shape.head_dim <= 0)
+    return Status::InvalidArgument("StreamKvWhileProducing: the KV shape must be positive");
+  KvCache staging(dtype, shape);
+  const MutableKvView target = staging.mutable_view();
+  LayerGate gate;
+  return RunProducer(
+      gate, shape.layers,
+      [&] {
+        return StreamLayers(connection, encoder, staging.view(), transfer_id, max_queued_layers,
+                            &gate);
+      },
+      [&](int* next_layer, std::string* mismatch) {
+        return produce([&](int layer, const KvView& layer_kv) {
+          if (!mismatch->empty() || layer != *next_layer || layer >= shape.layers ||
+              layer_kv.dtype != dtype || layer_kv.shape.layers != 1 ||
+              layer_kv.shape.kv_heads != shape.kv_heads || layer_kv.shape.tokens != shape.tokens ||
+              layer_kv.shape.head_dim != shape.head_dim) {
+            if (mismatch->empty()) {
+              const KvShape& s = layer_kv.shape;
+              *mismatch = "then layer " + std::to_string(layer) + " as [" +
+                          std::to_string(s.layers) + "," + std::to_string(s.kv_heads) + "," +
+                          std::to_string(s.tokens) + "," + std::to_string(s.head_dim) + "] " +
+                          std::string(DTypeName(layer_kv.dtype));
+            }
+            gate.Fail();  // the transfer is aborted; the producer's result is still whole
+            return;
+          }
+          CopyLayer(layer_kv, target, layer);
+          gate.MarkReady(++*next_layer);
+        });
+      });
+}
+
+Result<StreamResult> StreamKvWhileProducing(Connection& connection, EncoderContext& encoder,
+                                            const PagedKvView& kv, uint64_t transfer_id,
+                                            const PagedLayerProducer& produce,
+                                            int max_queued_layers) {
+  KVSERVE_RETURN_IF_ERROR(kv.Validate());
+  LayerGate gate;
+  return RunProducer(
+      gate, kv.shape.layers,
+      [&] { return StreamLayers(connection, encoder, kv, transfer_id, max_queued_layers, &gate); },
+      [&](int* next_layer, std::string* mismatch) {
+        return produce([&](int layer) {
+          if (!mismatch->empty() || layer != *next_layer || layer >= kv.shape.layers) {
+            if (mismatch->empty()) *mismatch = "then layer " + std::to_string(layer);
+            gate.Fail();
+            return;
+          }
+          gate.MarkReady(++*next_layer);
+        });
+      });
 }
 
 Result<StreamResult> StreamFrame(Connection& connection, std::span<const uint8_t> frame,
@@ -273,4 +323,4 @@ Result<StreamResult> StreamFrame(Connection& connection, std::span<const uint8_t
   return result;
 }
 
-}  // namespace kvserve::serve
+}  // namespace kvserve

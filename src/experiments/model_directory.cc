@@ -1,13 +1,14 @@
 // Copyright kvserve authors. Which model the serve commands load: the flag,
 // the first shipped model under models/, or a random-weight fallback.
-#include <algorithm>
+#include "experiments/model_directory.h"
+
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
-#include "kvserve/serve.h"
-
-namespace kvserve {
+namespace kvserve::lab {
 
 std::string DefaultModelDirectory(const std::string& models_dir) {
   namespace fs = std::filesystem;
@@ -63,4 +64,4 @@ Result<std::string> ResolveModelDirectory(const std::string& flag, const std::st
   return fallback_dir;
 }
 
-}  // namespace kvserve
+}  // namespace kvserve::lab

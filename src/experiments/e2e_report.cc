@@ -1,6 +1,4 @@
 // Copyright kvserve authors. Rendering of `kvserve e2e` results.
-#include "e2e_report.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -8,10 +6,9 @@
 #include <filesystem>
 #include <map>
 
-#include "cli_util.h"
-#include "serve_cli.h"
+#include "experiments/e2e.h"
 
-namespace kvserve::cli {
+namespace kvserve::lab {
 namespace {
 
 std::vector<double> Field(const std::vector<RequestTimings>& v, double RequestTimings::*f) {
@@ -21,19 +18,6 @@ std::vector<double> Field(const std::vector<RequestTimings>& v, double RequestTi
 }
 
 std::string Ms(double seconds) { return fmt::format("{:.1f}", seconds * 1e3); }
-
-const char* kColors[] = {"#7f7f7f", "#ff7f0e", "#9467bd", "#2ca02c", "#1f77b4", "#d62728"};
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
 
 // Best (lowest mean JCT) of the static methods (every method but adaptive)
 // that meet the floor, at `point`; -1 if none.
@@ -91,7 +75,8 @@ kvserve e2e                                                              # this 
 per-head scores (mixhq, duo) use `<model>/head_scores.json` when the model ships one.
 All of them take the shared secret from `--secret-file` or `$KVSERVE_SECRET` and the model from
 `--model DIR` (default: the first directory under `models/`, else a random-weight Qwen2 model
-written once under the temp directory, see `FallbackModelSpec` in `include/kvserve/serve.h`).
+written once under the temp directory, see `FallbackModelSpec` in
+`src/experiments/include/experiments/model_directory.h`).
 The library is `include/kvserve/serve.h` / `src/serve/`: `PrefillWorker`, `DecodeWorker`,
 `ServeClient`.
 
@@ -320,7 +305,7 @@ std::string E2eMarkdown(const E2eReport& r) {
                       below, total, r.workload, r.quality_min);
   }
   md += fmt::format("![JCT vs bandwidth]({})\n\n",
-                    std::filesystem::path(r.svg_jct_path).filename().string());
+                    std::filesystem::path(r.plot_jct_path).filename().string());
 
   // What kvserve chose, and the model's prediction at the lowest bandwidth.
   md += "### What kvserve chose\n\n| Gbps | profiles chosen (requests) | predicted speedup over raw | measured |\n| ---: | --- | ---: | ---: |\n";
@@ -417,121 +402,50 @@ std::string E2eMarkdown(const E2eReport& r) {
     md += fmt::format("| {} | {:.3g} | {:.3g} | `{}` | {} | {} |\n", s.index, s.gbps, s.estimate_gbps,
                       s.profile, Ms(s.kv_seconds), Ms(s.jct));
   md += fmt::format("\n![bandwidth change]({})\n",
-                    std::filesystem::path(r.svg_switch_path).filename().string());
+                    std::filesystem::path(r.plot_switch_path).filename().string());
   md += kHowItWorks;
   return md;
 }
 
-std::string E2eJctSvg(const E2eReport& r) {
-  const double width = 760, height = 440, left = 70, right = 170, top = 30, bottom = 50;
-  const double pw = width - left - right, ph = height - top - bottom;
-  double x_lo = kInfinity, x_hi = 0, y_lo = kInfinity, y_hi = 0;
-  for (const auto& p : r.points) {
-    x_lo = std::min(x_lo, p.gbps);
-    x_hi = std::max(x_hi, p.gbps);
-    for (size_t m = 0; m < r.methods.size(); ++m) {
-      if (p.samples[m].empty()) continue;
-      y_lo = std::min(y_lo, MeanJct(p, m) * 1e3);
-      y_hi = std::max(y_hi, MeanJct(p, m) * 1e3);
-    }
+nlohmann::ordered_json E2eResultsJson(const E2eReport& r) {
+  nlohmann::ordered_json out;
+  out["format"] = "kvserve-e2e-results";
+  out["version"] = 1;
+  out["command"] = r.command;
+  out["machine"] = r.machine;
+  out["prompt_tokens"] = r.prompt_tokens;
+  out["workload"] = r.workload;
+  out["quality_min"] = r.quality_min;
+  out["kv_bytes"] = r.kv_bytes;
+  nlohmann::json methods = nlohmann::json::array();
+  for (const E2eMethod& m : r.methods)
+    methods.push_back({{"label", m.label}, {"method", m.method}, {"spec", m.spec},
+                       {"quality", m.quality}, {"adaptive", m.method == kMethodAdaptive}});
+  out["methods"] = methods;
+  nlohmann::json points = nlohmann::json::array();
+  for (const E2ePoint& p : r.points) {
+    nlohmann::json means = nlohmann::json::array();
+    for (size_t m = 0; m < r.methods.size(); ++m)
+      means.push_back(p.samples[m].empty() ? nlohmann::json(nullptr) : nlohmann::json(MeanJct(p, m)));
+    points.push_back({{"gbps", p.gbps}, {"mean_jct_seconds", means}, {"failures", p.failures}});
   }
-  if (!(x_hi > x_lo)) x_hi = x_lo * 2 + 1e-9, x_lo = x_lo / 2 + 1e-12;
-  if (!(y_hi > y_lo)) y_hi = y_lo * 2 + 1, y_lo = std::max(y_lo / 2, 1e-3);
-  const double lx0 = std::log10(x_lo) - 0.05, lx1 = std::log10(x_hi) + 0.05;
-  const double ly0 = std::log10(y_lo) - 0.05, ly1 = std::log10(y_hi) + 0.05;
-  auto X = [&](double g) { return left + pw * (std::log10(g) - lx0) / (lx1 - lx0); };
-  auto Y = [&](double ms) { return top + ph * (1 - (std::log10(ms) - ly0) / (ly1 - ly0)); };
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"14\">Mean JCT vs link bandwidth ({} prompt tokens)</text>\n",
-                     left, r.prompt_tokens);
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", left, top, pw, ph);
-  for (int e = static_cast<int>(std::floor(lx0)); e <= static_cast<int>(std::ceil(lx1)); ++e)
-    for (double k : {1.0, 2.0, 5.0}) {
-      const double g = k * std::pow(10.0, e);
-      if (std::log10(g) < lx0 || std::log10(g) > lx1) continue;
-      svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" stroke=\"#eee\"/>"
-                         "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>\n",
-                         X(g), top, top + ph, top + ph + 16, g);
-    }
-  for (int e = static_cast<int>(std::floor(ly0)); e <= static_cast<int>(std::ceil(ly1)); ++e)
-    for (double k : {1.0, 2.0, 5.0}) {
-      const double ms = k * std::pow(10.0, e);
-      if (std::log10(ms) < ly0 || std::log10(ms) > ly1) continue;
-      svg += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"#eee\"/>"
-                         "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5:g}</text>\n",
-                         left, Y(ms), left + pw, left - 6, Y(ms) + 4, ms);
-    }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">link bandwidth (Gbps, log)</text>\n",
-                     left + pw / 2, height - 12);
-  svg += fmt::format("<text x=\"16\" y=\"{}\" transform=\"rotate(-90 16 {})\" text-anchor=\"middle\">mean JCT (ms, log)</text>\n",
-                     top + ph / 2, top + ph / 2);
-  for (size_t m = 0; m < r.methods.size(); ++m) {
-    const char* color = kColors[m % 6];
-    std::string points;
-    for (const auto& p : r.points)
-      if (!p.samples[m].empty()) points += fmt::format("{:.1f},{:.1f} ", X(p.gbps), Y(MeanJct(p, m) * 1e3));
-    const bool adaptive = r.methods[m].method == kMethodAdaptive;
-    svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"{}\"{}/>\n", points,
-                       color, adaptive ? 3 : 1.6, adaptive ? "" : " stroke-dasharray=\"5 3\"");
-    for (const auto& p : r.points)
-      if (!p.samples[m].empty())
-        svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\"/>\n", X(p.gbps),
-                           Y(MeanJct(p, m) * 1e3), color);
-    const double ly = top + 14 + 18 * static_cast<double>(m);
-    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"{3}\" stroke-width=\"3\"/>"
-                       "<text x=\"{4}\" y=\"{5}\">{6}</text>\n",
-                       left + pw + 12, ly, left + pw + 36, color, left + pw + 42, ly + 4,
-                       Escape(r.methods[m].label));
-  }
-  svg += "</svg>\n";
-  return svg;
+  out["points"] = points;
+  nlohmann::json switches = nlohmann::json::array();
+  for (const E2eSwitch& s : r.switches)
+    switches.push_back({{"index", s.index}, {"gbps", s.gbps}, {"estimate_gbps", s.estimate_gbps},
+                        {"profile", s.profile}, {"jct_seconds", s.jct}, {"kv_seconds", s.kv_seconds}});
+  out["switches"] = switches;
+  nlohmann::json samples = nlohmann::json::array();
+  for (const E2ePoint& p : r.points)
+    for (size_t m = 0; m < r.methods.size(); ++m)
+      for (const RequestTimings& t : p.samples[m])
+        samples.push_back({{"gbps", p.gbps}, {"method", r.methods[m].label}, {"profile", t.profile},
+                           {"jct", t.jct_seconds}, {"prefill", t.prefill_seconds},
+                           {"encode", t.encode_seconds}, {"transfer", t.transfer_seconds},
+                           {"kv", t.kv_seconds}, {"decode_kv", t.decode_kv_seconds},
+                           {"generation", t.generation_seconds}, {"ttft", t.ttft_seconds}});
+  out["samples"] = samples;
+  return out;
 }
 
-std::string E2eSwitchSvg(const E2eReport& r) {
-  const double width = 760, height = 380, left = 70, right = 70, top = 30, bottom = 90;
-  const double pw = width - left - right, ph = height - top - bottom;
-  const size_t n = r.switches.size();
-  double y_hi = 1e-3, g_hi = 1e-3;
-  for (const auto& s : r.switches) {
-    y_hi = std::max(y_hi, s.jct * 1e3);
-    g_hi = std::max({g_hi, s.gbps, s.estimate_gbps});
-  }
-  y_hi *= 1.1;
-  g_hi *= 1.1;
-  auto X = [&](double i) { return left + pw * (i + 0.5) / std::max<double>(1, static_cast<double>(n)); };
-  auto Y = [&](double ms) { return top + ph * (1 - ms / y_hi); };
-  auto YG = [&](double g) { return top + ph * (1 - g / g_hi); };
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
-      "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n", width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"18\" font-size=\"14\">Link rate changes mid-run: kvserve's JCT and choices</text>\n", left);
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", left, top, pw, ph);
-  std::map<std::string, std::string> color_of;
-  std::string link, estimate;
-  for (const auto& s : r.switches) {
-    if (!color_of.count(s.profile)) color_of[s.profile] = kColors[(color_of.size() + 1) % 6];
-    link += fmt::format("{:.1f},{:.1f} ", X(s.index), YG(s.gbps));
-    estimate += fmt::format("{:.1f},{:.1f} ", X(s.index), YG(s.estimate_gbps));
-    svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" opacity=\"0.8\"/>\n",
-                       X(s.index) - pw / std::max<double>(1, n) * 0.35, Y(s.jct * 1e3),
-                       pw / std::max<double>(1, n) * 0.7, top + ph - Y(s.jct * 1e3), color_of[s.profile]);
-  }
-  svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#000\" stroke-width=\"2\"/>\n", link);
-  svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"#000\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/>\n", estimate);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:.0f} ms</text>\n", left - 6, top + 4, y_hi);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\">{:.3g} Gbps</text>\n", left + pw + 6, top + 4, g_hi);
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">request (bars: JCT, coloured by profile; solid line: link rate; dashed: controller's estimate)</text>\n",
-                     left + pw / 2, top + ph + 18);
-  int row = 0;
-  for (const auto& [spec, color] : color_of) {
-    const double y = top + ph + 38 + 16 * row++;
-    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"10\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
-                       left, y - 9, color, left + 18, y, Escape(spec));
-  }
-  svg += "</svg>\n";
-  return svg;
-}
-
-}  // namespace kvserve::cli
+}  // namespace kvserve::lab

@@ -4,9 +4,8 @@
 // producer's bytes; a producer that fails, delivers a layer that does not
 // match the declared shape, or delivers too few or too many layers makes the
 // call fail and leaves the receiver without a complete frame; a receiver's
-// refusal still lets the producer run to completion; and a prefill worker
-// with the overlap on generates what it generates with the overlap off.
-#include "serve/kv_streamer.h"
+// refusal still lets the producer run to completion.
+#include "kvserve/connector.h"
 
 #include <gtest/gtest.h>
 
@@ -21,45 +20,13 @@
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
-#include "kvserve/serve.h"
 #include "kvserve/transport.h"
-#include "serve/serve_test_util.h"
+#include "connector/connector_test_util.h"
 
 namespace kvserve {
 namespace {
 
-class KvStreamerTest : public servetest::OverTransports {};
-
-// A connected pair over `kind` (64 KiB of buffering: loopback pipe, UCX
-// window); short io timeouts so that a transfer that never ends fails the
-// test instead of hanging it.
-struct Pair {
-  std::unique_ptr<Transport> transport;
-  std::unique_ptr<Connection> sender, receiver;
-};
-
-std::unique_ptr<Pair> MakePair(transporttest::Kind kind) {
-  auto pair = std::make_unique<Pair>();
-  pair->transport = transporttest::MakeTransport(kind, 64 * 1024);
-  ConnectionOptions o;
-  o.secret = "stream-secret";
-  o.io_timeout_seconds = 3;
-  o.handshake_timeout_seconds = 3;
-  auto listener = pair->transport->Listen(transporttest::ListenAddress(kind));
-  EXPECT_TRUE(listener.ok()) << listener.status().ToString();
-  if (!listener.ok()) return nullptr;
-  std::thread accept([&] {
-    auto c = Connection::Accept(**listener, o, 3);
-    EXPECT_TRUE(c.ok()) << c.status().ToString();
-    if (c.ok()) pair->receiver = std::move(*c);
-  });
-  auto c = Connection::Dial(*pair->transport, (*listener)->Address(), o);
-  accept.join();
-  EXPECT_TRUE(c.ok()) << c.status().ToString();
-  if (!c.ok() || !pair->receiver) return nullptr;
-  pair->sender = std::move(*c);
-  return pair;
-}
+using connectortest::MakePair;
 
 // Receives one frame on its own thread, keeping the frame's bytes and
 // decoding each record as it arrives.
@@ -174,7 +141,7 @@ std::unique_ptr<EncoderContext> NewEncoder(const std::string& spec) {
 
 // A producer that hands over `layers` layers of `kv` in order, then returns
 // `result`; it counts its calls in *delivered.
-serve::LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int* delivered) {
+LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int* delivered) {
   return [&kv, layers, result, delivered](const LayerReadyCallback& on_layer) {
     for (int l = 0; l < layers; ++l) {
       on_layer(l, kv.LayerView(l));
@@ -184,7 +151,7 @@ serve::LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int
   };
 }
 
-TEST_P(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
+TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
   std::mt19937 rng(7001);
   for (const char* spec : {"none", "identity+raw+pack", "kivi-2"}) {
     for (int dim_stride : {1, 2}) {
@@ -196,22 +163,22 @@ TEST_P(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       const uint64_t transfer_id = rng();
 
       // Reference: StreamKv of the finished cache.
-      auto reference_pair = MakePair(GetParam());
+      auto reference_pair = MakePair();
       ASSERT_TRUE(reference_pair);
       Receiver reference(reference_pair->receiver.get());
       auto reference_encoder = NewEncoder(spec);
-      auto plain = serve::StreamKv(*reference_pair->sender, *reference_encoder, kv.dense.view(),
+      auto plain = StreamKv(*reference_pair->sender, *reference_encoder, kv.dense.view(),
                                    transfer_id);
       ASSERT_TRUE(plain.ok()) << plain.status().ToString();
       ASSERT_TRUE(reference.Complete()) << reference.result().status().ToString();
 
-      auto pair = MakePair(GetParam());
+      auto pair = MakePair();
       ASSERT_TRUE(pair);
       Receiver receiver(pair->receiver.get());
       auto encoder = NewEncoder(spec);
       int delivered = 0;
       auto streamed =
-          serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, transfer_id,
+          StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, transfer_id,
                                         Deliver(kv, shape.layers, Status::Ok(), &delivered));
       ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
       ASSERT_TRUE(receiver.Complete()) << receiver.result().status().ToString();
@@ -239,7 +206,7 @@ TEST_P(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
   }
 }
 
-TEST_P(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
+TEST(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
   std::mt19937 rng(7002);
   const KvShape shape{4, 2, 37, 64};
   // Fails before any layer, in the middle, and after the last layer: the
@@ -248,14 +215,14 @@ TEST_P(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
     for (const char* spec : {"none", "kivi-2"}) {
       SCOPED_TRACE(std::string(spec) + ", fails after " + std::to_string(fail_after) + " layers");
       const StridedKv kv = RandomStridedKv(rng, shape, 1);
-      auto pair = MakePair(GetParam());
+      auto pair = MakePair();
       ASSERT_TRUE(pair);
       Receiver receiver(pair->receiver.get());
       auto encoder = NewEncoder(spec);
       int delivered = 0;
       const std::string reason =
           "prefill ran out of memory at token " + std::to_string(rng() % 1000);
-      auto streamed = serve::StreamKvWhileProducing(
+      auto streamed = StreamKvWhileProducing(
           *pair->sender, *encoder, shape, DType::kF32, rng(),
           Deliver(kv, fail_after, Status::ResourceExhausted(reason), &delivered));
       ASSERT_FALSE(streamed.ok());
@@ -283,7 +250,7 @@ enum class Mismatch {
   kExtraLayer
 };
 
-TEST_P(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
+TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
   std::mt19937 rng(7003);
   const KvShape shape{4, 2, 37, 64};
   for (Mismatch mismatch : {Mismatch::kTokens, Mismatch::kHeads, Mismatch::kHeadDim,
@@ -293,7 +260,7 @@ TEST_P(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
     const StridedKv kv = RandomStridedKv(rng, shape, 1);
     const int bad = static_cast<int>(rng() % shape.layers);  // the call that breaks the contract
     int calls = 0;
-    serve::LayerProducer produce = [&](const LayerReadyCallback& on_layer) {
+    LayerProducer produce = [&](const LayerReadyCallback& on_layer) {
       for (int l = 0; l < shape.layers; ++l) {
         KvView view = kv.LayerView(l);
         int index = l;
@@ -333,12 +300,12 @@ TEST_P(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
       }
       return Status::Ok();
     };
-    auto pair = MakePair(GetParam());
+    auto pair = MakePair();
     ASSERT_TRUE(pair);
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder("none");
     auto streamed =
-        serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(), produce);
+        StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(), produce);
     EXPECT_FALSE(streamed.ok());
     // The producer is not cut short: its own result stays whole.
     EXPECT_EQ(calls, shape.layers + (mismatch == Mismatch::kExtraLayer ? 1 : 0));
@@ -347,19 +314,19 @@ TEST_P(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
   }
 }
 
-TEST_P(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
+TEST(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
   std::mt19937 rng(7004);
   const KvShape shape{4, 2, 37, 64};
   for (int layers = 0; layers < shape.layers; ++layers) {
     SCOPED_TRACE(std::to_string(layers) + " layers delivered");
     const StridedKv kv = RandomStridedKv(rng, shape, 1 + static_cast<int>(rng() % 2));
-    auto pair = MakePair(GetParam());
+    auto pair = MakePair();
     ASSERT_TRUE(pair);
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder(rng() % 2 ? "none" : "kivi-2");
     int delivered = 0;
     auto streamed =
-        serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
+        StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
                                       Deliver(kv, layers, Status::Ok(), &delivered));
     EXPECT_FALSE(streamed.ok());
     EXPECT_NE(streamed.status().message().find(std::to_string(layers) + " of " +
@@ -375,11 +342,11 @@ TEST_P(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
 // The receiver refuses the frame: the call returns its verdict, and the
 // producer still delivered every layer (its result is the caller's to retry
 // with).
-TEST_P(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
+TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
   std::mt19937 rng(7005);
   const KvShape shape{4, 2, 37, 64};
   const StridedKv kv = RandomStridedKv(rng, shape, 1);
-  auto pair = MakePair(GetParam());
+  auto pair = MakePair();
   ASSERT_TRUE(pair);
   Result<TransferStats> received = Status::Internal("unset");
   FrameHandler refuse;
@@ -391,7 +358,7 @@ TEST_P(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
   auto encoder = NewEncoder("kivi-2");
   int delivered = 0;
   auto streamed =
-      serve::StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
+      StreamKvWhileProducing(*pair->sender, *encoder, shape, DType::kF32, rng(),
                                     Deliver(kv, shape.layers, Status::Ok(), &delivered));
   receiver.join();
   ASSERT_FALSE(streamed.ok());
@@ -401,51 +368,6 @@ TEST_P(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
   EXPECT_EQ(received.status().code(), StatusCode::kCorruption);
   EXPECT_EQ(delivered, shape.layers);
 }
-
-// Serving end to end: the overlap changes when the KV moves, never what it
-// is, so the same requests generate the same tokens with it on and off (and,
-// lossless, what one process generates).
-TEST_P(KvStreamerTest, PrefillWorkerOverlapOnAndOffGenerateTheSameTokens) {
-  servetest::ClusterOptions overlapped_options = servetest::Over(GetParam());
-  overlapped_options.overlap_prefill = true;
-  servetest::ClusterOptions sequential_options = servetest::Over(GetParam());
-  sequential_options.overlap_prefill = false;
-  auto overlapped = servetest::StartCluster(overlapped_options);
-  auto sequential = servetest::StartCluster(sequential_options);
-  ASSERT_TRUE(overlapped && sequential);
-  std::mt19937_64 rng(7006);
-  for (int i = 0; i < 4; ++i) {
-    ServeRequest r;
-    r.id = 500 + i;
-    // kivi-2 keeps the last 128 tokens raw: its prompts are longer.
-    r.prompt =
-        i < 2 ? servetest::RandomPrompt(rng, 8, 120) : servetest::RandomPrompt(rng, 200, 240);
-    r.max_new_tokens = 8;
-    r.method = i < 2 ? "none" : "kivi-2";
-    r.sampling.temperature = (i % 2 == 0) ? 0.0f : 0.8f;
-    r.sampling.top_p = 0.9f;
-    r.sampling.seed = rng();
-    SCOPED_TRACE("request " + std::to_string(r.id) + " (" + r.method + "), " +
-                 std::to_string(r.prompt.size()) + " tokens");
-    auto on = overlapped->client->Submit(r);
-    auto off = sequential->client->Submit(r);
-    ASSERT_TRUE(on.ok() && off.ok());
-    ASSERT_TRUE(on->status.ok()) << on->status.ToString();
-    ASSERT_TRUE(off->status.ok()) << off->status.ToString();
-    EXPECT_EQ(on->tokens.size(), static_cast<size_t>(r.max_new_tokens));
-    EXPECT_EQ(on->tokens, off->tokens);
-    EXPECT_EQ(on->timings.attempts, 1);
-    EXPECT_EQ(off->timings.attempts, 1);
-    EXPECT_EQ(on->timings.frame_bytes, off->timings.frame_bytes);
-    if (r.method == "none") {
-      EXPECT_EQ(on->tokens, servetest::Reference(servetest::SmallModel(), r));
-    } else {
-      EXPECT_LT(on->timings.frame_bytes, on->timings.kv_bytes);  // really quantized
-    }
-  }
-}
-
-KVSERVE_SERVE_OVER_TRANSPORTS(KvStreamerTest);
 
 }  // namespace
 }  // namespace kvserve
