@@ -15,6 +15,11 @@ encoded and decoded by
 each timed with CUDA events around the loop. The two alternate --rounds
 times; the median of the rounds is reported (and the best, for reference).
 
+Paged rows (--paged-profiles): the same cache in vLLM page caches
+([2, blocks, --block-size, heads, dim] per layer, a shuffled block table),
+encoded from the pages and decoded into a receiver's pages (another table),
+from Python, against the contiguous tensor's Python times in the same round.
+
     PYTHONPATH=build/python python3 python/bench_cuda.py --out cuda_api.json
 """
 from __future__ import annotations
@@ -49,6 +54,8 @@ def main() -> int:
     parser.add_argument("--profiles", default="kivi-2,none,kivi-4,kvserve-h2r")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--paged-profiles", default="kivi-2,none")
+    parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--out", help="write the rows as JSON here")
     args = parser.parse_args()
     import torch
@@ -84,14 +91,60 @@ def main() -> int:
         print(f"{spec}: encode python {row['encode_python_us']:.1f} us vs native {row['encode_native_us']:.1f} us "
               f"(x{row['encode_ratio']:.3f}); decode python {row['decode_python_us']:.1f} us vs native "
               f"{row['decode_native_us']:.1f} us (x{row['decode_ratio']:.3f})", flush=True)
+    import random
+
+    paged_rows = []
+    if args.paged_profiles:
+        need = -(-args.tokens // args.block_size)
+        table = random.Random(1).sample(range(need + 64), need)
+        rtable = random.Random(2).sample(range(need + 64), need)
+        pages = kvserve.cuda.to_pages(kv, "vllm", args.block_size, table, need + 64)
+        paged = kvserve.PagedKv(pages, "vllm", table, args.tokens)
+        rpages = [torch.empty_like(p) for p in pages]
+        rpaged = kvserve.PagedKv(rpages, "vllm", rtable, args.tokens)
+        for spec in args.paged_profiles.split(","):
+            enc = kvserve.CudaEncoder(spec, kv)
+            frame = enc.encode(paged, check=True)
+            if frame.tobytes() != enc.encode(kv, check=True).tobytes():
+                print(f"{spec}: the paged frame differs from the contiguous one", file=sys.stderr)
+                return 1
+            dec = kvserve.CudaDecoder(frame)
+            dec.decode(frame, rpaged, check=True)
+            times = {"encode_contiguous": [], "encode_paged": [], "decode_contiguous": [], "decode_paged": []}
+            for _ in range(args.rounds):
+                times["encode_contiguous"].append(time_python(lambda: enc.encode(kv, out=frame), args.repeats))
+                times["encode_paged"].append(time_python(lambda: enc.encode(paged, out=frame), args.repeats))
+                times["decode_contiguous"].append(time_python(lambda: dec.decode(frame, out), args.repeats))
+                times["decode_paged"].append(time_python(lambda: dec.decode(frame, rpaged), args.repeats))
+            enc.check()
+            dec.check()
+            med = {k: statistics.median(v) for k, v in times.items()}
+            row = {"profile": spec, "tokens": args.tokens, "layout": "vllm", "block_size": args.block_size,
+                   **{f"{k}_us": v * 1e6 for k, v in med.items()},
+                   "encode_ratio": med["encode_paged"] / med["encode_contiguous"],
+                   "decode_ratio": med["decode_paged"] / med["decode_contiguous"]}
+            paged_rows.append(row)
+            print(f"{spec} paged (vllm, block {args.block_size}): encode {row['encode_paged_us']:.1f} us vs "
+                  f"contiguous {row['encode_contiguous_us']:.1f} us (x{row['encode_ratio']:.3f}); decode "
+                  f"{row['decode_paged_us']:.1f} vs {row['decode_contiguous_us']:.1f} us (x{row['decode_ratio']:.3f})",
+                  flush=True)
     result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "repeats": args.repeats,
-              "rounds": args.rounds, "statistic": "median of rounds", "rows": rows}
+              "rounds": args.rounds, "statistic": "median of rounds", "rows": rows,
+              "paged_rows": paged_rows}
     print("| profile | tokens | encode python us | encode C++ us | ratio | decode python us | decode C++ us | ratio |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['profile']} | {r['tokens']} | {r['encode_python_us']:.1f} | {r['encode_native_us']:.1f} | "
               f"{r['encode_ratio']:.3f} | {r['decode_python_us']:.1f} | {r['decode_native_us']:.1f} | "
               f"{r['decode_ratio']:.3f} |")
+    if paged_rows:
+        print("| profile | layout | block | encode paged us | encode contiguous us | ratio | decode paged us | "
+              "decode contiguous us | ratio |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in paged_rows:
+            print(f"| {r['profile']} | {r['layout']} | {r['block_size']} | {r['encode_paged_us']:.1f} | "
+                  f"{r['encode_contiguous_us']:.1f} | {r['encode_ratio']:.3f} | {r['decode_paged_us']:.1f} | "
+                  f"{r['decode_contiguous_us']:.1f} | {r['decode_ratio']:.3f} |")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -15,8 +15,12 @@ Tensors: torch CUDA tensors (through ``__dlpack__``, with the stream
 handshake), any object with ``__dlpack__`` on a CUDA device or with
 ``__cuda_array_interface__`` (CuPy, Numba), or a DLPack capsule. A KV cache is
 one 5-D ``(layers, 2, kv_heads, tokens, head_dim)`` tensor with any strides,
-or a sequence of per-layer ``(K, V)`` pairs (HF layout); a layer's V may lie
-below its K in memory.
+a sequence of per-layer ``(K, V)`` pairs (HF layout; a layer's V may lie
+below its K in memory), or a :class:`kvserve.PagedKv` over CUDA page caches
+(vLLM, FlashInfer layouts; encode gathers through the request's block
+table, decode scatters through the receiver's). A PagedKv borrows its
+tensors when it is made: work still pending on them must be ordered before
+the codec's stream (same stream, or synchronise).
 
 Streams: ``stream=None`` means torch's current stream on the tensor's device
 when torch is loaded (CuPy's current stream for CuPy arrays), else the legacy
@@ -70,6 +74,8 @@ def is_cuda(obj: Any) -> bool:
     t = _first_tensor(obj)
     if DeviceFrame is not None and isinstance(t, DeviceFrame):
         return True
+    if isinstance(t, _kvserve.PagedKv):
+        return bool(t.on_cuda)
     if hasattr(t, "__dlpack_device__"):
         try:
             return int(t.__dlpack_device__()[0]) == 2
@@ -81,7 +87,7 @@ def is_cuda(obj: Any) -> bool:
 def device_of(obj: Any) -> int:
     """The CUDA device ordinal of a tensor, cache or DeviceFrame (0 if unknown)."""
     t = _first_tensor(obj)
-    if DeviceFrame is not None and isinstance(t, DeviceFrame):
+    if (DeviceFrame is not None and isinstance(t, DeviceFrame)) or isinstance(t, _kvserve.PagedKv):
         return t.device
     if hasattr(t, "__dlpack_device__"):
         return int(t.__dlpack_device__()[1])
@@ -125,6 +131,8 @@ def kv_shape(kv: Any) -> Tuple[Tuple[int, int, int, int], str]:
         return {"bfloat16": "bf16", "float16": "f16", "half": "f16", "float32": "f32",
                 "float": "f32"}.get(name, name)
 
+    if isinstance(kv, _kvserve.PagedKv):
+        return tuple(kv.shape), kv.dtype
     if isinstance(kv, (list, tuple)):
         k = kv[0][0]
         d = dims(k)
@@ -323,3 +331,55 @@ def _head_of(frame: Any) -> bytes:
         return bytes(head.cpu().numpy().tobytes())
     raise _kvserve.KvserveNotSupportedError(
         "decode: pass the frame as a DeviceFrame, host bytes, or a torch CUDA uint8 tensor")
+
+
+def _page_index(layout: str, k: int, blocks: Any, slots: Any) -> Tuple[Any, ...]:
+    if layout == "vllm":  # [2, blocks, block_size, heads, dim]
+        return (k, blocks, slots)
+    if layout in ("vllm-block-first", "flashinfer-nhd"):  # [blocks, 2, block_size, heads, dim]
+        return (blocks, k, slots)
+    if layout == "flashinfer-hnd":  # [blocks, 2, heads, block_size, dim]
+        return (blocks, k, slice(None), slots)
+    raise ValueError(f"layout {layout!r}: expected vllm, vllm-block-first, flashinfer-nhd or flashinfer-hnd")
+
+
+def page_shape(layout: str, num_blocks: int, block_size: int, kv_heads: int, head_dim: int) -> Tuple[int, ...]:
+    """The shape of one layer's page cache in ``layout``."""
+    if layout == "vllm":
+        return (2, num_blocks, block_size, kv_heads, head_dim)
+    if layout in ("vllm-block-first", "flashinfer-nhd"):
+        return (num_blocks, 2, block_size, kv_heads, head_dim)
+    _page_index(layout, 0, None, None)
+    return (num_blocks, 2, kv_heads, block_size, head_dim)
+
+
+def to_pages(kv: Any, layout: str, block_size: int, block_table: Any, num_blocks: int) -> list:
+    """Copies a torch KV cache ``(layers, 2, kv_heads, tokens, head_dim)``
+    into new per-layer page caches of ``layout`` (zeros elsewhere), token t in
+    block ``block_table[t // block_size]``: a request as an engine holds it.
+    For tests, benchmarks and glue code; the codec itself reads pages in place."""
+    import torch  # noqa: PLC0415
+
+    layers, _, heads, tokens, dim = kv.shape
+    tok = torch.arange(tokens, device=kv.device)
+    blocks = torch.as_tensor(list(block_table), device=kv.device)[tok // block_size]
+    slots = tok % block_size
+    pages = []
+    for l in range(layers):
+        p = torch.zeros(page_shape(layout, num_blocks, block_size, heads, dim), dtype=kv.dtype, device=kv.device)
+        for k in range(2):
+            p[_page_index(layout, k, blocks, slots)] = kv[l, k].transpose(0, 1)
+        pages.append(p)
+    return pages
+
+
+def from_pages(pages: list, layout: str, block_size: int, block_table: Any, tokens: int) -> Any:
+    """The inverse of :func:`to_pages`: a new ``(layers, 2, kv_heads, tokens,
+    head_dim)`` tensor of the request's tokens."""
+    import torch  # noqa: PLC0415
+
+    tok = torch.arange(tokens, device=pages[0].device)
+    blocks = torch.as_tensor(list(block_table), device=pages[0].device)[tok // block_size]
+    slots = tok % block_size
+    return torch.stack([torch.stack([p[_page_index(layout, k, blocks, slots)].transpose(0, 1) for k in range(2)])
+                        for p in pages])

@@ -168,7 +168,7 @@ class Encoder {
     std::optional<PagedKvView> pages;
     KvLayout layout;
     if (py::isinstance<PagedKv>(kv)) {
-      pages = kv.cast<const PagedKv&>().view();
+      pages = kv.cast<const PagedKv&>().host_view();
     } else {
       layout = ImportKv(kv, /*writable=*/false, DTypeFromPython(dtype), "kv");
     }
@@ -234,7 +234,7 @@ class Encoder {
   py::bytes EncodeLayer(int layer, py::handle kv) {
     if (!stream_sink_) ThrowInvalid("encode_layer called before begin");
     if (py::isinstance<PagedKv>(kv)) {  // only layer `layer` of the pages is read
-      const PagedKvView pages = kv.cast<const PagedKv&>().view();
+      const PagedKvView pages = kv.cast<const PagedKv&>().host_view();
       Status status;
       {
         py::gil_scoped_release release;
@@ -350,7 +350,7 @@ class Decoder {
   py::object Decode(py::handle frame, py::handle out, bool keep_mask, py::handle dtype) {
     HeldBytes bytes(frame, "frame");
     if (py::isinstance<PagedKv>(out)) {  // the receiver's pages, its own block table
-      const MutablePagedKvView pages = out.cast<const PagedKv&>().mutable_view();
+      const MutablePagedKvView pages = out.cast<const PagedKv&>().host_mutable_view();
       std::vector<uint8_t> mask;
       Status status;
       {
@@ -392,7 +392,7 @@ class Decoder {
   int64_t DecodeRecord(py::handle bytes_object, py::handle out) {
     HeldBytes bytes(bytes_object, "bytes");
     if (py::isinstance<PagedKv>(out)) {
-      const MutablePagedKvView pages = out.cast<const PagedKv&>().mutable_view();
+      const MutablePagedKvView pages = out.cast<const PagedKv&>().host_mutable_view();
       Result<size_t> used = Status::Internal("unset");
       {
         py::gil_scoped_release release;

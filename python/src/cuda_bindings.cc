@@ -22,6 +22,7 @@
 #include "errors.h"
 #include "kvserve/cuda.h"
 #include "kvserve/profile.h"
+#include "paged.h"
 #include "tensor.h"
 
 namespace kvserve::python {
@@ -204,6 +205,18 @@ void WaitForProducers(const KvLayout& layout, Stream stream) {
 
 int LayoutDevice(const KvLayout& layout) { return layout.refs.empty() ? 0 : layout.refs[0].device_id; }
 
+// The pages of a PagedKv given to the CUDA codec: they must be on `device`.
+const PagedKv& CudaPages(py::handle object, int device, const char* what) {
+  const PagedKv& p = object.cast<const PagedKv&>();
+  if (!p.on_cuda())
+    ThrowInvalid(std::string(what) + ": a PagedKv of host memory; the CUDA codec reads and writes device pages "
+                 "(use the CPU Encoder/Decoder, or build the PagedKv from CUDA tensors)");
+  if (p.device() != device)
+    ThrowInvalid(std::string(what) + ": pages on CUDA device " + std::to_string(p.device()) + ", the codec on device " +
+                 std::to_string(device));
+  return p;
+}
+
 class CudaEncoderPy {
  public:
   CudaEncoderPy(py::handle profile, std::vector<int64_t> shape, py::handle dtype, py::handle head_scores,
@@ -238,6 +251,17 @@ class CudaEncoderPy {
   // Encodes the whole cache; see python/kvserve/cuda.py for the contract.
   py::object Encode(py::handle kv, py::handle out, intptr_t stream_int, bool check) {
     const Stream stream = AsStream(stream_int);
+    if (py::isinstance<PagedKv>(kv)) {  // an engine's pages, through the request's block table
+      const PagedKvView pages = CudaPages(kv, device_, "kv").view();
+      DeviceGuard guard(device_);
+      Target target = TargetFor(out, stream);
+      {
+        py::gil_scoped_release release;
+        ThrowIfError(encoder_->EncodePaged(pages, workspace_->get(), target.frame->data, target.frame->size_word, stream));
+        if (check) ThrowIfError(encoder_->Check(workspace_->get(), stream));
+      }
+      return Deliver(target, stream);
+    }
     KvLayout layout = ImportKv(kv, false, dtype_, "kv", Memory::kCuda, stream_int);
     CheckLayout(layout);
     DeviceGuard guard(device_);
@@ -278,6 +302,14 @@ class CudaEncoderPy {
       ThrowInvalid("layer " + std::to_string(layer) + " outside the encoder's " + std::to_string(shape_.layers) +
                    " layers");
     const Stream stream = AsStream(stream_int);
+    if (py::isinstance<PagedKv>(kv)) {  // only layer `layer` of the pages is read
+      const PagedKvView pages = CudaPages(kv, device_, "kv").view();
+      DeviceGuard guard(device_);
+      streaming_->Use(stream);
+      py::gil_scoped_release release;
+      ThrowIfError(encoder_->EncodeLayerPaged(layer, pages, workspace_->get(), streaming_->data, stream));
+      return;
+    }
     KvLayout layout = ImportKv(AsLayerList(kv), false, dtype_, "kv", Memory::kCuda, stream_int);
     KvShape one = shape_;
     one.layers = 1;
@@ -321,6 +353,15 @@ class CudaEncoderPy {
   // benchmark: `repeats` calls between two events, no Python in between.
   double NativeSeconds(py::handle kv, FramePtr frame, int repeats, intptr_t stream_int) {
     const Stream stream = AsStream(stream_int);
+    if (frame->capacity < encoder_->MaxFrameBytes()) ThrowInvalid("frame: too small for this encoder");
+    if (py::isinstance<PagedKv>(kv)) {
+      const PagedKvView pages = CudaPages(kv, device_, "kv").view();
+      DeviceGuard guard(device_);
+      py::gil_scoped_release release;
+      return TimeCalls(repeats, stream, [&] {
+        return encoder_->EncodePaged(pages, workspace_->get(), frame->data, frame->size_word, stream);
+      });
+    }
     KvLayout layout = ImportKv(kv, false, dtype_, "kv", Memory::kCuda, stream_int);
     CheckLayout(layout);
     if (!layout.whole) ThrowNotSupported("native timing takes one 5-D tensor");
@@ -510,8 +551,15 @@ class CudaDecoderPy {
     const Stream stream = AsStream(stream_int);
     DeviceGuard guard(device_);
     Bytes in = FrameBytes(frame, stream);
-    Out o = OutFor(out, stream_int);
     uint8_t* mask = MaskFor(keep_mask, stream_int);
+    if (py::isinstance<PagedKv>(out)) {  // the receiver's pages, its own block table
+      const MutablePagedKvView pages = CudaPages(out, device_, "out").mutable_view();
+      py::gil_scoped_release release;
+      ThrowIfError(decoder_->DecodePaged(in.data, in.bytes, pages, mask, workspace_->get(), stream));
+      if (check) ThrowIfError(decoder_->Check(workspace_->get(), stream));
+      return;
+    }
+    Out o = OutFor(out, stream_int);
     py::gil_scoped_release release;
     ThrowIfError(decoder_->Decode(in.data, in.bytes, o.view, mask, workspace_->get(), stream));
     ScatterLayers(o, stream);
@@ -522,6 +570,13 @@ class CudaDecoderPy {
     const Stream stream = AsStream(stream_int);
     DeviceGuard guard(device_);
     Bytes in = FrameBytes(records, stream);
+    if (py::isinstance<PagedKv>(out)) {
+      const MutablePagedKvView pages = CudaPages(out, device_, "out").mutable_view();
+      uint8_t* mask = MaskFor(keep_mask, stream_int);
+      py::gil_scoped_release release;
+      ThrowIfError(decoder_->DecodeLayerPaged(layer, in.data, in.bytes, pages, mask, workspace_->get(), stream));
+      return;
+    }
     KvLayout layout = ImportKv(out, true, decoder_->info().dtype, "out", Memory::kCuda, stream_int);
     CheckOut(layout);
     if (!layout.whole) ThrowNotSupported("decode_layer writes into one 5-D out tensor (layers, 2, kv_heads, tokens, head_dim)");
@@ -540,6 +595,13 @@ class CudaDecoderPy {
     const Stream stream = AsStream(stream_int);
     DeviceGuard guard(device_);
     const uint64_t n = frame->Size();
+    if (py::isinstance<PagedKv>(out)) {
+      const MutablePagedKvView pages = CudaPages(out, device_, "out").mutable_view();
+      py::gil_scoped_release release;
+      return CudaEncoderPy::TimeCalls(repeats, stream, [&] {
+        return decoder_->DecodePaged(frame->data, n, pages, nullptr, workspace_->get(), stream);
+      });
+    }
     KvLayout layout = ImportKv(out, true, decoder_->info().dtype, "out", Memory::kCuda, stream_int);
     CheckOut(layout);
     if (!layout.whole) ThrowNotSupported("native timing takes one 5-D tensor");

@@ -31,6 +31,14 @@ class PagedKv {
   // read-only.
   PagedKvView view() const;
   MutablePagedKvView mutable_view() const;
+  // The same for the CPU codec: NotSupported when the pages are on a CUDA
+  // device (they go through kvserve.CudaEncoder / CudaDecoder).
+  PagedKvView host_view() const;
+  MutablePagedKvView host_mutable_view() const;
+
+  // True when the layer tensors are CUDA device memory (all on device()).
+  bool on_cuda() const { return device_ >= 0; }
+  int device() const { return device_ < 0 ? 0 : device_; }
 
   PagedLayout layout() const { return layout_; }
   const MutablePagedKvView& raw() const { return view_; }
@@ -43,6 +51,7 @@ class PagedKv {
   PagedLayout layout_ = PagedLayout::kVllm;
   MutablePagedKvView view_;
   bool writable_ = true;
+  int device_ = -1;  // CUDA ordinal of the pages; -1: host memory
 };
 
 }  // namespace kvserve::python

@@ -47,13 +47,18 @@ PagedKv::PagedKv(py::handle layers, const std::string& layout, py::handle block_
   const std::optional<DType> dtype_override = DTypeFromPython(dtype);
   // The layer tensors: a sequence, or one tensor whose axis 0 is the layer.
   std::vector<TensorRef> per_layer;
-  if (PyList_Check(layers.ptr()) || PyTuple_Check(layers.ptr())) {
+  const bool is_seq = PyList_Check(layers.ptr()) || PyTuple_Check(layers.ptr());
+  // CUDA pages (the first tensor decides; every layer must then be on that device).
+  py::handle probe = is_seq && py::len(layers) > 0 ? py::handle(py::reinterpret_borrow<py::sequence>(layers)[0])
+                                                   : layers;
+  const Memory memory = IsCudaObject(probe) ? Memory::kCuda : Memory::kHost;
+  if (is_seq) {
     py::sequence seq = py::reinterpret_borrow<py::sequence>(layers);
     for (size_t l = 0; l < seq.size(); ++l)
       per_layer.push_back(
-          ImportTensor(seq[l], writable, dtype_override, "layers[" + std::to_string(l) + "]"));
+          ImportTensor(seq[l], writable, dtype_override, "layers[" + std::to_string(l) + "]", memory));
   } else {
-    TensorRef all = ImportTensor(layers, writable, dtype_override, "layers");
+    TensorRef all = ImportTensor(layers, writable, dtype_override, "layers", memory);
     if (all.ndim() != 6)
       ThrowInvalid(
           "layers: expected a sequence of 5-D per-layer caches or one 6-D tensor "
@@ -72,6 +77,13 @@ PagedKv::PagedKv(py::handle layers, const std::string& layout, py::handle block_
   if (first.ndim() != 5)
     ThrowInvalid("layers[0]: a " + std::string(PagedLayoutName(layout_)) +
                  " layer cache is 5-D, got shape " + ShapeText(first.shape));
+  if (memory == Memory::kCuda) {
+    device_ = first.device_id;
+    for (size_t l = 1; l < per_layer.size(); ++l)
+      if (per_layer[l].device_id != device_)
+        ThrowInvalid("layers[" + std::to_string(l) + "]: on CUDA device " + std::to_string(per_layer[l].device_id) +
+                     ", layer 0 on device " + std::to_string(device_));
+  }
   for (size_t l = 1; l < per_layer.size(); ++l)
     if (per_layer[l].shape != first.shape || per_layer[l].strides != first.strides ||
         per_layer[l].dtype != first.dtype)
@@ -117,6 +129,18 @@ PagedKv::PagedKv(py::handle layers, const std::string& layout, py::handle block_
 
 PagedKvView PagedKv::view() const { return view_.AsConst(); }
 
+PagedKvView PagedKv::host_view() const {
+  if (on_cuda())
+    ThrowNotSupported("a PagedKv on a CUDA device goes through the CUDA codec (kvserve.CudaEncoder / "
+                      "CudaDecoder, or kvserve.encode/decode), not the CPU Encoder/Decoder");
+  return view();
+}
+
+MutablePagedKvView PagedKv::host_mutable_view() const {
+  host_view();
+  return mutable_view();
+}
+
 MutablePagedKvView PagedKv::mutable_view() const {
   if (!writable_) ThrowInvalid("out: this PagedKv was created with writable=False");
   ThrowIfError(view_.Validate());
@@ -141,6 +165,8 @@ void RegisterPaged(py::module_& m) {
       .def_property_readonly("block_size", [](const PagedKv& p) { return p.raw().block_size; })
       .def_property_readonly("num_blocks", [](const PagedKv& p) { return p.raw().num_blocks; })
       .def_property_readonly("tokens", [](const PagedKv& p) { return p.raw().shape.tokens; })
+      .def_property_readonly("on_cuda", &PagedKv::on_cuda, "True when the pages are CUDA device memory.")
+      .def_property_readonly("device", &PagedKv::device, "CUDA device ordinal of the pages (0 for host pages).")
       .def(
           "gather",
           [](const PagedKv& p, py::handle out, py::handle dtype) {
@@ -148,7 +174,7 @@ void RegisterPaged(py::module_& m) {
             if (!layout.whole)
               ThrowInvalid(
                   "out: gather needs one 5-D tensor (layers, 2, kv_heads, tokens, head_dim)");
-            const PagedKvView pages = p.view();
+            const PagedKvView pages = p.host_view();
             Status status;
             {
               py::gil_scoped_release release;
@@ -164,7 +190,7 @@ void RegisterPaged(py::module_& m) {
             if (!layout.whole)
               ThrowInvalid(
                   "kv: scatter needs one 5-D tensor (layers, 2, kv_heads, tokens, head_dim)");
-            const MutablePagedKvView pages = p.mutable_view();
+            const MutablePagedKvView pages = p.host_mutable_view();
             Status status;
             {
               py::gil_scoped_release release;

@@ -297,6 +297,17 @@ TensorRef ImportTensor(py::handle object, bool writable, std::optional<DType> dt
                "; got " + TypeName(object));
 }
 
+bool IsCudaObject(py::handle object) {
+  if (py::hasattr(object, "__dlpack_device__")) {
+    try {
+      return py::tuple(object.attr("__dlpack_device__")())[0].cast<int>() == kDLCUDA;
+    } catch (const py::error_already_set&) {
+      return false;
+    }
+  }
+  return py::hasattr(object, "__cuda_array_interface__");
+}
+
 BytesRef ImportBytes(py::handle object, bool writable, const std::string& what, intptr_t stream) {
   BytesRef ref;
   auto contiguous = [&](const std::vector<int64_t>& shape, const std::vector<int64_t>& strides_bytes,

@@ -91,6 +91,10 @@ struct BytesRef {
   bool on_device() const { return device_type == 2; }
 };
 
+// True when `object` (a tensor) is CUDA device memory: __dlpack_device__
+// says CUDA, or it has __cuda_array_interface__.
+bool IsCudaObject(pybind11::handle object);
+
 // Imports `object` as bytes: a buffer-protocol object (host memory), a
 // DLPack capsule or an object with __dlpack__ (CPU, CUDA or CUDA pinned
 // host; __dlpack__ gets `stream` as ImportTensor's), or an object with

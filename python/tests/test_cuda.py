@@ -150,6 +150,42 @@ class CudaRoundTripTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 enc.encode(kv, out=torch.empty(16, dtype=torch.uint8, device="cuda"))
 
+    def test_paged_caches_equal_contiguous_frames(self):
+        kv, host = cuda_cache(11)
+        layers, _, heads, tokens, dim = kv.shape
+        rng = random.Random(11)
+        layouts = ["vllm", "vllm-block-first", "flashinfer-nhd", "flashinfer-hnd"]
+        specs = ["kivi-2", "none", "kvserve-h2r", "kivi-4"]
+        for i, layout in enumerate(layouts):
+            for block_size in (16, 32):
+                spec = specs[(2 * i + block_size // 16) % 4]
+                with self.subTest(layout=layout, block_size=block_size, spec=spec):
+                    need = -(-tokens // block_size)
+                    num_blocks = need + 5
+                    table = rng.sample(range(num_blocks), need)
+                    pages = kvserve.cuda.to_pages(kv, layout, block_size, table, num_blocks)
+                    paged = kvserve.PagedKv(pages, layout, table, tokens)
+                    self.assertTrue(paged.on_cuda)
+                    want = cpu_frame(host, spec, None)
+                    frame = kvserve.encode(paged, spec)
+                    self.assertEqual(frame.tobytes(), want)
+                    enc = kvserve.CudaEncoder(spec, paged)
+                    enc.begin()
+                    for l in range(layers):
+                        enc.encode_layer(l, paged)
+                    self.assertEqual(enc.finish(check=True).tobytes(), want)
+                    # Into a receiver's pages: another layout, block size and table.
+                    rlayout, rbs = layouts[(i + 1) % 4], 48 - block_size
+                    rneed = -(-tokens // rbs)
+                    rtable = rng.sample(range(rneed + 3), rneed)
+                    rpages = [torch.zeros(kvserve.cuda.page_shape(rlayout, rneed + 3, rbs, heads, dim),
+                                          dtype=kv.dtype, device="cuda") for _ in range(layers)]
+                    kvserve.decode(frame, out=kvserve.PagedKv(rpages, rlayout, rtable, tokens))
+                    got = kvserve.cuda.from_pages(rpages, rlayout, rbs, rtable, tokens)
+                    self.assertTrue(torch.equal(got.cpu(), kvserve.decode(want)))
+        with self.assertRaises(kvserve.KvserveNotSupportedError):  # the CPU codec, CUDA pages
+            kvserve.Encoder("none").encode(paged)
+
     def test_side_stream(self):
         kv, host = cuda_cache(7)
         side = torch.cuda.Stream()
