@@ -184,8 +184,23 @@ class DecoderContext {
 };
 
 // Parses the header and walks the chunk table of `frame`, verifying
-// checksums, without decoding values.
+// checksums, without decoding values. Memory: the FrameInfo's chunk table
+// (about 40 bytes per record present) and a bit per record; a header
+// declaring more records than the frame's bytes can hold is Corruption
+// before anything is allocated for them.
 Result<FrameInfo> InspectFrame(std::span<const uint8_t> frame);
+
+// Decodes a complete frame into a newly allocated cache (what `kvserve
+// decompress` does). The output is allocated only after every record has
+// been located and checksummed (InspectFrame), so a header declaring a huge
+// cache with too few records behind it costs only the input; and only when
+// its logical size is at most `max_output_bytes` (ResourceExhausted
+// otherwise: a frame of a few kilobytes may legitimately decode to
+// gigabytes, e.g. constant KV under rANS, so the caller sets the budget).
+// `info` and `keep_mask` (see DecoderContext::Decode) may be null.
+Result<KvCache> DecodeFrame(std::span<const uint8_t> frame, uint64_t max_output_bytes,
+                            const DecodeOptions& options = {}, FrameInfo* info = nullptr,
+                            std::vector<uint8_t>* keep_mask = nullptr);
 
 }  // namespace kvserve
 

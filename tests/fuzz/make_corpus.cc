@@ -3,6 +3,9 @@
 // OUT_DIR/frame/<preset>.kvsf  one frame per preset of a small seeded
 //                              synthetic cache (also the golden frames that
 //                              tests/golden_frames_test.cc re-encodes);
+// OUT_DIR/frame/hostile-*.kvsf   valid headers declaring huge caches with
+//                              no or few records behind them (docs/format.md
+//                              §7; tests/decoder_memory_cli_test.sh);
 // OUT_DIR/roundtrip/, OUT_DIR/rans/  seeded random inputs.
 // Deterministic: the same binary writes the same bytes.
 #include <cstdio>
@@ -16,6 +19,7 @@
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
 #include "golden_cache.h"
+#include "hostile_frame.h"
 
 namespace {
 
@@ -51,6 +55,18 @@ int main(int argc, char** argv) {
     VectorSink sink(&frame);
     if (!(*enc)->Encode(kv.view(), sink).ok()) return 1;
     if (!WriteFile(root / "frame" / (std::string(preset.name) + ".kvsf"), frame)) return 1;
+  }
+  {
+    using testing::HostileHeader;
+    const KvShape many{100, 1, 1 << 24, 1}, most{1024, 1, 1 << 24, 1}, wide{4, 4, 1 << 20, 16};
+    if (!WriteFile(root / "frame" / "hostile-records.kvsf", HostileHeader(many))) return 1;
+    if (!WriteFile(root / "frame" / "hostile-max.kvsf", HostileHeader(most))) return 1;
+    std::vector<uint8_t> few = HostileHeader(wide);
+    for (int t = 0; t < 48; t += 16) {
+      auto r = testing::RawRecord(wide, DType::kF32, 0, 0, t, 16, 0x3c);
+      few.insert(few.end(), r.begin(), r.end());
+    }
+    if (!WriteFile(root / "frame" / "hostile-few.kvsf", few)) return 1;
   }
   for (int i = 0; i < 24; ++i) {
     std::vector<uint8_t> bytes(6 + rng() % 3000);
