@@ -109,7 +109,11 @@ struct DecodeWorkerOptions {
   std::string listen_address = "127.0.0.1:0";
   ConnectionOptions connection;   // secret, limits, timeouts
   int decode_threads = 1;         // DecoderContext threads
-  int max_connections = 16;       // more prefill workers are refused
+  // Prefill workers served at once (admission.max_connections; more are
+  // refused), and the budget and deadline of peers still in the handshake:
+  // a flood of unauthenticated connections does not keep prefill workers
+  // out (docs/transport.md §3).
+  AdmissionOptions admission = {.max_connections = 16};
   // Largest KV (uncompressed bytes) accepted; a frame header declaring more
   // is refused before anything is allocated.
   uint64_t max_kv_bytes = uint64_t{4} << 30;
@@ -150,6 +154,7 @@ struct PrefillWorkerOptions {
   // Decode workers, tried in order; on failure the next one is dialled.
   std::vector<std::string> decode_addresses;
   ConnectionOptions client_connection;  // for clients (secret, limits)
+  AdmissionOptions client_admission{};  // clients served at once, handshake budget
   ConnectionOptions decode_connection;  // to decode workers (secret, shaping)
   std::string model_id = "model";       // pool key
   ControllerOptions controller;         // model.kind/layers set by the worker when layers == 0

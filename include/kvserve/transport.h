@@ -61,6 +61,11 @@ class Stream {
   // "127.0.0.1:5000", "loopback:name", ...: for messages and as a default
   // peer id.
   virtual std::string RemoteAddress() const = 0;
+  // A file descriptor that poll() reports readable (POLLIN) when Read would
+  // return without waiting, or -1 when the stream has none (loopback).
+  // Servers use it to wait for many unauthenticated peers on one thread
+  // (docs/transport.md §3, admission); it stays owned by the stream.
+  virtual int PollHandle() const { return -1; }
 };
 
 // A Stream that forwards to a shared one: hands Connection (which wants
@@ -74,6 +79,7 @@ class SharedStream final : public Stream {
   [[nodiscard]] Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
   void Close() override { s_->Close(); }
   std::string RemoteAddress() const override { return s_->RemoteAddress(); }
+  int PollHandle() const override { return s_->PollHandle(); }
 
  private:
   std::shared_ptr<Stream> s_;
@@ -217,6 +223,27 @@ struct ConnectionOptions {
   GoodputCallback goodput;
 };
 
+// How a server admits peers (docs/transport.md §3, "Admission"). Peers that
+// have not authenticated yet wait in a separate, small budget, all of them
+// on one thread (a silent socket costs its file descriptor and a few hundred
+// bytes, never a thread or a connection slot), under a short deadline, with
+// a per-source cap; only an authenticated peer takes one of the
+// max_connections slots (a thread each).
+struct AdmissionOptions {
+  // Authenticated connections served at once. One more authenticated peer
+  // is sent ERROR(resource_exhausted) and closed.
+  int max_connections = 64;
+  // Connections in the handshake, all sources together. When a new one
+  // arrives at the limit, the one that has waited longest is dropped.
+  int max_unauthenticated = 4096;
+  // Of those, from one source address (the host, port ignored); at the
+  // limit the source's longest-waiting one is dropped.
+  int max_unauthenticated_per_source = 2048;
+  // A peer must finish the handshake within this many seconds of being
+  // accepted (and within ConnectionOptions::handshake_timeout_seconds).
+  double unauthenticated_deadline_seconds = 2.0;
+};
+
 struct Message {
   uint8_t type = 0;
   uint8_t flags = 0;
@@ -304,6 +331,11 @@ class Connection {
   void ReportGoodput(double bytes, double seconds) const;
 
   class Impl;
+  // The server side of the handshake as a state machine driven by
+  // readiness (src/transport/server_handshake.h), for servers that wait on
+  // many unauthenticated peers at once; Establish(kServer) runs it to the
+  // end on the calling thread.
+  class ServerHandshake;
 
  private:
   explicit Connection(std::unique_ptr<Impl> impl);

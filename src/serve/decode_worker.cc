@@ -13,7 +13,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/serve.h"
-#include "serve/connection_server.h"
+#include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -89,9 +89,9 @@ class DecodeWorker::Impl {
 
   Status Start(Transport* transport) {
     KVSERVE_ASSIGN_OR_RETURN(
-        server_, serve::ConnectionServer::Start(transport, options_.listen_address,
-                                                options_.connection, options_.max_connections,
-                                                [this](Connection& c) { ServeConnection(c); }));
+        server_, transport::ConnectionServer::Start(transport, options_.listen_address,
+                                                    options_.connection, options_.admission,
+                                                    [this](Connection& c) { ServeConnection(c); }));
     return Status::Ok();
   }
 
@@ -139,12 +139,15 @@ class DecodeWorker::Impl {
       return Status::ResourceExhausted("frame declares " + std::to_string(bytes) + " KV bytes (" +
                                        std::to_string(s.held_bytes) +
                                        " already held), above the decode worker's limit");
-    s.kv = KvCache(info.dtype, info.shape);
+    // The KV is allocated when the first record arrives, not on the
+    // header's word: a header alone costs only its own bytes, and KvCache
+    // memory is committed by the OS as records are decoded into it.
     return Status::Ok();
   }
 
   Status OnRecord(Session& s, std::span<const uint8_t> record) {
     const double start = MonotonicSeconds();
+    if (s.kv.size_bytes() == 0) s.kv = KvCache(s.decoder->info().dtype, s.decoder->info().shape);
     KVSERVE_ASSIGN_OR_RETURN(size_t used,
                              s.decoder->DecodeRecord(record, s.kv.mutable_view(), &s.keep_mask));
     s.decode_seconds += MonotonicSeconds() - start;
@@ -310,7 +313,7 @@ class DecodeWorker::Impl {
 
   const Model* model_;
   DecodeWorkerOptions options_;
-  std::unique_ptr<serve::ConnectionServer> server_;
+  std::unique_ptr<transport::ConnectionServer> server_;
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> refused_frames_{0};
 };

@@ -14,7 +14,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/profile.h"
 #include "kvserve/serve.h"
-#include "serve/connection_server.h"
+#include "transport/connection_server.h"
 #include "serve/kv_streamer.h"
 #include "serve/prefill_internal.h"
 #include "serve/serve_protocol.h"
@@ -42,9 +42,10 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
     options_.controller.model.layers = model_->config().layers;
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
   KVSERVE_ASSIGN_OR_RETURN(
-      server_, serve::ConnectionServer::Start(transport_, options_.listen_address,
-                                              options_.client_connection, 64,
-                                              [this](Connection& c) { ServeClient(c); }));
+      server_, transport::ConnectionServer::Start(transport_, options_.listen_address,
+                                                  options_.client_connection,
+                                                  options_.client_admission,
+                                                  [this](Connection& c) { ServeClient(c); }));
   return Status::Ok();
 }
 

@@ -18,6 +18,7 @@
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
+#include "serve_cli.h"
 
 namespace kvserve::cli {
 namespace {
@@ -107,6 +108,8 @@ int RunServe(const PoolArgs& a) {
   PoolServerOptions so;
   so.listen_address = a.listen;
   so.connection = *options;
+  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(so.admission.max_unauthenticated) +
+                                   static_cast<uint64_t>(so.admission.max_connections) + 256);
   auto server = PoolServer::Start(tcp.get(), pool.get(), so);
   if (!server.ok()) return ReportError(kCommand, server.status());
   Progress(kCommand, "serving a {} pool on {} (budget {} MiB); Ctrl-C stops", a.backend,

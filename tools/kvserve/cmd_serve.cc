@@ -64,6 +64,7 @@ int RunServe(const ServeArgs& a) {
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
   BlockStopSignals();
+  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(AdmissionOptions{}.max_unauthenticated) + 512);
   auto tcp = NewTcpTransport();
   std::string address;
   std::unique_ptr<DecodeWorker> decode;

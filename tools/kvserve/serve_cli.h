@@ -26,6 +26,12 @@ std::vector<std::string> SplitList(const std::string& list);
 double Percentile(std::vector<double> values, double q);
 double Mean(const std::vector<double>& values);
 
+// Raises this process's open-file limit (RLIMIT_NOFILE) to its hard limit,
+// so a server can hold AdmissionOptions::max_unauthenticated handshakes
+// (docs/transport.md §3); says on stderr when the limit stays below
+// `wanted`. Returns the limit in force.
+uint64_t RaiseOpenFileLimit(std::string_view command, uint64_t wanted);
+
 // Blocks SIGINT/SIGTERM for every thread started after this call; then
 // WaitForStopSignal returns once one arrives or after `seconds` (> 0).
 void BlockStopSignals();
