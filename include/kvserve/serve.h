@@ -182,6 +182,13 @@ struct PrefillWorkerOptions {
   // Prefill seconds per prompt token before the first measurement (the
   // recompute estimate of the pool path).
   double prefill_seconds_per_token_prior = 1e-4;
+  // The prompt length the table's compression ratios were measured at (the
+  // shipped tables: 512 tokens, see their "comment"). The controller decides
+  // with each profile's frame size for the request's own length
+  // (PlanFrameSize: exact for the pack codec); an entropy codec's gain on
+  // its input starts from the table's ratio at this length and is then
+  // learned from the frames sent.
+  int table_reference_tokens = 512;
 };
 
 // Runs prefill and sends the KV to a decode worker. Requests from all client

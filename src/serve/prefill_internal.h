@@ -14,6 +14,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/serve.h"
 #include "transport/connection_server.h"
+#include "serve/frame_size_model.h"
 #include "serve/kv_streamer.h"
 #include "serve/serve_protocol.h"
 
@@ -103,6 +104,7 @@ class PrefillWorker::Impl {
   PrefillWorkerOptions options_;
   BandwidthEstimator estimator_;
   std::unique_ptr<Controller> controller_;
+  std::unique_ptr<serve::FrameSizeModel> frame_sizes_;
   std::unique_ptr<transport::ConnectionServer> server_;
   std::mutex mu_;  // one request at a time; guards everything below
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;

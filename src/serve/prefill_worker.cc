@@ -41,6 +41,10 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
       options_.controller.model.layers <= 0)
     options_.controller.model.layers = model_->config().layers;
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
+  const ModelConfig& c = model_->config();
+  frame_sizes_ = std::make_unique<serve::FrameSizeModel>(
+      controller_->table(), KvShape{c.layers, c.kv_heads, 1, c.head_dim}, DType::kF32,
+      options_.head_scores, options_.table_reference_tokens);
   KVSERVE_ASSIGN_OR_RETURN(
       server_, transport::ConnectionServer::Start(transport_, options_.listen_address,
                                                   options_.client_connection,
@@ -126,7 +130,14 @@ void PrefillWorker::Impl::DropDecodeConnection() {
 Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeRequest& r,
                                                                  double kv_bytes) {
   Chosen chosen;
-  chosen.bandwidth = estimator_.Estimate(decode_peer_);
+  if (r.method == kMethodAdaptive) {
+    // Dial first: measurements are kept per decode worker (its id), and
+    // the decision needs the one this request goes to. A failure here is
+    // reported (and the next worker tried) by the transfer.
+    (void)DecodeConnection();
+  }
+  const kvserve::BandwidthEstimate measured = estimator_.Query(decode_peer_);
+  chosen.bandwidth = measured.bytes_per_second;
   if (r.method != kMethodAdaptive) {
     KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
     chosen.spec = r.method;
@@ -143,6 +154,11 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   cr.model_seconds = seconds_per_token_ * static_cast<double>(r.prompt.size());
   cr.quality_min = r.quality_min;
   cr.now_seconds = MonotonicSeconds();
+  // +inf before the peer's first measurement: the risk guard then lets
+  // only raw through (docs/controller.md), instead of deciding on the prior.
+  cr.bandwidth_log_sigma = measured.log_sigma;
+  // Each profile's frame for this prompt's shape, not the table's ratio.
+  cr.frame_bytes = frame_sizes_->For(static_cast<int>(r.prompt.size()));
   KVSERVE_ASSIGN_OR_RETURN(chosen.decision, controller_->Decide(cr));
   chosen.adaptive = true;
   const int index = chosen.decision.action == ControllerAction::kRecompute ? ProfileTable::kRaw
@@ -363,7 +379,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     observation.observed_seconds = t.kv_seconds;
     observation.codec_seconds = t.encode_seconds + t.decode_kv_seconds;
     observation.now_seconds = MonotonicSeconds();
+    // The link this transfer measured (the estimator has its sample now).
+    observation.bandwidth = estimator_.Estimate(decode_peer_);
     (void)controller_->Observe(chosen->decision, observation);
+    if (chosen->decision.action == ControllerAction::kSend)
+      frame_sizes_->Observe(chosen->decision.profile, static_cast<int>(request.prompt.size()),
+                            t.frame_bytes);
   }
   t.generation_seconds = result->generation_seconds;
   t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds + result->first_token_seconds;
