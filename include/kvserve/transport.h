@@ -148,6 +148,12 @@ struct FaultPlan {
   double write_delay_seconds = 0;  // sleep before each Write (slow sender)
   double read_delay_seconds = 0;   // sleep before each Read (slow consumer)
   size_t max_read_bytes = 0;       // cap on bytes per Read; 0 = none
+  // Once this many bytes have been written to a stream, on_event runs (once
+  // per stream, on the writing thread, before the rest of that write): a
+  // test acts at an exact byte of a transfer, e.g. kills the peer process.
+  // -1 = never.
+  int64_t event_after_bytes = -1;
+  std::function<void()> on_event;
 };
 
 // Counters of a FaultInjectingTransport. Values are totals since creation.
@@ -157,6 +163,7 @@ struct FaultCounters {
   int64_t accepts = 0;
   int64_t drops = 0;             // streams closed by drop_after_bytes
   int64_t corruptions = 0;       // bytes corrupted
+  int64_t events = 0;            // on_event calls
 };
 
 // Wraps `base` (not owned; must outlive this) and applies a FaultPlan to
