@@ -55,7 +55,9 @@ inline constexpr const char* kMethodAdaptive = "adaptive";
 // One generation request as a client submits it.
 struct ServeRequest {
   uint64_t id = 0;
-  std::string workload = "chat";  // a workload of the profile table
+  // A workload of the profile table; "" = the prefill worker's default
+  // (PrefillWorkerOptions::default_workload).
+  std::string workload;
   std::vector<int32_t> prompt;    // token ids, non-empty, each < vocab
   int max_new_tokens = 16;        // >= 1
   double slo_seconds = std::numeric_limits<double>::infinity();  // prefill + KV movement budget
@@ -189,6 +191,10 @@ struct PrefillWorkerOptions {
   // its input starts from the table's ratio at this length and is then
   // learned from the frames sent.
   int table_reference_tokens = 512;
+  // The workload of requests that name none: this one; "" = "unified" when
+  // the table has it (the measured tables' mix of every workload), else the
+  // table's first workload.
+  std::string default_workload;
 };
 
 // Runs prefill and sends the KV to a decode worker. Requests from all client
@@ -263,13 +269,23 @@ std::string DefaultModelDirectory(const std::string& models_dir = "models");
 // cache large enough that moving it matters.
 RandomModelSpec FallbackModelSpec();
 
-// The model directory the serve commands use: `flag` when non-empty; else
-// DefaultModelDirectory(models_dir); else the fallback model, written once
-// to `fallback_dir` (e.g. under the build or temp directory). `*note` (may
-// be null) says which was chosen. IOError when the fallback cannot be
+// The model directory the serve commands use: `flag` when it names a
+// directory; the random-weight FallbackModelSpec model, written once to
+// `fallback_dir`, when `flag` is "random"; else, with no flag,
+// DefaultModelDirectory(models_dir). NotFound (saying how to pass a model
+// or ask for the random one) when there is no flag and no model under
+// `models_dir`: a made-up model never stands in silently. `*note` (may be
+// null) says which was chosen. IOError when the random model cannot be
 // written.
 Result<std::string> ResolveModelDirectory(const std::string& flag, const std::string& models_dir,
                                           const std::string& fallback_dir, std::string* note);
+
+// The measured profile table of the model in `model_dir`:
+// `<profiles_dir>/<model directory name>-unified.json` (what `kvserve
+// profile --workload unified` writes for the shipped model), or "" when
+// there is none.
+std::string DefaultProfileTablePath(const std::string& model_dir,
+                                    const std::string& profiles_dir = "configs/profiles");
 
 }  // namespace kvserve
 

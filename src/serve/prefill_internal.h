@@ -58,6 +58,8 @@ class PrefillWorker::Impl {
 
   void ServeClient(Connection& connection);
   Status ValidateRequest(const ServeRequest& request) const;
+  // The table index of the request's workload (its own, else the default).
+  Result<int> WorkloadOf(const ServeRequest& request) const;
   Result<EncoderContext*> Encoder(const std::string& spec);
   Result<Connection*> DecodeConnection();
   void DropDecodeConnection();

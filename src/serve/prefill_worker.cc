@@ -91,6 +91,15 @@ Status PrefillWorker::Impl::ValidateRequest(const ServeRequest& r) const {
   return Status::Ok();
 }
 
+Result<int> PrefillWorker::Impl::WorkloadOf(const ServeRequest& r) const {
+  const ProfileTable& table = controller_->table();
+  if (!r.workload.empty()) return table.WorkloadIndex(r.workload);
+  if (!options_.default_workload.empty()) return table.WorkloadIndex(options_.default_workload);
+  if (auto unified = table.WorkloadIndex("unified"); unified.ok()) return unified;
+  if (table.workloads().empty()) return Status::NotFound("the profile table names no workload");
+  return 0;
+}
+
 Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
   auto it = encoders_.find(spec);
   if (it != encoders_.end()) return it->second.get();
@@ -145,7 +154,7 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
     return chosen;
   }
   const ProfileTable& table = controller_->table();
-  KVSERVE_ASSIGN_OR_RETURN(int workload, table.WorkloadIndex(r.workload));
+  KVSERVE_ASSIGN_OR_RETURN(int workload, WorkloadOf(r));
   ControllerRequest cr;
   cr.workload = workload;
   cr.kv_bytes = kv_bytes;

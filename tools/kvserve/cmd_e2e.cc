@@ -633,8 +633,8 @@ RunFn SetupE2e(CLI::App& sub) {
       "Writes docs/e2e.md, the JCT plot and the switching plot. Default run: about a minute "
       "on two cores.");
   sub.add_option("--model,-m", a->model,
-                 "HF model directory (default: the first under models/, else a random-weight "
-                 "fallback model)");
+                 "HF model directory (default: the first under models/; none there is an error), "
+                 "or `random` for a random-weight Qwen2 model (meaningless output)");
   sub.add_option("--table", a->table,
                  "profile table whose profiles (and qualities) to use (default: "
                  "configs/profiles/<model>-<workload>.json, else the example table)");

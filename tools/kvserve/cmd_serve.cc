@@ -29,7 +29,8 @@ struct ServeArgs {
   std::string model;
   std::string listen = "127.0.0.1:0";
   std::string decode;  // prefill: decode worker addresses
-  std::string table = "configs/profile_table.example.json";
+  std::string table;  // default: the model's measured table
+  std::string workload;
   std::string secret_file;
   std::string address_file;
   double shape_gbps = 0;
@@ -83,8 +84,22 @@ int RunServe(const ServeArgs& a) {
     decode = std::move(*w);
     address = decode->address();
   } else {
-    auto table = ProfileTable::Load(a.table);
-    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(a.table));
+    std::string table_path = a.table;
+    if (table_path.empty()) {
+      table_path = DefaultProfileTablePath(*dir);
+      if (table_path.empty()) {
+        const std::string want = "configs/profiles/" +
+                                 std::filesystem::path(*dir).lexically_normal().filename().string() +
+                                 "-unified.json";
+        return ReportError(kCommand,
+                           Status::NotFound("no measured profile table for " + *dir + " (no " + want +
+                                            "): pass --table FILE (configs/profile_table.example.json "
+                                            "holds hand-written, unmeasured numbers)"));
+      }
+      Progress(kCommand, "profile table {} (measured for this model)", table_path);
+    }
+    auto table = ProfileTable::Load(table_path);
+    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(table_path));
     PrefillWorkerOptions o;
     o.listen_address = a.listen;
     o.decode_addresses = SplitList(a.decode);
@@ -125,6 +140,7 @@ int RunServe(const ServeArgs& a) {
     o.pool = pool.get();
     o.pool_store_profiles = SplitList(a.pool_profiles);
     o.pool_chunk_tokens = a.pool_chunk_tokens;
+    o.default_workload = a.workload;
     auto w = PrefillWorker::Start(tcp.get(), model->get(), std::move(*table), o);
     if (!w.ok()) return ReportError(kCommand, w.status());
     prefill = std::move(*w);
@@ -162,13 +178,18 @@ RunFn SetupServe(CLI::App& sub) {
       "or $KVSERVE_SECRET (the same on every worker and router). docs/e2e.md has the protocol.");
   sub.add_option("--role", a->role, "prefill | decode")->required();
   sub.add_option("--model,-m", a->model,
-                 "HF model directory (default: the first under models/, else a random-weight "
-                 "fallback model)");
+                 "HF model directory (default: the first under models/; none there is an error), "
+                 "or `random` for a random-weight Qwen2 model (meaningless output)");
   sub.add_option("--listen", a->listen, "address to listen on (port 0 picks one)");
   sub.add_option("--address-file", a->address_file, "also write the bound address to this file");
   sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
   sub.add_option("--decode", a->decode, "prefill: decode worker addresses, tried in order");
-  sub.add_option("--table", a->table, "prefill: profile table JSON the controller chooses from");
+  sub.add_option("--table", a->table,
+                 "prefill: profile table JSON the controller chooses from (default: the model's "
+                 "measured table, configs/profiles/<model>-unified.json)");
+  sub.add_option("--workload", a->workload,
+                 "prefill: workload of requests that name none (default: unified when the table "
+                 "has it, else its first)");
   sub.add_option("--shape-gbps", a->shape_gbps,
                  "prefill: pace KV transfers at this rate (token bucket; emulates a link)");
   sub.add_option("--latency-model", a->latency_model, "prefill: streamed (default) | serial");

@@ -15,8 +15,9 @@ namespace kvserve::cli {
 // NotFound/IOError/InvalidArgument for an unreadable or empty file.
 Result<std::string> LoadServeSecret(std::string_view command, const std::string& secret_file);
 
-// --model DIR, else the first model under models/, else the random-weight
-// fallback written under $TMPDIR. Prints which one on stderr.
+// --model DIR, else the first model under models/ (NotFound when there is
+// none), or with --model random the random-weight model written under
+// $TMPDIR. Prints which one on stderr.
 Result<std::string> ServeModelDirectory(std::string_view command, const std::string& flag);
 
 // "a:1,b:2" -> {"a:1", "b:2"} (empty pieces dropped).
