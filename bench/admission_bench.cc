@@ -160,15 +160,7 @@ int Main(const Args& a) {
   }
   {
     const auto dir = std::filesystem::temp_directory_path() / "kvserve-admission-bench-model";
-    RandomModelSpec spec;
-    spec.family = "qwen2";
-    spec.vocab = 211;
-    spec.hidden = 64;
-    spec.intermediate = 96;
-    spec.layers = 4;
-    spec.heads = 4;
-    spec.kv_heads = 4;
-    if (!WriteRandomModel(dir.string(), spec).ok()) return 1;
+    if (!WriteRandomModel(dir.string(), FallbackModelSpec()).ok()) return 1;
     auto model = Model::Load(dir.string(), {.threads = 1});
     if (!model.ok()) return 1;
     DecodeWorkerOptions d;

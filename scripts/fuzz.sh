@@ -7,7 +7,8 @@
 # build/fuzz/artifacts/<target>/. Exits 1 when any target found one.
 #   scripts/fuzz.sh [target ...]        (default: every tests/fuzz/fuzz_*.cc)
 #   FUZZ_SECONDS=600 scripts/fuzz.sh connection frame
-#   FUZZ_MERGE=1 scripts/fuzz.sh        also merge new coverage into tests/fuzz/corpus
+#   FUZZ_MERGE=1 scripts/fuzz.sh        also copy the FUZZ_KEEP (32) inputs adding the
+#                                       most coverage into tests/fuzz/corpus
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-60}
@@ -40,8 +41,15 @@ for t in "${targets[@]}"; do
   fi
   grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)" build/fuzz/"$t".log >&2 || true
   if [ "${FUZZ_MERGE:-0}" = 1 ]; then
-    build/fuzz/tests/fuzz/fuzz_"$t" -merge=1 tests/fuzz/corpus/"$t" "$corpus" \
-      -rss_limit_mb=512 -malloc_limit_mb=512 >/dev/null 2>&1 || true
+    # Not every new input: the few (FUZZ_KEEP, default 32) that add the
+    # most coverage edges to the committed seeds (scripts/fuzz_select.py).
+    merged=build/fuzz/merge/$t
+    rm -rf "$merged" "$merged.ctl"
+    mkdir -p "$merged"
+    build/fuzz/tests/fuzz/fuzz_"$t" -merge=1 -merge_control_file="$merged.ctl" "$merged" \
+      tests/fuzz/corpus/"$t" "$corpus" -rss_limit_mb=512 -malloc_limit_mb=512 >/dev/null 2>&1 || true
+    scripts/fuzz_select.py "$merged.ctl" --seeds tests/fuzz/corpus/"$t" --keep "${FUZZ_KEEP:-32}" |
+      while read -r f; do cp "$f" tests/fuzz/corpus/"$t"/; done
   fi
 done
 if [ ${#failed[@]} -gt 0 ]; then

@@ -52,4 +52,11 @@ grep -q -- "--model random" "$DIR/nomodel.log" || { cat "$DIR/nomodel.log"; echo
 (cd "$DIR/empty" && TMPDIR="$DIR" "$KVSERVE" serve --role decode --model random --duration 0.5 \
    --listen 127.0.0.1:0 >/dev/null 2>"$DIR/random.log") ||
   { cat "$DIR/random.log"; echo "--model random did not start"; exit 1; }
-echo "serve CLI: 4 requests served, intruder refused, measured default table, no made-up model"
+# e2e on a model with no measured table: an error naming --table, not the
+# example table's made-up numbers.
+if (cd "$DIR/empty" && TMPDIR="$DIR" "$KVSERVE" e2e --model random --requests 1 \
+     >/dev/null 2>"$DIR/e2e.log"); then
+  echo "e2e ran without a measured table"; exit 1
+fi
+grep -q -- "--table" "$DIR/e2e.log" || { cat "$DIR/e2e.log"; echo "unclear e2e error"; exit 1; }
+echo "serve CLI: 4 requests served, intruder refused, measured default table, no made-up model or table"

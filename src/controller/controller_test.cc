@@ -292,6 +292,24 @@ TEST(ControllerTest, ResidualCorrectionSwitchesToTheTrulyFasterNeighbour) {
   EXPECT_EQ((*plain)->Decide(r)->profile, 2);
 }
 
+// A controller on a random table of `profiles` rows, and a random request
+// of at least `min_kv_bytes` for it (one workload, floor 0.8).
+struct RandomCase {
+  ProfileTable table;
+  ControllerOptions options;
+  std::unique_ptr<Controller> controller;
+  ControllerRequest request;
+};
+RandomCase MakeRandomCase(std::mt19937_64& rng, ControllerOptions o, int profiles,
+                          double min_kv_bytes, double min_bandwidth) {
+  RandomCase c{RandomTable(rng, profiles, 1), o, nullptr, {}};
+  c.controller = Controller::Create(c.table, o).value();
+  c.request.kv_bytes = LogUniform(rng, min_kv_bytes, 1e9);
+  c.request.bandwidth = LogUniform(rng, min_bandwidth, 1e10);
+  c.request.quality_min = 0.8;
+  return c;
+}
+
 // One bad sample (a latency 20x the prediction: a transfer decided on a
 // stale bandwidth, or a hiccup) must not shut the optimum out for good.
 // With every later observation exact, the optimum is chosen again and then
@@ -305,13 +323,10 @@ TEST(ControllerTest, BanditRecoversFromOneBadSample) {
     ControllerOptions o;
     o.model = {kind, 16};
     o.learn_codec_drift = false;
-    ProfileTable table = RandomTable(rng, 6, 1);
-    auto c = Controller::Create(table, o);
-    ASSERT_TRUE(c.ok());
-    ControllerRequest r;
-    r.kv_bytes = LogUniform(rng, 1e6, 1e9);
-    r.bandwidth = LogUniform(rng, 1e8, 1e10);
-    r.quality_min = 0.8;
+    RandomCase rc = MakeRandomCase(rng, o, 6, 1e6, 1e8);
+    const ProfileTable& table = rc.table;
+    Controller* c = rc.controller.get();
+    ControllerRequest& r = rc.request;
     // The optimum must beat raw and every other profile by 25%.
     int best = 0;
     const double t_best = BruteForceMin(table, o.model, 0, r.quality_min, r.kv_bytes, r.bandwidth, &best);
@@ -321,17 +336,17 @@ TEST(ControllerTest, BanditRecoversFromOneBadSample) {
       clear = t_best < 0.8 * PredictSeconds(o.model, table.profile(p), r.kv_bytes, r.bandwidth);
     }
     if (!clear) continue;
-    Result<Decision> d = (*c)->Decide(r);
+    Result<Decision> d = c->Decide(r);
     ASSERT_TRUE(d.ok());
     if (d->profile != best) continue;  // an exploration step
     ++checked;
-    ASSERT_TRUE((*c)->Observe(*d, 20.0 * d->predicted_seconds, 0.0).ok());
+    ASSERT_TRUE(c->Observe(*d, 20.0 * d->predicted_seconds, 0.0).ok());
     int back = -1, last = 0;
     for (int i = 0; i < 80; ++i) {
-      d = (*c)->Decide(r);
+      d = c->Decide(r);
       ASSERT_TRUE(d.ok());
       const double truth = PredictSeconds(o.model, table.profile(d->profile), r.kv_bytes, r.bandwidth);
-      ASSERT_TRUE((*c)->Observe(*d, truth, 0.0).ok());
+      ASSERT_TRUE(c->Observe(*d, truth, 0.0).ok());
       if (d->profile == best && back < 0) back = i;
       if (i >= 60 && d->profile == best) ++last;
     }
@@ -352,25 +367,22 @@ TEST(ControllerTest, RequestFrameSizesReplaceTheTableRatio) {
     ControllerOptions o;
     o.model = {trial % 2 ? LatencyModelKind::kStreamed : LatencyModelKind::kSerial, 8};
     o.bandit = trial % 3 != 0;
-    ProfileTable table = RandomTable(rng, 5, 1);
-    auto c = Controller::Create(table, o);
-    ASSERT_TRUE(c.ok());
-    ControllerRequest r;
-    r.kv_bytes = LogUniform(rng, 1e5, 1e9);
-    r.bandwidth = LogUniform(rng, 1e7, 1e10);
-    r.quality_min = 0.8;
+    RandomCase rc = MakeRandomCase(rng, o, 5, 1e5, 1e7);
+    const ProfileTable& table = rc.table;
+    Controller* c = rc.controller.get();
+    ControllerRequest& r = rc.request;
     std::vector<double> frames(table.size(), 0.0);
     for (int p = 1; p < table.size(); ++p) frames[p] = r.kv_bytes / table.profile(p).compression_ratio;
     r.frame_bytes = frames;
     ControllerRequest plain = r;
     plain.frame_bytes = {};
-    EXPECT_EQ((*c)->ModelOptimum(r).value(), (*c)->ModelOptimum(plain).value()) << trial;
+    EXPECT_EQ(c->ModelOptimum(r).value(), c->ModelOptimum(plain).value()) << trial;
     // Every frame larger than the KV: raw, whatever the table says.
     for (int p = 1; p < table.size(); ++p) frames[p] = r.kv_bytes * 1.01;
-    auto d = (*c)->Decide(r);
+    auto d = c->Decide(r);
     ASSERT_TRUE(d.ok());
     EXPECT_EQ(d->profile, ProfileTable::kRaw) << trial;
-    EXPECT_EQ((*c)->ModelOptimum(r).value(), ProfileTable::kRaw) << trial;
+    EXPECT_EQ(c->ModelOptimum(r).value(), ProfileTable::kRaw) << trial;
   }
   auto c = Controller::Create(RandomTable(rng, 3, 1), {});
   ControllerRequest bad;

@@ -212,7 +212,11 @@ Result<StrategySpace> StrategySpace::FromJson(std::string_view text) {
     // Candidates before validation, counted before any is built: a few
     // hundred bytes of JSON can describe a product of 4097^k assignments.
     uint64_t candidates = 0;
-    for (const auto& [qname, qobj] : doc.at("quantizers").items()) {
+    for (const auto& item : doc.at("quantizers").items()) {
+      // Named references, not a structured binding: lambdas below use them
+      // (clang before 16 cannot capture bindings).
+      const std::string& qname = item.key();
+      const Json& qobj = item.value();
       auto q = ComponentByName<QuantizerType, 7>(qname, &QuantizerName);
       if (!q.ok()) return q.status().WithContext("strategy space: quantizers");
       auto qgrids = ParseGrids(qobj, qname, [&](ParamId id) {

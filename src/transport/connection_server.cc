@@ -335,15 +335,17 @@ void ConnectionServer::ReapPeers() {
 void ConnectionServer::Promote(std::unique_ptr<Connection> connection,
                                std::shared_ptr<Stream> stream) {
   if (!connection) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   ++counters_.authenticated;
   ReapPeers();
   if (stopping_.load()) {
+    lock.unlock();
     connection->Close();
     return;
   }
   if (static_cast<int>(peers_.size()) >= admission_.max_connections) {
     ++counters_.busy_refusals;
+    lock.unlock();  // the refusal's write must not hold up other admissions
     connection->Fail(Status::ResourceExhausted(
         "server " + address_ + " is serving its maximum of " +
         std::to_string(admission_.max_connections) + " connections"));

@@ -80,25 +80,32 @@ int ConnectRaw(const std::string& address) {
   return fd;
 }
 
+// Starts an echo server with these unauthenticated budgets and a flood of
+// `silent` connections against it, then checks 40 clients with the secret,
+// each dialling afresh, are served. Returns the server's counters.
+AdmissionCounters ServeUnderFlood(int max_unauthenticated, int per_source, int silent,
+                                  testing::SilentFloodOptions flood_options, uint32_t seed) {
+  EXPECT_GE(testing::RaiseFileLimit(4096), 4096u);
+  auto tcp = NewTcpTransport();
+  auto server = StartEcho(*tcp, {.max_unauthenticated = max_unauthenticated,
+                                 .max_unauthenticated_per_source = per_source});
+  if (!server) return {};
+  testing::SilentFlood flood(server->address(), silent, flood_options);
+  std::mt19937 rng(seed);
+  for (int i = 0; i < 40; ++i) {
+    Status s = EchoOnce(*tcp, server->address(), rng);
+    EXPECT_TRUE(s.ok()) << i << ": " << s.ToString();
+    if (!s.ok()) break;
+  }
+  return server->counters();
+}
+
 // Per-source cap: five sources (127.0.0.2-6) keep 600 silent connections
 // coming (reopened as they are dropped) against a cap of 16 each; a client
 // from another source (127.0.0.1) is served every time, and the flood only
 // ever evicts its own.
 TEST(AdmissionTest, PerSourceCapKeepsAFloodedSourceToItself) {
-  ASSERT_GE(testing::RaiseFileLimit(4096), 4096u);
-  auto tcp = NewTcpTransport();
-  AdmissionOptions a;
-  a.max_unauthenticated = 128;
-  a.max_unauthenticated_per_source = 16;
-  auto server = StartEcho(*tcp, a);
-  ASSERT_TRUE(server);
-  testing::SilentFlood flood(server->address(), 600, {.sources = 5, .first_source = 2});
-  std::mt19937 rng(1);
-  for (int i = 0; i < 40; ++i) {
-    Status s = EchoOnce(*tcp, server->address(), rng);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  const AdmissionCounters c = server->counters();
+  const AdmissionCounters c = ServeUnderFlood(128, 16, 600, {.sources = 5, .first_source = 2}, 1);
   EXPECT_GE(c.budget_drops, 600 - 5 * 16);
   EXPECT_EQ(c.authenticated, 40);
 }
@@ -107,28 +114,15 @@ TEST(AdmissionTest, PerSourceCapKeepsAFloodedSourceToItself) {
 // budget of 64 (and no per-source cap below it): the server keeps the 64
 // newest, and a client arriving after them is served.
 TEST(AdmissionTest, GlobalBudgetDropsTheLongestWaiting) {
-  ASSERT_GE(testing::RaiseFileLimit(4096), 4096u);
-  auto tcp = NewTcpTransport();
-  AdmissionOptions a;
-  a.max_unauthenticated = 64;
-  a.max_unauthenticated_per_source = 64;
-  auto server = StartEcho(*tcp, a);
-  ASSERT_TRUE(server);
-  testing::SilentFlood flood(server->address(), 600,
-                             {.sources = 4, .first_source = 2, .reopen = false});
-  std::mt19937 rng(2);
-  for (int i = 0; i < 40; ++i) {
-    Status s = EchoOnce(*tcp, server->address(), rng);
-    ASSERT_TRUE(s.ok()) << i << ": " << s.ToString();
-  }
-  EXPECT_GE(server->counters().budget_drops, 600 - 64);
+  const AdmissionCounters c =
+      ServeUnderFlood(64, 64, 600, {.sources = 4, .first_source = 2, .reopen = false}, 2);
+  EXPECT_GE(c.budget_drops, 600 - 64);
+  EXPECT_EQ(c.authenticated, 40);
 }
 
 TEST(AdmissionTest, SilentPeerIsDroppedAtItsDeadline) {
   auto tcp = NewTcpTransport();
-  AdmissionOptions a;
-  a.unauthenticated_deadline_seconds = 0.3;
-  auto server = StartEcho(*tcp, a);
+  auto server = StartEcho(*tcp, {.unauthenticated_deadline_seconds = 0.3});
   ASSERT_TRUE(server);
   const int fd = ConnectRaw(server->address());
   EXPECT_TRUE(ClosedWithin(fd, 5.0));
@@ -143,9 +137,7 @@ TEST(AdmissionTest, SilentPeerIsDroppedAtItsDeadline) {
 // deadline.
 TEST(AdmissionTest, PeerStallingAfterHelloDoesNotBlockOthers) {
   auto tcp = NewTcpTransport();
-  AdmissionOptions a;
-  a.unauthenticated_deadline_seconds = 1.0;
-  auto server = StartEcho(*tcp, a);
+  auto server = StartEcho(*tcp, {.unauthenticated_deadline_seconds = 1.0});
   ASSERT_TRUE(server);
   std::vector<int> stallers;
   for (int i = 0; i < 32; ++i) {
@@ -172,9 +164,7 @@ TEST(AdmissionTest, PeerStallingAfterHelloDoesNotBlockOthers) {
 
 TEST(AdmissionTest, AuthenticatedPeerBeyondMaxConnectionsIsToldTheServerIsBusy) {
   auto tcp = NewTcpTransport();
-  AdmissionOptions a;
-  a.max_connections = 2;
-  auto server = StartEcho(*tcp, a);
+  auto server = StartEcho(*tcp, {.max_connections = 2});
   ASSERT_TRUE(server);
   std::vector<std::unique_ptr<Connection>> held;
   for (int i = 0; i < 2; ++i) {

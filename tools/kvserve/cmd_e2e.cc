@@ -216,10 +216,35 @@ int RunE2e(const E2eArgs& a) {
   rep.svg_switch_path = a.svg_switch;
   rep.table_path = a.table_out;
 
-  // --- Model and the decode worker process.
+  // --- Model, profile table and the decode worker process.
   auto dir = ServeModelDirectory(kCommand, a.model);
   if (!dir.ok()) return ReportError(kCommand, dir.status());
   rep.model_note = *dir;
+
+  // --- The profile table: the model's measured task table; without one,
+  // --table must name a table (checked before any process starts).
+  const std::string model_name = std::filesystem::path(*dir).filename().string();
+  std::string table_path = a.table, workload_name = a.workload, report_path = a.quality_report;
+  if (table_path.empty()) {
+    table_path = fmt::format("configs/profiles/{}-{}.json", model_name, a.workload);
+    if (report_path.empty() && std::filesystem::exists(table_path))
+      report_path = fmt::format("docs/results/quality/{}.json", a.workload);
+    if (!std::filesystem::exists(table_path))
+      return ReportError(kCommand,
+                         Status::NotFound(fmt::format(
+                             "no measured task table {} for this model: pass --table FILE "
+                             "(configs/profile_table.example.json holds hand-written qualities, "
+                             "with --workload chat)",
+                             table_path)));
+  }
+  rep.workload = workload_name;
+  auto source_table = ProfileTable::Load(table_path);
+  if (!source_table.ok()) return ReportError(kCommand, source_table.status().WithContext(table_path));
+  auto workload_index = source_table->WorkloadIndex(workload_name);
+  if (!workload_index.ok())
+    return ReportError(kCommand, workload_index.status().WithContext("--workload"));
+  rep.table_source = table_path;
+
   SetBlasThreads(a.threads);  // the decode process and the codec threads share the cores
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
@@ -245,29 +270,6 @@ int RunE2e(const E2eArgs& a) {
   rep.pinned = pin;
   Progress(kCommand, "decode worker at {}", decode.address());
 
-  // --- Profiles, qualities and prompts: the shipped model's task tables
-  // and workload prompts when they exist, else the example table.
-  const std::string model_name = std::filesystem::path(*dir).filename().string();
-  std::string table_path = a.table, workload_name = a.workload, report_path = a.quality_report;
-  if (table_path.empty()) {
-    table_path = fmt::format("configs/profiles/{}-{}.json", model_name, a.workload);
-    if (report_path.empty() && std::filesystem::exists(table_path))
-      report_path = fmt::format("docs/results/quality/{}.json", a.workload);
-    if (!std::filesystem::exists(table_path)) {
-      rep.calibration_notes.push_back(fmt::format(
-          "No task table {} for this model: profiles and qualities come from the example table "
-          "(workload `chat`), not from measurements of this model.", table_path));
-      table_path = "configs/profile_table.example.json";
-      workload_name = "chat";
-    }
-  }
-  rep.workload = workload_name;
-  auto source_table = ProfileTable::Load(table_path);
-  if (!source_table.ok()) return ReportError(kCommand, source_table.status().WithContext(table_path));
-  auto workload_index = source_table->WorkloadIndex(workload_name);
-  if (!workload_index.ok())
-    return ReportError(kCommand, workload_index.status().WithContext("--workload"));
-  rep.table_source = table_path;
   // Measured qualities of more pipelines (e.g. the presets) for the same
   // workload: `kvserve quality` results, a JSON array of {profile, relative}.
   std::vector<std::pair<std::string, double>> reported;
@@ -637,7 +639,8 @@ RunFn SetupE2e(CLI::App& sub) {
                  "or `random` for a random-weight Qwen2 model (meaningless output)");
   sub.add_option("--table", a->table,
                  "profile table whose profiles (and qualities) to use (default: "
-                 "configs/profiles/<model>-<workload>.json, else the example table)");
+                 "configs/profiles/<model>-<workload>.json, the model's measured table; none "
+                 "is an error)");
   sub.add_option("--quality-report", a->quality_report,
                  "`kvserve quality` results whose pipelines join the candidates with their measured "
                  "quality (default with the model's task table: docs/results/quality/<workload>.json)");
