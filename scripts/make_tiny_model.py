@@ -20,7 +20,8 @@ import argparse
 import json
 import math
 import os
-import struct
+
+import safetensors_writer
 
 try:
     import torch
@@ -31,27 +32,17 @@ except ImportError:  # ctest treats 77 as "skipped"
 
 def write_safetensors(path, tensors):
     """tensors: list of (name, torch.Tensor) -> safetensors file."""
-    header, blobs, offset = {}, [], 0
     dtype_names = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                    torch.int32: "I32", torch.int64: "I64"}
+    entries = []
     for name, t in tensors:
         t = t.contiguous()
         if t.dtype == torch.bfloat16:  # numpy has no bf16: go through int16 bits
             raw = t.view(torch.int16).numpy().tobytes()
         else:
             raw = t.numpy().tobytes()
-        header[name] = {"dtype": dtype_names[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    text += b" " * ((8 - (8 + len(text)) % 8) % 8)
-    with open(path + ".tmp", "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(path + ".tmp", path)
+        entries.append((name, dtype_names[t.dtype], t.shape, raw))
+    safetensors_writer.write_safetensors(path, entries)
 
 
 FAMILIES = {

@@ -11,6 +11,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libasio-dev libssl-dev libhiredis-dev redis-server iproute2
   libsentencepiece-dev sentencepiece
+  libonig-dev libicu-dev unicode-data   # tokenizer.json: split regex, NFC, Unicode 15.0 data for its test
   libsqlite3-dev libnlopt-cxx-dev libnlopt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch libdlpack-dev

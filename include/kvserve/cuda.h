@@ -74,7 +74,8 @@ class Encoder {
   virtual uint64_t HeaderBytes() const = 0;
 
   // Encodes the whole cache `kv` (device pointer, any strides, the shape and
-  // dtype given to Create) into `frame` (device, MaxFrameBytes() capacity).
+  // dtype given to Create) into `frame` (device, 16-byte aligned,
+  // MaxFrameBytes() capacity).
   // The frame's size is written to the device word `frame_bytes` (may be
   // null). Stream-ordered; returns InvalidArgument for mismatched arguments
   // and the launch error if a launch fails. Value errors (non-finite input)
@@ -123,6 +124,19 @@ class Decoder {
   virtual Status Decode(const uint8_t* frame, uint64_t frame_bytes, const MutableKvView& out,
                         uint8_t* keep_mask, void* workspace, Stream stream) = 0;
 
+  // Decodes the records of one layer as they arrive, so decoding overlaps
+  // the transfer of later layers: `records` (device pointer, 16-byte
+  // aligned) holds exactly the records of layer `layer` (the frame bytes
+  // the encoder's EncodeLayer(layer) wrote, or those records in any order),
+  // `bytes` long. Writes that layer's rows of `out` and of `keep_mask`
+  // (both for the whole frame, as Decode's). Layers may come in any order
+  // and each at most once per frame; call Check after the last one (errors
+  // of all layers since the last Check or Decode are reported there).
+  // Stream-ordered, no host sync. InvalidArgument for a layer outside the
+  // frame or bad pointers.
+  virtual Status DecodeLayer(int layer, const uint8_t* records, uint64_t bytes, const MutableKvView& out,
+                             uint8_t* keep_mask, void* workspace, Stream stream) = 0;
+
   // As Encoder::Check.
   virtual Status Check(void* workspace, Stream stream) = 0;
 };
@@ -131,15 +145,24 @@ class Decoder {
 struct BenchRow {
   std::string preset;     // preset name or spec
   std::string stage;      // "pipeline", or a stage name for per-stage rows
+  std::string direction;  // stage rows: "encode" or "decode"
   int tokens = 0;
   uint64_t input_bytes = 0;   // logical bytes of the cache
   uint64_t frame_bytes = 0;
-  double encode_us = 0;       // median
+  double encode_us = 0;       // median (stage rows: the stage's median in encode_us)
   double decode_us = 0;       // median
   double encode_gbps = 0;     // input_bytes / encode time
   double decode_gbps = 0;
   double sp_gbps = 0;         // 1 / (1/enc + 1/dec)
   double ratio = 0;           // input / frame
+  // Roofline: bytes a call must read + write (encode: cache + frame; decode:
+  // frame + cache; the copy row: 2x the cache), that over the call's time,
+  // and its fraction of the same run's device-to-device copy rate.
+  double traffic_bytes = 0;
+  double encode_tbps = 0, decode_tbps = 0;      // (read + write) / time, TB/s
+  double encode_of_copy = 0, decode_of_copy = 0;
+  uint64_t stage_units = 0;   // stage rows: bytes or symbols the stage processes
+  double stage_gbps = 0;      // stage_units / stage time
   bool ok = true;             // GPU frame == CPU frame where checked
   std::string note;
 };
@@ -150,8 +173,15 @@ struct BenchOptions {
   int layers = 32, kv_heads = 8, head_dim = 128;  // Llama-3.1-8B
   DType dtype = DType::kBF16;
   int repeats = 20;
-  bool stages = true;          // per-stage rows for the headline profiles
-  bool verify_with_cpu = true; // compare GPU frame bytes with the CPU encoder (1K tokens)
+  bool stages = true;          // per-stage rows (kernel groups timed with events)
+  bool verify_with_cpu = true; // compare GPU frame bytes with the CPU encoder (first token count)
+  // When non-empty, the benchmark writes the synthetic cache of `dump_tokens`
+  // tokens (bf16 [layer][kind][head][token][dim]) and the rANS input symbols
+  // of `dump_profile` for it (one byte each, segment by segment) to these
+  // files, so other codecs can be measured on the same bytes.
+  std::string dump_cache, dump_symbols;
+  std::string dump_profile = "identity+kivi(k=2,v=2,residual=128)+rans";
+  int dump_tokens = 8192;
 };
 
 // Runs the H200 benchmark: a synthetic Llama-shaped cache per token count,
@@ -160,7 +190,8 @@ struct BenchOptions {
 // device-to-device of the cache, reported as bytes copied / time). Returns
 // the rows; NotSupported when no GPU is present.
 Result<std::vector<BenchRow>> RunBench(const BenchOptions& options);
-// The rows as a Markdown table (the format docs/benchmarks.md records).
+// The rows as Markdown tables (the format docs/benchmarks.md records): the
+// pipeline rows with their roofline columns, then the stage rows.
 std::string FormatBenchTable(const std::vector<BenchRow>& rows);
 
 }  // namespace kvserve::cuda

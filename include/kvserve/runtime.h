@@ -67,6 +67,13 @@ struct ModelConfig {
 // InvalidArgument for inconsistent sizes.
 Result<ModelConfig> ParseModelConfig(const std::string& json_text);
 
+// Applies the text of a generation_config.json to `config`, as HF generate()
+// reads it: its eos_token_id (an id or a list, e.g. Llama-3-Instruct's
+// [128001, 128009]) replaces config.json's, its bos_token_id likewise.
+// Model::Load applies the directory's file when there is one. Corruption if
+// it is not a JSON object or an id is not in [0, vocab_size).
+Status ApplyGenerationConfig(const std::string& json_text, ModelConfig* config);
+
 // The runtime's KV cache for one sequence: f32, [layer][K/V][kv_head][token]
 // [dim] with room to grow (views are strided over the capacity). Also holds
 // the token ids it was computed from and an optional per-(layer, kv_head)
@@ -250,15 +257,40 @@ Result<std::vector<int32_t>> Generate(const Model& model, KvState* kv,
                                       int max_new_tokens, Sampler* sampler,
                                       bool stop_at_eos = true);
 
-// Text <-> token ids. SentencePiece (.model) through libsentencepiece.
+// Text <-> token ids. Two formats: a Hugging Face tokenizer.json with
+// byte-level BPE (GPT-2 style, as Llama-3, Qwen2 and Qwen3 ship it), run as
+// the Rust `tokenizers` crate runs it (Oniguruma split regex, NFC/NFKC
+// normalizers, added and special tokens, TemplateProcessing); and a
+// SentencePiece tokenizer.model (libsentencepiece). docs/runtime.md,
+// section Tokenizers. Thread safety: const methods are thread-safe.
 class Tokenizer {
  public:
-  // Loads tokenizer.model from the model directory `dir` (or the file `dir`
-  // itself). NotFound if none, Corruption if it does not parse.
+  // Loads the tokenizer of the model directory `dir`: its tokenizer.json,
+  // else its tokenizer.model (also when the tokenizer.json is a kind this
+  // runtime does not implement and a tokenizer.model is there); or the file
+  // `dir` itself (*.json: tokenizer.json, else SentencePiece). NotFound if
+  // none, Corruption if it does not parse, NotSupported (naming the
+  // component) for a tokenizer.json pipeline that is not implemented.
   static Result<std::unique_ptr<Tokenizer>> Load(const std::string& dir);
+  // A tokenizer.json given as text; `name` prefixes error messages.
+  static Result<std::unique_ptr<Tokenizer>> FromHfJson(const std::string& json_text,
+                                                       const std::string& name = "tokenizer.json");
   virtual ~Tokenizer() = default;
+  // The ids of `text` alone: HF encode(text, add_special_tokens=False).
+  // Added and special tokens written in the text (e.g. "<|eot_id|>") become
+  // their ids. InvalidArgument if `text` is not valid UTF-8.
   virtual Result<std::vector<int32_t>> Encode(const std::string& text) const = 0;
+  // The ids to run a model on for the prompt `text`: Encode(text) inside
+  // what the tokenizer adds around a sequence (tokenizer.json: its
+  // TemplateProcessing post-processor, e.g. a Llama-3 <|begin_of_text|>;
+  // SentencePiece: `bos_token_id`, the model config's, first when >= 0).
+  virtual Result<std::vector<int32_t>> EncodePrompt(const std::string& text,
+                                                    int bos_token_id) const = 0;
+  // The text of `ids`, special tokens included (HF decode with
+  // skip_special_tokens=False and no clean-up); byte sequences that are not
+  // valid UTF-8 become U+FFFD. InvalidArgument for an id without a token.
   virtual Result<std::string> Decode(std::span<const int32_t> ids) const = 0;
+  // One more than the largest token id.
   virtual int vocab_size() const = 0;
 };
 

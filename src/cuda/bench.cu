@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/kernels.h"
+#include "cuda/plan.h"
+#include "pipeline/stages.h"
 #include "kvserve/codec.h"
 #include "kvserve/cuda.h"
 #include "kvserve/kv_file.h"
@@ -94,6 +97,44 @@ Result<double> TimeUs(Fn fn, int repeats, cudaStream_t stream) {
   return Median(us);
 }
 
+// Per-stage medians of `fn` (one Encode or Decode) with stage events on.
+class StageTimer {
+ public:
+  StageTimer() {
+    for (auto& e : events_.events) (void)cudaEventCreate(&e);
+  }
+  ~StageTimer() {
+    for (auto& e : events_.events) (void)cudaEventDestroy(e);
+  }
+  StageEvents* events() { return &events_; }
+  // Runs fn `repeats` times; returns (stage name, median us) in order.
+  template <typename Fn>
+  Result<std::vector<std::pair<std::string, double>>> Run(Fn fn, int repeats, cudaStream_t stream) {
+    std::vector<std::string> names;
+    std::vector<std::vector<double>> us;
+    for (int i = 0; i < repeats; ++i) {
+      events_.used = 0;
+      KVSERVE_RETURN_IF_ERROR(fn());
+      (void)cudaStreamSynchronize(stream);
+      for (int k = 0; k + 1 < events_.used; ++k) {
+        float ms = 0;
+        (void)cudaEventElapsedTime(&ms, events_.events[k], events_.events[k + 1]);
+        if (i == 0) {
+          names.emplace_back(events_.names[k]);
+          us.emplace_back();
+        }
+        if (static_cast<size_t>(k) < us.size()) us[k].push_back(1000.0 * ms);
+      }
+    }
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t k = 0; k < names.size(); ++k) out.emplace_back(names[k], Median(us[k]));
+    return out;
+  }
+
+ private:
+  StageEvents events_;
+};
+
 std::vector<std::string> DefaultSpecs() {
   std::vector<std::string> specs;
   for (const Preset& p : Presets()) {
@@ -105,6 +146,58 @@ std::vector<std::string> DefaultSpecs() {
   specs.emplace_back("identity+kivi(k=2,v=2,residual=128)+rans");
   specs.emplace_back("identity+uniform(k=2,v=2,axis_k=token)+pack");
   return specs;
+}
+
+Status WriteFile(const std::string& path, const void* data, size_t n) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return Status::IOError("cannot write " + path);
+  const size_t w = std::fwrite(data, 1, n, f);
+  std::fclose(f);
+  return w == n ? Status::Ok() : Status::IOError("short write to " + path);
+}
+
+// The rANS input symbols of `spec` for the cache `kv`: every segment's
+// symbols back to back, and a little-endian u32 per segment with its count.
+Status DumpSymbols(const Profile& profile, const KvView& kv, const HeadScores& scores, const std::string& path,
+                   cudaStream_t stream) {
+  KVSERVE_ASSIGN_OR_RETURN(auto quantizer, pipeline::CreateQuantizerForEncode(profile, kv.shape, &scores));
+  std::vector<uint8_t> state;
+  pipeline::ByteWriter writer(&state);
+  quantizer->SerializeState(writer);
+  KVSERVE_ASSIGN_OR_RETURN(Plan plan, BuildPlan(profile, kv.shape, kv.dtype, state, /*for_decode=*/false));
+  KVSERVE_ASSIGN_OR_RETURN(auto enc, Encoder::Create(profile, kv.shape, kv.dtype, &scores));
+  Buffer ws(enc->WorkspaceBytes()), frame(enc->MaxFrameBytes());
+  if (ws.ptr == nullptr || frame.ptr == nullptr) return Status::ResourceExhausted("cudaMalloc dump");
+  KVSERVE_RETURN_IF_ERROR(enc->Encode(kv, ws.ptr, frame.ptr, nullptr, stream));
+  KVSERVE_RETURN_IF_ERROR(enc->Check(ws.ptr, stream));
+  std::vector<uint8_t> symbols(plan.total_symbols);
+  std::vector<uint32_t> sizes;
+  uint64_t at = 0;
+  for (const SegmentDesc& seg : plan.segments) {
+    (void)cudaMemcpy(symbols.data() + at, ws.ptr + plan.ws.symbols + seg.sym_ws, seg.count, cudaMemcpyDeviceToHost);
+    at += seg.count;
+    sizes.push_back(static_cast<uint32_t>(seg.count));
+  }
+  KVSERVE_RETURN_IF_ERROR(WriteFile(path, symbols.data(), symbols.size()));
+  return WriteFile(path + ".sizes", sizes.data(), 4 * sizes.size());
+}
+
+uint64_t RansSymbols(const Profile& profile, const KvShape& shape, DType dtype, const HeadScores& scores) {
+  auto quantizer = pipeline::CreateQuantizerForEncode(profile, shape, &scores);
+  if (!quantizer.ok()) return 0;
+  std::vector<uint8_t> state;
+  pipeline::ByteWriter writer(&state);
+  (*quantizer)->SerializeState(writer);
+  auto plan = BuildPlan(profile, shape, dtype, state, false);
+  return plan.ok() ? plan->total_symbols : 0;
+}
+
+void AddRoofline(BenchRow& row, double copy_tbps) {
+  row.traffic_bytes = static_cast<double>(row.input_bytes) + static_cast<double>(row.frame_bytes);
+  row.encode_tbps = row.traffic_bytes / (row.encode_us * 1e6);
+  row.decode_tbps = row.traffic_bytes / (row.decode_us * 1e6);
+  row.encode_of_copy = copy_tbps > 0 ? row.encode_tbps / copy_tbps : 0;
+  row.decode_of_copy = copy_tbps > 0 ? row.decode_tbps / copy_tbps : 0;
 }
 
 }  // namespace
@@ -121,13 +214,24 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
     Buffer input(input_bytes), copy(input_bytes);
     if (input.ptr == nullptr || copy.ptr == nullptr) return Status::ResourceExhausted("cudaMalloc input");
     const int64_t channels = static_cast<int64_t>(shape.layers) * 2 * shape.kv_heads * shape.head_dim;
-    SynthKernel<<<static_cast<unsigned>((channels + 127) / 128), 128, 0, stream>>>(
+    KV_LAUNCH(SynthKernel, static_cast<unsigned>((channels + 127) / 128), 128, 0, stream)(
         reinterpret_cast<uint16_t*>(input.ptr), shape.layers, shape.kv_heads, tokens, shape.head_dim);
     KVSERVE_RETURN_IF_ERROR(LaunchStatus("synth"));
     (void)cudaStreamSynchronize(stream);
     const KvView kv{input.ptr, DType::kBF16, shape, KvStrides::Contiguous(shape)};
     MutableKvView out{copy.ptr, DType::kBF16, shape, KvStrides::Contiguous(shape)};
+    const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 1);
+    if (tokens == options.dump_tokens && !options.dump_cache.empty()) {
+      std::vector<uint8_t> host(input_bytes);
+      (void)cudaMemcpy(host.data(), input.ptr, input_bytes, cudaMemcpyDeviceToHost);
+      KVSERVE_RETURN_IF_ERROR(WriteFile(options.dump_cache, host.data(), host.size()));
+    }
+    if (tokens == options.dump_tokens && !options.dump_symbols.empty()) {
+      KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(options.dump_profile));
+      KVSERVE_RETURN_IF_ERROR(DumpSymbols(p, kv, scores, options.dump_symbols, stream));
+    }
 
+    double copy_tbps = 0;
     {  // Yardstick: device-to-device copy of the cache.
       BenchRow row;
       row.preset = "d2d-copy";
@@ -146,7 +250,11 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
       row.encode_gbps = row.decode_gbps = input_bytes / (row.encode_us * 1e3);
       row.sp_gbps = row.encode_gbps / 2;
       row.ratio = 1;
-      row.note = "GB/s = bytes copied / time (read+write traffic is twice that)";
+      row.frame_bytes = input_bytes;
+      AddRoofline(row, 0);
+      copy_tbps = row.encode_tbps;
+      row.encode_of_copy = row.decode_of_copy = 1;
+      row.note = "GB/s = bytes copied / time; TB/s counts read + write";
       rows.push_back(row);
     }
 
@@ -155,15 +263,18 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
       host_input.resize(input_bytes);
       (void)cudaMemcpy(host_input.data(), input.ptr, input_bytes, cudaMemcpyDeviceToHost);
     }
-    const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 1);
     for (const std::string& spec : specs) {
       BenchRow row;
       row.preset = spec;
       row.stage = "pipeline";
       row.tokens = tokens;
       row.input_bytes = input_bytes;
+      std::vector<BenchRow> stage_rows;
       auto profile = Profile::Parse(spec);
       if (!profile.ok()) return profile.status();
+      const uint64_t symbols = profile->codec() == CodecType::kRans
+                                   ? RansSymbols(*profile, shape, DType::kBF16, scores)
+                                   : 0;
       const Status st = [&]() -> Status {
         auto enc = Encoder::Create(*profile, shape, DType::kBF16, &scores);
         if (!enc.ok()) return enc.status();
@@ -172,9 +283,13 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
         auto encode = [&] {
           return (*enc)->Encode(kv, ws.ptr, frame.ptr, reinterpret_cast<uint64_t*>(size.ptr), stream);
         };
-        for (int i = 0; i < 2; ++i) KVSERVE_RETURN_IF_ERROR(encode());
+        // repeats 0: one call each way and no timing (for a profiler's run).
+        const int warmups = options.repeats > 0 ? 2 : 1;
+        for (int i = 0; i < warmups; ++i) KVSERVE_RETURN_IF_ERROR(encode());
         KVSERVE_RETURN_IF_ERROR((*enc)->Check(ws.ptr, stream));
-        KVSERVE_ASSIGN_OR_RETURN(row.encode_us, TimeUs(encode, options.repeats, stream));
+        if (options.repeats > 0) {
+          KVSERVE_ASSIGN_OR_RETURN(row.encode_us, TimeUs(encode, options.repeats, stream));
+        }
         KVSERVE_RETURN_IF_ERROR((*enc)->Check(ws.ptr, stream));
         uint64_t frame_bytes = 0;
         (void)cudaMemcpy(&frame_bytes, size.ptr, 8, cudaMemcpyDeviceToHost);
@@ -185,14 +300,50 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
         if (!dec.ok()) return dec.status();
         Buffer dws((*dec)->WorkspaceBytes());
         auto decode = [&] { return (*dec)->Decode(frame.ptr, frame_bytes, out, nullptr, dws.ptr, stream); };
-        for (int i = 0; i < 2; ++i) KVSERVE_RETURN_IF_ERROR(decode());
+        for (int i = 0; i < warmups; ++i) KVSERVE_RETURN_IF_ERROR(decode());
         KVSERVE_RETURN_IF_ERROR((*dec)->Check(dws.ptr, stream));
-        KVSERVE_ASSIGN_OR_RETURN(row.decode_us, TimeUs(decode, options.repeats, stream));
+        if (options.repeats > 0) {
+          KVSERVE_ASSIGN_OR_RETURN(row.decode_us, TimeUs(decode, options.repeats, stream));
+        }
         KVSERVE_RETURN_IF_ERROR((*dec)->Check(dws.ptr, stream));
+        if (options.stages && options.repeats > 0) {
+          StageTimer timer;
+          for (int direction = 0; direction < 2; ++direction) {
+            if (direction == 0) {
+              SetStageTiming(enc->get(), timer.events());
+            } else {
+              SetStageTiming(dec->get(), timer.events());
+            }
+            auto stages = direction == 0 ? timer.Run(encode, options.repeats, stream)
+                                         : timer.Run(decode, options.repeats, stream);
+            SetStageTiming(enc->get(), nullptr);
+            SetStageTiming(dec->get(), nullptr);
+            if (!stages.ok()) return stages.status();
+            for (const auto& [name, us] : *stages) {
+              BenchRow s;
+              s.preset = spec;
+              s.stage = name;
+              s.direction = direction == 0 ? "encode" : "decode";
+              s.tokens = tokens;
+              s.input_bytes = input_bytes;
+              s.frame_bytes = frame_bytes;
+              s.encode_us = us;
+              if (name == "rans") {
+                s.stage_units = symbols;
+                s.stage_gbps = us > 0 ? symbols / (us * 1e3) : 0;
+                s.note = "GB/s of the stage's symbols (1 byte each)";
+              }
+              stage_rows.push_back(s);
+            }
+          }
+          KVSERVE_RETURN_IF_ERROR((*enc)->Check(ws.ptr, stream));
+          KVSERVE_RETURN_IF_ERROR((*dec)->Check(dws.ptr, stream));
+        }
         row.encode_gbps = input_bytes / (row.encode_us * 1e3);
         row.decode_gbps = input_bytes / (row.decode_us * 1e3);
         row.sp_gbps = 1.0 / (1.0 / row.encode_gbps + 1.0 / row.decode_gbps);
         row.ratio = static_cast<double>(input_bytes) / frame_bytes;
+        AddRoofline(row, copy_tbps);
         if (!host_input.empty()) {
           std::vector<uint8_t> gpu(frame_bytes), cpu;
           (void)cudaMemcpy(gpu.data(), frame.ptr, frame_bytes, cudaMemcpyDeviceToHost);
@@ -212,6 +363,7 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
         row.note = "error: " + st.ToString();
       }
       rows.push_back(row);
+      rows.insert(rows.end(), stage_rows.begin(), stage_rows.end());
       std::fprintf(stderr, "%s T=%d enc %.1f us dec %.1f us\n", spec.c_str(), tokens, row.encode_us,
                    row.decode_us);
     }
@@ -222,13 +374,31 @@ Result<std::vector<BenchRow>> RunBench(const BenchOptions& options) {
 
 std::string FormatBenchTable(const std::vector<BenchRow>& rows) {
   std::string s =
-      "| profile | tokens | input MB | ratio | encode us | decode us | encode GB/s | decode GB/s | s_p GB/s | check |\n"
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
-  char line[512];
+      "| profile | tokens | input MB | ratio | encode us | decode us | encode GB/s | decode GB/s | s_p GB/s | "
+      "r+w MB | enc TB/s | enc % copy | dec TB/s | dec % copy | check |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n";
+  char line[768];
   for (const BenchRow& r : rows) {
-    std::snprintf(line, sizeof(line), "| %s | %d | %.1f | %.2f | %.1f | %.1f | %.0f | %.0f | %.0f | %s |\n",
+    if (!r.direction.empty()) continue;
+    std::snprintf(line, sizeof(line),
+                  "| %s | %d | %.1f | %.2f | %.1f | %.1f | %.0f | %.0f | %.0f | %.1f | %.2f | %.0f%% | %.2f | %.0f%% | %s |\n",
                   r.preset.c_str(), r.tokens, r.input_bytes / 1e6, r.ratio, r.encode_us, r.decode_us,
-                  r.encode_gbps, r.decode_gbps, r.sp_gbps, r.note.empty() ? (r.ok ? "ok" : "FAIL") : r.note.c_str());
+                  r.encode_gbps, r.decode_gbps, r.sp_gbps, r.traffic_bytes / 1e6, r.encode_tbps,
+                  100 * r.encode_of_copy, r.decode_tbps, 100 * r.decode_of_copy,
+                  r.note.empty() ? (r.ok ? "ok" : "FAIL") : r.note.c_str());
+    s += line;
+  }
+  bool any_stage = false;
+  for (const BenchRow& r : rows) any_stage = any_stage || !r.direction.empty();
+  if (!any_stage) return s;
+  s += "\nStages (CUDA events between kernel groups of one call, median):\n\n"
+       "| profile | tokens | direction | stage | us | GB/s | note |\n| --- | ---: | --- | --- | ---: | ---: | --- |\n";
+  for (const BenchRow& r : rows) {
+    if (r.direction.empty()) continue;
+    char gbps[32] = "";
+    if (r.stage_units > 0) std::snprintf(gbps, sizeof(gbps), "%.0f", r.stage_gbps);
+    std::snprintf(line, sizeof(line), "| %s | %d | %s | %s | %.1f | %s | %s |\n", r.preset.c_str(), r.tokens,
+                  r.direction.c_str(), r.stage.c_str(), r.encode_us, gbps, r.note.c_str());
     s += line;
   }
   return s;

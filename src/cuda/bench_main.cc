@@ -2,7 +2,11 @@
 // and prints the Markdown table docs/benchmarks.md records.
 //
 //   kvserve_cuda_bench [--tokens 1024,8192,32768] [--repeats 20]
-//                      [--presets kivi-2,kvserve-h2r] [--no-verify] [--out FILE]
+//                      [--presets kivi-2,kvserve-h2r] [--no-verify] [--no-stages]
+//                      [--dump-cache FILE] [--dump-symbols FILE] [--out FILE]
+// --dump-cache / --dump-symbols write the 8K-token cache and its
+// identity+kivi(k=2,v=2,residual=128)+rans symbols, for measuring other
+// codecs on the same bytes (docs/cuda.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,11 +18,21 @@
 
 namespace {
 
+// Splits at commas outside parentheses (profile specs have commas inside).
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
-  std::stringstream in(s);
   std::string item;
-  while (std::getline(in, item, ',')) if (!item.empty()) out.push_back(item);
+  int depth = 0;
+  for (char c : s) {
+    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    if (c == ',' && depth == 0) {
+      if (!item.empty()) out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!item.empty()) out.push_back(item);
   return out;
 }
 
@@ -39,10 +53,18 @@ int main(int argc, char** argv) {
       options.presets = Split(argv[++i]);
     } else if (arg == "--no-verify") {
       options.verify_with_cpu = false;
+    } else if (arg == "--no-stages") {
+      options.stages = false;
+    } else if (arg == "--dump-cache" && has_value) {
+      options.dump_cache = argv[++i];
+    } else if (arg == "--dump-symbols" && has_value) {
+      options.dump_symbols = argv[++i];
     } else if (arg == "--out" && has_value) {
       out_path = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--tokens N,..] [--repeats N] [--presets a,b] [--no-verify] [--out FILE]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--tokens N,..] [--repeats N] [--presets a,b] [--no-verify] [--no-stages]\n"
+                   "          [--dump-cache FILE] [--dump-symbols FILE] [--out FILE]\n",
                    argv[0]);
       return 2;
     }

@@ -21,6 +21,17 @@
 #define KV_HD __host__ __device__ __forceinline__
 #define KV_DEV __device__ __forceinline__
 
+// Kernel launches: KV_LAUNCH(kernel, grid, block[, smem[, stream]])(args...).
+// Under KVSERVE_SIM (src/cuda/sim) the same launch runs on the host
+// simulator.
+#ifdef KVSERVE_SIM
+#define KV_LAUNCH(kernel, ...) ::kvserve::sim::Launcher(__VA_ARGS__).Bind(kernel)
+#define KV_DYNAMIC_SMEM(name) uint8_t* name = ::kvserve::sim::DynamicSmem()
+#else
+#define KV_LAUNCH(kernel, ...) kernel<<<__VA_ARGS__>>>
+#define KV_DYNAMIC_SMEM(name) extern __shared__ __align__(16) uint8_t name[]
+#endif
+
 namespace kvserve::cuda {
 
 // ------------------------------------------------------------- float ops
@@ -114,9 +125,22 @@ KV_HD uint16_t FloatToHalfBitsInteger(float f) {
   if (rem > 0x1000u || (rem == 0x1000u && (r & 1u))) ++r;
   return static_cast<uint16_t>(sign | r);
 }
+// fp32 -> fp16 bits for values that are stored (scales, zero points,
+// outputs): integer arithmetic on the device (see FloatToHalfBitsInteger).
 KV_HD uint16_t FloatToHalfBits(float f) {
 #ifdef __CUDA_ARCH__
   return FloatToHalfBitsInteger(f);
+#else
+  return ::kvserve::FloatToHalf(f);
+#endif
+}
+// The same bits for arithmetic only (the grid search's rounding steps): the
+// hardware conversion. Its result must never be stored as bytes: with nvcc
+// 13 / sm_90a that wrote the wrong byte of the register (seen again on the
+// H200 in the random-profile test with unstaged f16 parameters).
+KV_HD uint16_t FloatToHalfBitsForMath(float f) {
+#ifdef __CUDA_ARCH__
+  return __half_as_ushort(__float2half_rn(f));
 #else
   return ::kvserve::FloatToHalf(f);
 #endif
@@ -169,6 +193,26 @@ inline Status LaunchStatus(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::Ok();
   return Status::Internal(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// The current device's multiprocessor count (persistent grids size by it).
+inline int MultiprocessorCount() {
+  int device = 0, n = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0)
+    n = 1;
+  return n;
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory (above 48 KiB the
+// limit must be raised explicitly).
+template <typename Kernel>
+Status AllowDynamicSmem(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return Status::Ok();
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
+      cudaSuccess)
+    return LaunchStatus("cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+  return Status::Ok();
 }
 
 }  // namespace kvserve::cuda

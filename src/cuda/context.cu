@@ -41,19 +41,23 @@ class PlanTables {
     cudaFree(runs_);
     cudaFree(segments_);
     cudaFree(tiles_);
-    cudaFree(raw_tiles_);
+    cudaFree(raw_spans_);
+    cudaFree(raw_records_);
     cudaFree(sign_words_);
+    cudaFree(header_);
   }
   Status Init(const Plan& plan) {
     KVSERVE_RETURN_IF_ERROR(Upload(plan.records, &records_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.runs, &runs_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.segments, &segments_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.tiles, &tiles_));
-    KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_tiles, &raw_tiles_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_spans, &raw_spans_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_records, &raw_records_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.header, &header_));
     return Upload(plan.sign_words, &sign_words_);
   }
   DeviceTables tables() const {
-    return DeviceTables{records_, runs_, segments_, tiles_, raw_tiles_, sign_words_};
+    return DeviceTables{records_, runs_, segments_, tiles_, raw_spans_, raw_records_, sign_words_, header_};
   }
 
  private:
@@ -61,14 +65,14 @@ class PlanTables {
   RunDesc* runs_ = nullptr;
   SegmentDesc* segments_ = nullptr;
   TileDesc* tiles_ = nullptr;
-  TileDesc* raw_tiles_ = nullptr;
+  RawSpan* raw_spans_ = nullptr;
+  int32_t* raw_records_ = nullptr;
   uint64_t* sign_words_ = nullptr;
+  uint8_t* header_ = nullptr;
 };
 
-int ElementsPerLane(int head_dim) { return head_dim / 32; }
-
-// A device view of `data` with `strides`; vec_ok when each lane's E
-// elements are contiguous and aligned for one vector access.
+// A device view of `data` with `strides`; vec16 when every lane's 16
+// elements are contiguous and 16-byte aligned (rows start 16-byte aligned).
 DeviceView MakeDeviceView(const void* data, DType dtype, const KvShape& shape, const KvStrides& s) {
   DeviceView v{};
   v.data = static_cast<uint8_t*>(const_cast<void*>(data));
@@ -79,11 +83,10 @@ DeviceView MakeDeviceView(const void* data, DType dtype, const KvShape& shape, c
   v.dim = s.dim;
   v.dtype = static_cast<int>(dtype);
   v.elem_bytes = static_cast<int>(DTypeSize(dtype));
-  const int64_t vec = int64_t{ElementsPerLane(shape.head_dim)};
-  const uint64_t vec_bytes = static_cast<uint64_t>(vec) * v.elem_bytes;
-  v.vec_ok = s.dim == 1 && reinterpret_cast<uintptr_t>(data) % vec_bytes == 0 &&
-             (shape.layers == 1 || s.layer % vec == 0) && s.kind % vec == 0 &&
-             (shape.kv_heads == 1 || s.head % vec == 0) && (shape.tokens == 1 || s.token % vec == 0);
+  const int64_t es = v.elem_bytes;
+  auto aligned = [&](int64_t stride, int extent) { return extent == 1 || (stride * es) % 16 == 0; };
+  v.vec16 = s.dim == 1 && reinterpret_cast<uintptr_t>(data) % 16 == 0 && aligned(s.layer, shape.layers) &&
+            (s.kind * es) % 16 == 0 && aligned(s.head, shape.kv_heads) && aligned(s.token, shape.tokens);
   return v;
 }
 
@@ -124,16 +127,9 @@ Status ReadDeviceError(void* workspace, const Plan& plan, Stream stream) {
 
 class EncoderImpl final : public Encoder {
  public:
-  ~EncoderImpl() override { cudaFreeHost(header_); }
-
   Status Init(Plan plan) {
     plan_ = std::move(plan);
-    KVSERVE_RETURN_IF_ERROR(tables_.Init(plan_));
-    KVSERVE_RETURN_IF_ERROR(
-        CudaStatus(cudaMallocHost(reinterpret_cast<void**>(&header_), plan_.header.size()),
-                   "cudaMallocHost header"));
-    std::memcpy(header_, plan_.header.data(), plan_.header.size());
-    return Status::Ok();
+    return tables_.Init(plan_);
   }
 
   uint64_t WorkspaceBytes() const override { return plan_.ws.total; }
@@ -146,15 +142,7 @@ class EncoderImpl final : public Encoder {
                 Stream stream) override {
     KVSERVE_RETURN_IF_ERROR(CheckView(kv.data, kv.dtype, kv.shape, kv.strides, plan_));
     KVSERVE_RETURN_IF_ERROR(Begin(workspace, frame, stream));
-    const PlanRange all{0,
-                        static_cast<int64_t>(plan_.records.size()),
-                        0,
-                        static_cast<int64_t>(plan_.segments.size()),
-                        0,
-                        static_cast<int64_t>(plan_.tiles.size()),
-                        0,
-                        static_cast<int64_t>(plan_.raw_tiles.size())};
-    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), View(kv), all, stream));
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), View(kv), WholePlan(plan_), stream));
     next_layer_ = plan_.shape.layers;
     return Finish(workspace, frame_bytes, stream);
   }
@@ -162,12 +150,10 @@ class EncoderImpl final : public Encoder {
   Status Begin(void* workspace, uint8_t* frame, Stream stream) override {
     KVSERVE_RETURN_IF_ERROR(CheckBuffers(workspace, frame));
     active_ = false;
-    KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(frame, header_, plan_.header.size(),
-                                                       cudaMemcpyHostToDevice, stream),
-                                       "copy frame header"));
-    KVSERVE_RETURN_IF_ERROR(LaunchEncodeBegin(Launch(workspace, frame), plan_.header.size(), stream));
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeBegin(Launch(workspace, frame), stream));
     next_layer_ = 0;
     active_ = true;
+    frame_ = frame;
     return Status::Ok();
   }
 
@@ -177,13 +163,11 @@ class EncoderImpl final : public Encoder {
     if (layer != next_layer_)
       return Status::InvalidArgument("the CUDA encoder takes layers in order: expected layer " +
                                      std::to_string(next_layer_) + ", got " + std::to_string(layer));
+    if (frame != frame_) return Status::InvalidArgument("EncodeLayer: not the frame buffer given to Begin");
     KVSERVE_RETURN_IF_ERROR(CheckView(kv.data, kv.dtype, kv.shape, kv.strides, plan_));
     KVSERVE_RETURN_IF_ERROR(CheckBuffers(workspace, frame));
-    const PlanRange r{plan_.layer_records[layer],   plan_.layer_records[layer + 1],
-                      plan_.layer_segments[layer],  plan_.layer_segments[layer + 1],
-                      plan_.layer_tiles[layer],     plan_.layer_tiles[layer + 1],
-                      plan_.layer_raw_tiles[layer], plan_.layer_raw_tiles[layer + 1]};
-    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), View(kv), r, stream));
+    KVSERVE_RETURN_IF_ERROR(
+        LaunchEncodeRange(Launch(workspace, frame), View(kv), LayerOfPlan(plan_, layer), stream));
     ++next_layer_;
     return Status::Ok();
   }
@@ -202,9 +186,12 @@ class EncoderImpl final : public Encoder {
     return ReadDeviceError(workspace, plan_, stream);
   }
 
+  void set_timing(StageEvents* timing) { timing_ = timing; }
+
  private:
   Status CheckBuffers(void* workspace, uint8_t* frame) const {
-    if (frame == nullptr) return Status::InvalidArgument("frame buffer is null");
+    if (frame == nullptr || reinterpret_cast<uintptr_t>(frame) % 16 != 0)
+      return Status::InvalidArgument("frame buffer must be a non-null, 16-byte aligned device pointer");
     if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
       return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
     return Status::Ok();
@@ -216,8 +203,11 @@ class EncoderImpl final : public Encoder {
     e.layout = &plan_.ws;
     e.workspace = static_cast<uint8_t*>(workspace);
     e.frame = frame;
+    e.frame_capacity = plan_.max_frame_bytes;
+    e.header_bytes = plan_.header.size();
     e.direct = plan_.direct;
     e.static_sizes = plan_.static_sizes;
+    e.timing = timing_;
     return e;
   }
   DeviceView View(const KvView& kv) const {
@@ -226,9 +216,10 @@ class EncoderImpl final : public Encoder {
 
   Plan plan_;
   PlanTables tables_;
-  uint8_t* header_ = nullptr;
   int next_layer_ = 0;
   bool active_ = false;
+  uint8_t* frame_ = nullptr;
+  StageEvents* timing_ = nullptr;
 };
 
 class DecoderImpl final : public Decoder {
@@ -250,41 +241,97 @@ class DecoderImpl final : public Decoder {
 
   Status Decode(const uint8_t* frame, uint64_t frame_bytes, const MutableKvView& out,
                 uint8_t* keep_mask, void* workspace, Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckArgs(frame, out, workspace));
+    if (frame_bytes < header_bytes_) return Status::Corruption("frame shorter than its header");
+    DecodeLaunch d = Launch(frame, frame_bytes, keep_mask, workspace);
+    d.records_start = header_bytes_;
+    d.static_base = 0;
+    d.range = WholePlan(plan_);
+    layer_errors_reset_ = false;
+    return LaunchDecode(d, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), stream);
+  }
+
+  Status DecodeLayer(int layer, const uint8_t* records, uint64_t bytes, const MutableKvView& out,
+                     uint8_t* keep_mask, void* workspace, Stream stream) override {
+    if (layer < 0 || layer >= plan_.shape.layers)
+      return Status::InvalidArgument("DecodeLayer: layer " + std::to_string(layer) + " outside the frame's " +
+                                     std::to_string(plan_.shape.layers) + " layers");
+    KVSERVE_RETURN_IF_ERROR(CheckArgs(records, out, workspace));
+    if (!layer_errors_reset_) {
+      if (cudaMemsetAsync(static_cast<uint8_t*>(workspace) + plan_.ws.error, 0, 64, stream) != cudaSuccess)
+        return Status::Internal("DecodeLayer: reset error block");
+      layer_errors_reset_ = true;
+    }
+    DecodeLaunch d = Launch(records, bytes, keep_mask, workspace);
+    d.range = LayerOfPlan(plan_, layer);
+    d.records_start = 0;
+    d.static_base = static_cast<int64_t>(plan_.records[d.range.record_begin].static_offset);
+    d.reset_errors = false;
+    return LaunchDecode(d, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), stream);
+  }
+
+  Status Check(void* workspace, Stream stream) override {
+    layer_errors_reset_ = false;
+    return ReadDeviceError(workspace, plan_, stream);
+  }
+
+  void set_timing(StageEvents* timing) { timing_ = timing; }
+
+ private:
+  Status CheckArgs(const uint8_t* bytes, const MutableKvView& out, void* workspace) const {
     KVSERVE_RETURN_IF_ERROR(CheckView(out.data, out.dtype, out.shape, out.strides, plan_));
-    if (frame == nullptr || reinterpret_cast<uintptr_t>(frame) % 16 != 0)
+    if (bytes == nullptr || reinterpret_cast<uintptr_t>(bytes) % 16 != 0)
       return Status::InvalidArgument("frame must be a 16-byte aligned device pointer");
     if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
       return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
-    if (frame_bytes < header_bytes_) return Status::Corruption("frame shorter than its header");
+    return Status::Ok();
+  }
+  DecodeLaunch Launch(const uint8_t* bytes, uint64_t len, uint8_t* keep_mask, void* workspace) const {
     DecodeLaunch d;
     d.consts = plan_.consts;
     d.tables = tables_.tables();
     d.layout = &plan_.ws;
     d.workspace = static_cast<uint8_t*>(workspace);
-    d.frame = frame;
-    d.frame_bytes = frame_bytes;
-    d.header_bytes = header_bytes_;
-    d.num_records = static_cast<int64_t>(plan_.records.size());
-    d.num_segments = static_cast<int64_t>(plan_.segments.size());
-    d.num_tiles = static_cast<int64_t>(plan_.tiles.size());
-    d.num_raw_tiles = static_cast<int64_t>(plan_.raw_tiles.size());
-    d.records_per_layer = static_cast<int>(plan_.records.size() / plan_.shape.layers);
+    d.bytes = bytes;
+    d.bytes_len = len;
+    d.static_sizes = plan_.static_sizes;
     d.keep_mask = keep_mask;
-    return LaunchDecode(d, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), stream);
+    d.timing = timing_;
+    return d;
   }
 
-  Status Check(void* workspace, Stream stream) override {
-    return ReadDeviceError(workspace, plan_, stream);
-  }
-
- private:
   Plan plan_;
   PlanTables tables_;
   size_t header_bytes_ = 0;
   FrameInfo info_;
+  bool layer_errors_reset_ = false;
+  StageEvents* timing_ = nullptr;
 };
 
 }  // namespace
+
+PlanRange WholePlan(const Plan& plan) {
+  return PlanRange{0, static_cast<int64_t>(plan.records.size()),
+                   0, static_cast<int64_t>(plan.segments.size()),
+                   0, static_cast<int64_t>(plan.tiles.size()),
+                   0, static_cast<int64_t>(plan.raw_spans.size()),
+                   0, static_cast<int64_t>(plan.raw_records.size())};
+}
+
+PlanRange LayerOfPlan(const Plan& plan, int layer) {
+  return PlanRange{plan.layer_records[layer],     plan.layer_records[layer + 1],
+                   plan.layer_segments[layer],    plan.layer_segments[layer + 1],
+                   plan.layer_tiles[layer],       plan.layer_tiles[layer + 1],
+                   plan.layer_raw_spans[layer],   plan.layer_raw_spans[layer + 1],
+                   plan.layer_raw_records[layer], plan.layer_raw_records[layer + 1]};
+}
+
+void SetStageTiming(Encoder* encoder, StageEvents* timing) {
+  static_cast<EncoderImpl*>(encoder)->set_timing(timing);
+}
+void SetStageTiming(Decoder* decoder, StageEvents* timing) {
+  static_cast<DecoderImpl*>(decoder)->set_timing(timing);
+}
 
 bool Available() {
   int n = 0;

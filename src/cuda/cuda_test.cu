@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -18,6 +20,8 @@
 
 #include "cuda/grid.cuh"
 #include "cuda/rows.cuh"
+#include "cuda/rans_magic.cuh"
+#include "cuda/record_hash.cuh"
 #include "cuda/xxh3.cuh"
 #include "kvserve/codec.h"
 #include "kvserve/cuda.h"
@@ -38,6 +42,21 @@ namespace {
 
 const uint8_t kHostSecret[192] = KVSERVE_XXH3_SECRET;
 
+std::vector<uint64_t> HostBlockTermsForTest(const uint8_t* buf, uint64_t len) {
+  const xxh3::Keys keys = xxh3::MakeKeys();
+  const uint64_t nb = len > 240 ? (len - 1) / 1024 : 0;
+  std::vector<uint64_t> terms(8 * nb + 8, 0);
+  for (uint64_t b = 0; b < nb; ++b)
+    for (int l = 0; l < 32; ++l) {
+      uint32_t w[8];
+      std::memcpy(w, buf + 1024 * b + 32 * l, 32);
+      uint64_t c[4] = {0, 0, 0, 0};
+      xxh3::QuarterStripeTerms(keys, w, l >> 1, 4 * (l & 1), c);
+      for (int k = 0; k < 4; ++k) terms[8 * b + 4 * (l & 1) + k] += c[k];
+    }
+  return terms;
+}
+
 // ------------------------------------------------------------ host checks
 
 TEST(CudaHost, Xxh3MatchesLibxxhashForEveryLengthClass) {
@@ -50,6 +69,55 @@ TEST(CudaHost, Xxh3MatchesLibxxhashForEveryLengthClass) {
         << len;
   for (size_t len : {4095, 4096, 4097, 65536, 69999})
     ASSERT_EQ(xxh3::Hash64(buf.data(), len, secret), XXH3_64bits(buf.data(), len)) << len;
+}
+
+// The parallel form (per-block terms, then the scramble chain) equals
+// XXH3-64 on every length class, on the host.
+TEST(CudaHost, ParallelXxh3FormMatchesLibxxhash) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> buf(20000);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  const xxh3::Keys keys = xxh3::MakeKeys();
+  for (uint64_t len = 241; len < buf.size(); len += 1 + rng() % 97) {
+    const std::vector<uint64_t> terms = HostBlockTermsForTest(buf.data(), len);
+    uint64_t acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = xxh3::InitAcc(i);
+    const uint64_t nb = (len - 1) / 1024;
+    for (uint64_t b = 0; b < nb; ++b)
+      for (int i = 0; i < 8; ++i) acc[i] = xxh3::ScrambleOne(acc[i] + terms[8 * b + i], keys.scramble[i]);
+    const int stripes = static_cast<int>(((len - 1) - 1024 * nb) / 64);
+    for (int l = 0; l < 2 * stripes; ++l) {
+      uint32_t w[8];
+      std::memcpy(w, buf.data() + 1024 * nb + 32 * l, 32);
+      uint64_t c[4] = {0, 0, 0, 0};
+      xxh3::QuarterStripeTerms(keys, w, l >> 1, 4 * (l & 1), c);
+      for (int k = 0; k < 4; ++k) acc[4 * (l & 1) + k] += c[k];
+    }
+    for (int i = 0; i < 8; ++i) {
+      uint64_t data, partner;
+      std::memcpy(&data, buf.data() + len - 64 + 8 * i, 8);
+      std::memcpy(&partner, buf.data() + len - 64 + 8 * (i ^ 1), 8);
+      const uint64_t key = data ^ keys.last[i];
+      acc[i] += (key & 0xFFFFFFFFull) * (key >> 32) + partner;
+    }
+    ASSERT_EQ(xxh3::FinishLong(acc, keys, len), XXH3_64bits(buf.data(), len)) << len;
+  }
+}
+
+// Division by multiplication is exact for every frequency and every state
+// the coder can hold (random states plus the edges around multiples).
+TEST(CudaHost, RansReciprocalDivisionIsExact) {
+  std::mt19937 rng(13);
+  for (uint32_t f = 1; f <= (1u << 15); ++f) {
+    const RansDivisor d = MakeRansDivisor(f);
+    const uint32_t probes[] = {0u, 1u, f - 1, f, f + 1, 0xFFFFFFFFu, 0xFFFFFFFFu - f, 0x80000000u,
+                               (0xFFFFFFFFu / f) * f, (0xFFFFFFFFu / f) * f - 1};
+    for (uint32_t x : probes) ASSERT_EQ(RansDivide(x, d), x / f) << "f " << f << " x " << x;
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t x = rng();
+      ASSERT_EQ(RansDivide(x, d), x / f) << "f " << f << " x " << x;
+    }
+  }
 }
 
 TEST(CudaHost, GridParamsMatchCpuQuantizer) {
@@ -312,43 +380,55 @@ std::vector<std::string> GpuPresets() {
 
 // ------------------------------------------------------------ GPU tests
 
-__global__ void HashKernel(const uint8_t* buf, const uint64_t* lens, int n, uint64_t* out_warp,
-                           uint64_t* out_scalar) {
-  const uint8_t secret_bytes[192] = KVSERVE_XXH3_SECRET;
-  __shared__ uint8_t s_secret[192];
-  for (int i = threadIdx.x; i < 192; i += blockDim.x) s_secret[i] = secret_bytes[i];
-  __syncthreads();
-  const xxh3::Secret secret{s_secret};
+__global__ void BlockHashKernel(const uint8_t* buf, const uint64_t* lens, const uint64_t* offsets,
+                                const uint64_t* terms, const uint64_t* term_offsets, uint64_t buf_len, int n,
+                                uint64_t* out_bytes, uint64_t* out_terms) {
+  __shared__ HashSmem hs;
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
-    const uint64_t h = xxh3::WarpHash64(buf + (i % 13), lens[i], secret);
+    const uint8_t* p = buf + offsets[i];
+    const uint64_t h1 = BlockHash64(p, lens[i], buf, buf + buf_len, nullptr, hs);
+    __syncthreads();
+    const uint64_t h2 = BlockHash64(p, lens[i], buf, buf + buf_len, terms + term_offsets[i], hs);
+    __syncthreads();
     if (threadIdx.x == 0) {
-      out_warp[i] = h;
-      out_scalar[i] = xxh3::Hash64(buf + (i % 13), lens[i], secret);
+      out_bytes[i] = h1;
+      out_terms[i] = h2;
     }
   }
 }
 
-TEST(CudaDevice, WarpXxh3MatchesLibxxhash) {
+TEST(CudaDevice, BlockXxh3MatchesLibxxhash) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
-  std::vector<uint8_t> buf(40000);
+  std::vector<uint8_t> buf(70000);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
-  std::vector<uint64_t> lens;
+  std::vector<uint64_t> lens, offsets, term_offsets, terms;
   for (uint64_t l = 0; l < 2600; ++l) lens.push_back(l);
-  for (uint64_t l : {4095, 4096, 4097, 8191, 30000, 39980}) lens.push_back(l);
+  for (uint64_t l : {4095, 4096, 4097, 8191, 30000, 39980, 65537}) lens.push_back(l);
+  for (size_t i = 0; i < lens.size(); ++i) {
+    offsets.push_back(rng() % (buf.size() - lens[i] + 1));  // every alignment
+    const std::vector<uint64_t> t = HostBlockTermsForTest(buf.data() + offsets[i], lens[i]);
+    term_offsets.push_back(terms.size());
+    terms.insert(terms.end(), t.begin(), t.end());
+  }
   DeviceBuffer<> dbuf(buf.size());
-  DeviceBuffer<uint64_t> dlens(8 * lens.size()), dw(8 * lens.size()), ds(8 * lens.size());
+  DeviceBuffer<uint64_t> dlens(8 * lens.size()), doff(8 * lens.size()), dto(8 * lens.size()),
+      dterms(8 * terms.size()), d1(8 * lens.size()), d2(8 * lens.size());
   CUDA_OK(cudaMemcpy(dbuf.ptr, buf.data(), buf.size(), cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dlens.ptr, lens.data(), 8 * lens.size(), cudaMemcpyHostToDevice));
-  HashKernel<<<64, 32>>>(dbuf.ptr, dlens.ptr, static_cast<int>(lens.size()), dw.ptr, ds.ptr);
+  CUDA_OK(cudaMemcpy(doff.ptr, offsets.data(), 8 * lens.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dto.ptr, term_offsets.data(), 8 * lens.size(), cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(dterms.ptr, terms.data(), 8 * terms.size(), cudaMemcpyHostToDevice));
+  KV_LAUNCH(BlockHashKernel, 128, kHashThreads)(dbuf.ptr, dlens.ptr, doff.ptr, dterms.ptr, dto.ptr, buf.size(),
+                                          static_cast<int>(lens.size()), d1.ptr, d2.ptr);
   CUDA_OK(cudaDeviceSynchronize());
-  std::vector<uint64_t> w(lens.size()), s(lens.size());
-  CUDA_OK(cudaMemcpy(w.data(), dw.ptr, 8 * lens.size(), cudaMemcpyDeviceToHost));
-  CUDA_OK(cudaMemcpy(s.data(), ds.ptr, 8 * lens.size(), cudaMemcpyDeviceToHost));
+  std::vector<uint64_t> h1(lens.size()), h2(lens.size());
+  CUDA_OK(cudaMemcpy(h1.data(), d1.ptr, 8 * lens.size(), cudaMemcpyDeviceToHost));
+  CUDA_OK(cudaMemcpy(h2.data(), d2.ptr, 8 * lens.size(), cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < lens.size(); ++i) {
-    const uint64_t ref = XXH3_64bits(buf.data() + (i % 13), lens[i]);
-    ASSERT_EQ(w[i], ref) << "warp, len " << lens[i];
-    ASSERT_EQ(s[i], ref) << "scalar, len " << lens[i];
+    const uint64_t ref = XXH3_64bits(buf.data() + offsets[i], lens[i]);
+    ASSERT_EQ(h1[i], ref) << "from bytes, len " << lens[i] << " offset " << offsets[i];
+    ASSERT_EQ(h2[i], ref) << "from block terms, len " << lens[i] << " offset " << offsets[i];
   }
 }
 
@@ -470,6 +550,88 @@ TEST(CudaDevice, LayerAtATimeEqualsWholeFrame) {
   }
 }
 
+// The byte ranges of each layer's records in a frame (records are in plan
+// order: a layer's records are contiguous), from the record headers.
+std::vector<std::pair<size_t, size_t>> LayerRanges(const std::vector<uint8_t>& frame, size_t header_bytes,
+                                                   int layers) {
+  std::vector<size_t> starts;
+  for (size_t p = header_bytes; p + 20 <= frame.size();) {
+    starts.push_back(p);
+    uint32_t body = 0;
+    std::memcpy(&body, frame.data() + p + 16, 4);
+    p += 24 + body;
+  }
+  const size_t per_layer = starts.size() / layers;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (int l = 0; l < layers; ++l) {
+    const size_t b = starts[l * per_layer];
+    const size_t e = l + 1 < layers ? starts[(l + 1) * per_layer] : frame.size();
+    ranges.emplace_back(b, e);
+  }
+  return ranges;
+}
+
+// DecodeLayer on each layer's records (layers in a random order, one
+// layer's records shuffled) gives the whole-frame decode's values and mask.
+TEST(CudaDevice, DecodeLayerEqualsWholeFrame) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(4);
+  const KvShape shape{3, 2, 333, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 3);
+  for (const char* spec : {"kivi-2", "none", "duo", "kvserve-h2r"}) {
+    SCOPED_TRACE(spec);
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> frame = CpuEncode(p, cache.view(), &scores);
+    const Decoded whole = CpuDecode(frame, shape, DType::kBF16);
+    ASSERT_TRUE(whole.status.ok());
+    auto dec = Decoder::Create(frame);
+    ASSERT_TRUE(dec.ok()) << dec.status().ToString();
+    const auto ranges = LayerRanges(frame, (*dec)->HeaderBytes(), shape.layers);
+    const size_t out_bytes = whole.values.size(), mask_bytes = whole.mask.size();
+    DeviceBuffer<> ws((*dec)->WorkspaceBytes()), out(out_bytes), mask(mask_bytes);
+    CUDA_OK(cudaMemset(out.ptr, 0x5A, out_bytes));
+    CUDA_OK(cudaMemset(mask.ptr, 7, mask_bytes));
+    MutableKvView view{out.ptr, DType::kBF16, shape, KvStrides::Contiguous(shape)};
+    std::vector<int> order(shape.layers);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<std::unique_ptr<DeviceBuffer<>>> keep_alive;
+    for (int l : order) {
+      std::vector<uint8_t> bytes(frame.begin() + ranges[l].first, frame.begin() + ranges[l].second);
+      if (l == order.front()) {  // this layer's records in reverse order
+        std::vector<std::vector<uint8_t>> recs;
+        for (size_t q = 0; q < bytes.size();) {
+          uint32_t body = 0;
+          std::memcpy(&body, bytes.data() + q + 16, 4);
+          recs.emplace_back(bytes.begin() + q, bytes.begin() + q + 24 + body);
+          q += 24 + body;
+        }
+        bytes.clear();
+        for (auto it = recs.rbegin(); it != recs.rend(); ++it) bytes.insert(bytes.end(), it->begin(), it->end());
+      }
+      keep_alive.push_back(std::make_unique<DeviceBuffer<>>(bytes.size()));
+      CUDA_OK(cudaMemcpy(keep_alive.back()->ptr, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+      ASSERT_TRUE((*dec)->DecodeLayer(l, keep_alive.back()->ptr, bytes.size(), view, mask.ptr, ws.ptr, nullptr).ok());
+    }
+    ASSERT_TRUE((*dec)->Check(ws.ptr, nullptr).ok());
+    std::vector<uint8_t> values(out_bytes), m(mask_bytes);
+    CUDA_OK(cudaMemcpy(values.data(), out.ptr, out_bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(m.data(), mask.ptr, mask_bytes, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
+    EXPECT_EQ(m, whole.mask);
+    // A layer's records with a flipped bit are reported at Check.
+    std::vector<uint8_t> bad(frame.begin() + ranges[1].first, frame.begin() + ranges[1].second);
+    bad[bad.size() / 2] ^= 0x10;
+    DeviceBuffer<> dbad(bad.size());
+    CUDA_OK(cudaMemcpy(dbad.ptr, bad.data(), bad.size(), cudaMemcpyHostToDevice));
+    ASSERT_TRUE((*dec)->DecodeLayer(1, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).ok());
+    EXPECT_EQ((*dec)->Check(ws.ptr, nullptr).code(), StatusCode::kCorruption);
+    EXPECT_EQ((*dec)->DecodeLayer(shape.layers, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).code(),
+              StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(4);
@@ -527,13 +689,16 @@ TEST(CudaDevice, NonFiniteInputIsRejected) {
 namespace kvserve::cuda {
 namespace {
 
-template <int E>
+template <int D>
 __global__ void LoadRowsKernel(DeviceView v, int rows, float* out) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int r = warp; r < rows; r += blockDim.x / 32) {
-    float x[E];
-    LoadRow<E>(v, 0, 0, 0, r, x);
-    for (int j = 0; j < E; ++j) out[static_cast<int64_t>(r) * 32 * E + lane * E + j] = x[j];
+  using G = RowGeo<D>;
+  const int warp = threadIdx.x >> 5;
+  for (int r0 = warp * G::kRowsPerWarp; r0 < rows; r0 += (blockDim.x / 32) * G::kRowsPerWarp) {
+    const int r = r0 + G::Sub();
+    float x[kLaneElems];
+    LoadRow<D>(v, 0, 0, 0, r < rows ? r : 0, x);
+    if (r < rows)
+      for (int j = 0; j < kLaneElems; ++j) out[static_cast<int64_t>(r) * D + kLaneElems * G::Part() + j] = x[j];
   }
 }
 
@@ -566,8 +731,8 @@ TEST(CudaDebug, DeviceRowLoadsMatchHost) {
     v.dtype = static_cast<int>(dtype);
     v.elem_bytes = static_cast<int>(DTypeSize(dtype));
     for (int vec = 0; vec < 2; ++vec) {
-      v.vec_ok = vec;
-      LoadRowsKernel<4><<<1, 256>>>(v, 64, out.ptr);
+      v.vec16 = vec;
+      KV_LAUNCH(LoadRowsKernel<128>, 1, 256)(v, 64, out.ptr);
       CUDA_OK(cudaDeviceSynchronize());
       std::vector<float> got(64 * 128);
       CUDA_OK(cudaMemcpy(got.data(), out.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
@@ -606,7 +771,7 @@ TEST(CudaDebug, DeviceGridParamsMatchHost) {
   CUDA_OK(cudaMemcpy(df.ptr, flags.data(), n, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dlo.ptr, lo.data(), 4 * n, cudaMemcpyHostToDevice));
   CUDA_OK(cudaMemcpy(dhi.ptr, hi.data(), 4 * n, cudaMemcpyHostToDevice));
-  GridKernel<<<64, 256>>>(dl.ptr, df.ptr, dlo.ptr, dhi.ptr, n, dout.ptr);
+  KV_LAUNCH(GridKernel, 64, 256)(dl.ptr, df.ptr, dlo.ptr, dhi.ptr, n, dout.ptr);
   CUDA_OK(cudaDeviceSynchronize());
   std::vector<uint32_t> out(3 * n);
   CUDA_OK(cudaMemcpy(out.data(), dout.ptr, 12 * n, cudaMemcpyDeviceToHost));

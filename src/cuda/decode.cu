@@ -1,63 +1,72 @@
 // Copyright kvserve authors. Decode kernels and their launcher.
 //
-// Stream-ordered, for a whole frame in device memory:
-//   1. LocateScanKernel       every 4-byte-aligned word: candidate record
-//                             headers that name a plan slot -> slot offset
-//                             (a second candidate for a slot flags ambiguity)
-//   2. LocateChainKernel      the candidates must chain from the header to
-//                             the end of the frame in plan order
-//   3. LocateSequentialKernel only if 1-2 failed (records out of plan order,
-//                             an ambiguous candidate, or corruption): the
-//                             reference walk, one thread
-//   4. ParseKernel            warp per record: XXH3 checksum, body layout
-//                             against the plan, segment offsets
-//   5. RansDecodeKernel       (rans) warp per segment: ballot + prefix
-//                             popcount gives each lane its word
-//   6. DecodeTilesKernel      block per tile: codes (bit-unpacked straight
-//                             from the frame for pack) -> dequantise ->
-//                             inverse transform -> dtype -> output view
-//   7. RawDecodeKernel        raw records' bytes -> output view
+// Stream-ordered, for the records of a plan range (a whole frame, or the
+// records of one layer as they arrive) in device memory:
+//   1. locate             pack: LocateStaticKernel checks every record at its
+//                         static offset; rans: LocateScanKernel (candidate
+//                         record headers at every byte) + LocateChainKernel
+//                         (they must chain in plan order)
+//   2. LocateSequential   only if 1 failed (records out of plan order, or
+//                         corruption): the reference walk, one thread
+//   3. RecordKernel       block per record: body layout against the plan,
+//                         segment offsets, and the XXH3 checksum (pack raw
+//                         records: step 6)
+//   4. (rans) RansDecode  warp per segment -> workspace symbols
+//   5. DecodeRawSpans     raw spans: bytes -> output (pack: through 1 KiB
+//                         shared-memory windows, cp.async, that also yield
+//                         the XXH3 block terms)
+//      DecodeTiles        persistent blocks, a pipeline over their tiles' row
+//                         blocks: the next block's codes and params are
+//                         copied into shared memory (cp.async) while this one
+//                         is dequantised, inverse-transformed and stored
+//   6. RawChainKernel     (pack) raw records' checksums from the block terms
 // Kernels after a recorded error return at once, so a corrupt frame never
-// drives reads outside the frame.
+// drives reads outside its bytes. Coded records are verified before they are
+// decoded; a raw record of a pack frame is copied while it is hashed, so on
+// a checksum error its output rows hold the corrupt bytes (Check reports
+// Corruption; the output is unspecified then, as for every error).
+#include "cuda/bytes.cuh"
 #include "cuda/common.cuh"
 #include "cuda/grid.cuh"
 #include "cuda/kernels.h"
+#include "cuda/launch_args.cuh"
+#include "cuda/record_hash.cuh"
 #include "cuda/rows.cuh"
-#include "cuda/xxh3.cuh"
 
 namespace kvserve::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kParseWarps = 4;
-constexpr int kRansWarps = 4;
-constexpr uint64_t kNoRecord = ~uint64_t{0};
+constexpr int kThreads = 32 * kBlockWarps;
+constexpr int kParamStage = 2048;
+constexpr int kCodeStage = 4096 + 32;     // a row block's codes (512 * bits bytes) or symbols (4096)
+constexpr int kWindowSmem = 1088;
+constexpr int kWarpWindows = kSpanWindows / kBlockWarps;
+constexpr int kTileBlocksPerSm = 3;
 
-__device__ const uint8_t kSecretBytes[192] = KVSERVE_XXH3_SECRET;
+// One pipeline stage: a job's codes (or rANS symbols) and parameters, as
+// the aligned 16-byte chunks covering them (read at the recorded offsets).
+struct DecStage {
+  uint32_t codes[kCodeStage / 4];
+  uint32_t scales[(kParamStage + 32) / 4];
+  uint32_t zeros[(kParamStage + 32) / 4];
+};
+constexpr int kMaxJobGroups = kParamStage / 2;  // f16 params a stage holds
 
-struct DecArgs {
-  FrameConsts c;
-  DeviceTables t;
-  DeviceView out;
-  const uint8_t* frame;
-  uint64_t frame_bytes;
-  uint64_t header_bytes;
-  uint8_t* ws;
-  WorkspaceLayout L;
-  int64_t R;
-  int64_t S;
-  uint8_t* keep;
-  int table_cap_bits;
+template <int D>
+struct DecTileSmem {
+  DecStage stage[2];
+  // The current job's parameters as f32, checked once each (prepared from
+  // the stage after its copies landed).
+  __align__(16) float scale[kMaxJobGroups];
+  __align__(16) float zero[kMaxJobGroups];
+};
+struct DecRawSmem {
+  uint32_t win[kBlockWarps][kWarpWindows][kWindowSmem / 4];
 };
 
-KV_DEV uint32_t* ErrorBlock(const DecArgs& a) { return reinterpret_cast<uint32_t*>(a.ws + a.L.error); }
-KV_DEV bool Failed(const DecArgs& a) {
-  return *reinterpret_cast<volatile uint32_t*>(a.ws + a.L.error) != 0;
-}
-KV_DEV uint64_t* RecOff(const DecArgs& a) { return reinterpret_cast<uint64_t*>(a.ws + a.L.rec_off); }
-KV_DEV uint64_t* RecAux(const DecArgs& a) { return reinterpret_cast<uint64_t*>(a.ws + a.L.rec_aux); }
-KV_DEV uint64_t* SegOff(const DecArgs& a) { return reinterpret_cast<uint64_t*>(a.ws + a.L.seg_off); }
-KV_DEV uint32_t* SegLen(const DecArgs& a) { return reinterpret_cast<uint32_t*>(a.ws + a.L.seg_len); }
+
+KV_DEV uint32_t* Err(const DecArgs& a) { return ErrorBlock(a.ws, a.L); }
+KV_DEV bool Failed(const DecArgs& a) { return Failed(a.ws, a.L); }
 
 // SlotIndex (src/pipeline/frame_format.cc) on the device; -1 if none.
 KV_DEV int64_t SlotIndex(const FrameConsts& c, uint32_t layer, uint32_t kind, uint32_t type,
@@ -78,445 +87,612 @@ KV_DEV int64_t SlotIndex(const FrameConsts& c, uint32_t layer, uint32_t kind, ui
   return index + nc + off / chunk;
 }
 
-// The slot a record header at `p` names, or -1; checks it fits the frame.
+// The slot (of the range) a record header at `p` names, or -1; checks that
+// the record fits the bytes.
 KV_DEV int64_t MatchHeader(const DecArgs& a, uint64_t p) {
-  if (p + 24 > a.frame_bytes) return -1;
-  const uint8_t* h = a.frame + p;
+  if (p < a.records_start || p + 24 > a.bytes_len) return -1;
+  const uint8_t* h = a.bytes + p;
   if ((h[0] != 1 && h[0] != 2) || h[1] > 1 || h[2] != 0 || h[3] != 0) return -1;
   const int64_t idx = SlotIndex(a.c, GetU32(h + 4), h[1], h[0], GetU32(h + 8));
-  if (idx < 0) return -1;
+  if (idx < a.rb || idx >= a.re) return -1;
   if (GetU32(h + 12) != static_cast<uint32_t>(a.t.records[idx].tokens)) return -1;
-  if (p + 24 + GetU32(h + 16) > a.frame_bytes) return -1;
+  if (p + 24 + GetU32(h + 16) > a.bytes_len) return -1;
   return idx;
 }
 
+// Pack frames: every record where the plan puts it.
+__global__ void LocateStaticKernel(DecArgs a) {
+  const int64_t r = a.rb + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= a.re) return;
+  const RecordDesc rec = a.t.records[r];
+  const int64_t p = static_cast<int64_t>(rec.static_offset) - a.static_base;
+  bool ok = p >= 0 && MatchHeader(a, static_cast<uint64_t>(p)) == r &&
+            GetU32(a.bytes + p + 16) == rec.static_len - 24 && (r != a.rb || static_cast<uint64_t>(p) == a.records_start) &&
+            (r != a.re - 1 || static_cast<uint64_t>(p) + rec.static_len == a.bytes_len);
+  RecOff(a.ws, a.L)[r] = ok ? static_cast<uint64_t>(p) : kNoRecord;
+  if (!ok) atomicOr(&Err(a)[kErrFlags], 2u);
+}
+
 __global__ void LocateScanKernel(DecArgs a) {
-  const uint32_t* words = reinterpret_cast<const uint32_t*>(a.frame);
-  const uint64_t nwords = a.frame_bytes / 4;
+  const uint64_t nwords = a.bytes_len / 4;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i <= nwords;
        i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const uint64_t p0 = 4 * i;
-    uint32_t w0 = 0, w1 = 0;
-    if (p0 + 8 <= a.frame_bytes) {
-      w0 = words[i];
-      w1 = words[i + 1];
-    } else {
-      for (int k = 0; k < 8; ++k)
-        if (p0 + k < a.frame_bytes) {
-          const uint32_t byte = a.frame[p0 + k];
-          if (k < 4) w0 |= byte << (8 * k); else w1 |= byte << (8 * (k - 4));
-        }
-    }
+    uint32_t w[2];
+    LoadUnaligned<2>(a.bytes + p0, a.bytes, a.bytes + a.bytes_len, w);
     for (int j = 0; j < 4; ++j) {
       const uint64_t p = p0 + j;
-      if (p < a.header_bytes) continue;
-      const uint32_t x = __funnelshift_r(w0, w1, 8 * j);
+      if (p < a.records_start) continue;
+      const uint32_t x = __funnelshift_r(w[0], w[1], 8 * j);
       const uint32_t type = x & 3u;
       if ((x & 0xFFFFFEFCu) != 0 || type == 0 || type == 3) continue;
       const int64_t idx = MatchHeader(a, p);
       if (idx < 0) continue;
-      const unsigned long long prev = atomicCAS(reinterpret_cast<unsigned long long*>(&RecOff(a)[idx]),
+      const unsigned long long prev = atomicCAS(reinterpret_cast<unsigned long long*>(&RecOff(a.ws, a.L)[idx]),
                                                 static_cast<unsigned long long>(kNoRecord),
                                                 static_cast<unsigned long long>(p));
-      if (prev != kNoRecord) atomicOr(&ErrorBlock(a)[kErrFlags], 1u);
+      if (prev != kNoRecord) atomicOr(&Err(a)[kErrFlags], 1u);
     }
   }
 }
 
 __global__ void LocateChainKernel(DecArgs a) {
-  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (r >= a.R) return;
-  const uint64_t* off = RecOff(a);
+  const int64_t r = a.rb + blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (r >= a.re) return;
+  const uint64_t* off = RecOff(a.ws, a.L);
   const uint64_t p = off[r];
-  bool ok = p != kNoRecord && (r != 0 || p == a.header_bytes);
+  bool ok = p != kNoRecord && (r != a.rb || p == a.records_start);
   if (ok) {
-    const uint64_t end = p + 24 + GetU32(a.frame + p + 16);
-    const uint64_t next = r + 1 < a.R ? off[r + 1] : a.frame_bytes;
+    const uint64_t end = p + 24 + GetU32(a.bytes + p + 16);
+    const uint64_t next = r + 1 < a.re ? off[r + 1] : a.bytes_len;
     ok = end == next;
   }
-  if (!ok) atomicOr(&ErrorBlock(a)[kErrFlags], 2u);
+  if (!ok) atomicOr(&Err(a)[kErrFlags], 2u);
 }
 
 // The reference walk (src/pipeline/decoder.cc): records in any order.
 __global__ void LocateSequentialKernel(DecArgs a) {
-  uint32_t* err = ErrorBlock(a);
+  uint32_t* err = Err(a);
   if (err[kErrFlags] == 0) return;
-  uint64_t* off = RecOff(a);
-  for (int64_t r = 0; r < a.R; ++r) off[r] = kNoRecord;
-  uint64_t p = a.header_bytes;
-  for (int64_t i = 0; i < a.R; ++i) {
+  uint64_t* off = RecOff(a.ws, a.L);
+  for (int64_t r = a.rb; r < a.re; ++r) off[r] = kNoRecord;
+  uint64_t p = a.records_start;
+  for (int64_t i = a.rb; i < a.re; ++i) {
     const int64_t idx = MatchHeader(a, p);
     if (idx < 0 || off[idx] != kNoRecord) {
       RecordError(err, kDevCorrupt, static_cast<uint32_t>(i), kCorLocate);
       return;
     }
     off[idx] = p;
-    p += 24 + GetU32(a.frame + p + 16);
+    p += 24 + GetU32(a.bytes + p + 16);
   }
-  if (p != a.frame_bytes) RecordError(err, kDevCorrupt, static_cast<uint32_t>(a.R), kCorTrailing);
+  if (p != a.bytes_len) RecordError(err, kDevCorrupt, static_cast<uint32_t>(a.re), kCorTrailing);
 }
 
-__global__ void __launch_bounds__(32 * kParseWarps) ParseKernel(DecArgs a) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kParseWarps + warp;
-  if (r >= a.R || Failed(a)) return;
-  uint32_t* err = ErrorBlock(a);
-  const RecordDesc rec = a.t.records[r];
-  const uint64_t p = RecOff(a)[r];
-  const uint8_t* rp = a.frame + p;
-  const uint64_t total = 20 + static_cast<uint64_t>(GetU32(rp + 16));
-  const xxh3::Secret secret{kSecretBytes};
-  const uint64_t hash = xxh3::WarpHash64(rp, total, secret);
-  if (static_cast<uint32_t>(hash) != GetU32(rp + total)) {
-    if (lane == 0) RecordError(err, kDevCorrupt, static_cast<uint32_t>(r), kCorChecksum);
-    return;
-  }
-  uint64_t side_pos = 0;
-  uint32_t bad = 0;
-  if (lane == 0) {
-    uint64_t q = p + 20;
-    const uint64_t end = p + total;
-    uint64_t* seg_off = SegOff(a);
-    uint32_t* seg_len = SegLen(a);
-    auto segment = [&](int64_t s) -> uint32_t {
-      const SegmentDesc seg = a.t.segments[s];
-      if (q + 10 > end) return kCorSegment;
-      const uint8_t* h = a.frame + q;
-      const uint32_t levels = GetU16(h), count = GetU32(h + 2), len = GetU32(h + 6);
-      if (levels != static_cast<uint32_t>(seg.levels) || count != static_cast<uint32_t>(seg.count))
-        return kCorSegment;
-      if (q + 10 + len > end) return kCorSegment;
-      if (a.c.codec == 0) {
-        if (len != seg.packed_bytes) return kCorPacked;
-        const uint64_t used_bits = seg.count * seg.bits - 8 * (seg.packed_bytes - 1);
-        if (len > 0 && used_bits < 8 && (h[10 + len - 1] >> used_bits) != 0) return kCorPacked;
-      }
-      seg_off[s] = q + 10;
-      seg_len[s] = len;
-      q += 10 + len;
-      return 0;
-    };
-    if (rec.type == 2) {
-      bad = segment(rec.first_segment);
-    } else {
-      uint64_t params_pos = 0;
-      if (q + 4 > end || GetU32(a.frame + q) != rec.side_bytes) bad = kCorSide;
-      if (!bad) {
-        side_pos = q + 4;
-        q += 4 + rec.side_bytes;
-        if (q + 4 > end || GetU32(a.frame + q) != rec.params_bytes) bad = kCorParams;
-      }
-      if (!bad) {
-        params_pos = q + 4;
-        q += 4 + rec.params_bytes;
-        if (q + 2 > end || GetU16(a.frame + q) != rec.num_segments) bad = kCorSegment;
-        q += 2;
-      }
-      for (int k = 0; k < rec.num_segments && !bad; ++k) bad = segment(rec.first_segment + k);
-      RecAux(a)[2 * r] = side_pos;
-      RecAux(a)[2 * r + 1] = params_pos;
+// Record `r` at `p`: its body layout against the plan (writes segment
+// offsets and lengths, side and params positions). Returns 0 or the
+// corruption detail. One thread.
+KV_DEV uint32_t ParseRecord(const DecArgs& a, int64_t r, const RecordDesc& rec, uint64_t p, uint64_t total) {
+  uint64_t q = p + 20;
+  const uint64_t end = p + total;
+  uint64_t* seg_off = SegOff(a.ws, a.L);
+  uint32_t* seg_len = SegLen(a.ws, a.L);
+  auto segment = [&](int64_t s) -> uint32_t {
+    const SegmentDesc seg = a.t.segments[s];
+    if (q + 10 > end) return kCorSegment;
+    const uint8_t* h = a.bytes + q;
+    const uint32_t levels = GetU16(h), count = GetU32(h + 2), len = GetU32(h + 6);
+    if (levels != static_cast<uint32_t>(seg.levels) || count != static_cast<uint32_t>(seg.count)) return kCorSegment;
+    if (q + 10 + len > end) return kCorSegment;
+    if (a.c.codec == 0) {
+      if (len != seg.packed_bytes) return kCorPacked;
+      const uint64_t used_bits = seg.count * seg.bits - 8 * (seg.packed_bytes - 1);
+      if (len > 0 && used_bits < 8 && (h[10 + len - 1] >> used_bits) != 0) return kCorPacked;
     }
-    if (!bad && q != end) bad = kCorTrailing;
+    seg_off[s] = q + 10;
+    seg_len[s] = len;
+    q += 10 + len;
+    return 0;
+  };
+  uint32_t bad = 0;
+  if (rec.type == 2) {
+    bad = segment(rec.first_segment);
+  } else {
+    uint64_t side_pos = 0, params_pos = 0;
+    if (q + 4 > end || GetU32(a.bytes + q) != rec.side_bytes) bad = kCorSide;
+    if (!bad) {
+      side_pos = q + 4;
+      q += 4 + rec.side_bytes;
+      if (q + 4 > end || GetU32(a.bytes + q) != rec.params_bytes) bad = kCorParams;
+    }
+    if (!bad) {
+      params_pos = q + 4;
+      q += 4 + rec.params_bytes;
+      if (q + 2 > end || GetU16(a.bytes + q) != rec.num_segments) bad = kCorSegment;
+      q += 2;
+    }
+    for (int k = 0; k < rec.num_segments && !bad; ++k) bad = segment(rec.first_segment + k);
+    RecAux(a.ws, a.L)[2 * r] = side_pos;
+    RecAux(a.ws, a.L)[2 * r + 1] = params_pos;
   }
-  bad = __shfl_sync(0xffffffffu, bad, 0);
-  side_pos = __shfl_sync(0xffffffffu, side_pos, 0);
+  if (!bad && q != end) bad = kCorTrailing;
+  return bad;
+}
+
+__global__ void __launch_bounds__(kHashThreads) RecordKernel(DecArgs a) {
+  __shared__ HashSmem hs;
+  __shared__ uint32_t s_bad;
+  const int64_t r = a.rb + blockIdx.x;
+  if (Failed(a)) return;
+  uint32_t* err = Err(a);
+  const RecordDesc rec = a.t.records[r];
+  const uint64_t p = RecOff(a.ws, a.L)[r];
+  const uint64_t total = 20 + static_cast<uint64_t>(GetU32(a.bytes + p + 16));
+  if (threadIdx.x == 0) s_bad = ParseRecord(a, r, rec, p, total);
+  __syncthreads();
+  const uint32_t bad = s_bad;
   if (bad) {
-    if (lane == 0) RecordError(err, kDevCorrupt, static_cast<uint32_t>(r), bad);
+    if (threadIdx.x == 0) RecordError(err, kDevCorrupt, static_cast<uint32_t>(r), bad);
     return;
   }
   if (rec.type == 1 && rec.side_bytes > 0) {  // affine side values
+    const uint64_t side_pos = RecAux(a.ws, a.L)[2 * r];
     const uint32_t n = rec.side_bytes / 8;
     bool ok = true;
-    for (uint32_t i = lane; i < n; i += 32) {
-      const float shift = BitsFloat(GetU32(a.frame + side_pos + 4 * i));
-      const float scale = BitsFloat(GetU32(a.frame + side_pos + 4 * (n + i)));
+    for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+      const float shift = BitsFloat(GetU32(a.bytes + side_pos + 4 * i));
+      const float scale = BitsFloat(GetU32(a.bytes + side_pos + 4 * (n + i)));
       ok = ok && IsFiniteF(shift) && IsFiniteF(scale) && scale > 0.0f;
     }
-    if (!__all_sync(0xffffffffu, ok) && lane == 0)
-      RecordError(err, kDevCorrupt, static_cast<uint32_t>(r), kCorSide);
+    if (!ok) RecordError(err, kDevCorrupt, static_cast<uint32_t>(r), kCorSide);
   }
+  if (a.static_sizes && rec.type == 2) return;  // hashed while it is copied (RawChainKernel)
+  const uint64_t hash = BlockHash64(a.bytes + p, total, a.bytes, a.bytes + a.bytes_len, nullptr, hs);
+  if (threadIdx.x == 0 && static_cast<uint32_t>(hash) != GetU32(a.bytes + p + total))
+    RecordError(err, kDevCorrupt, static_cast<uint32_t>(r), kCorChecksum);
 }
 
-KV_DEV int FindSymbol(const uint32_t* cum, int levels, uint32_t slot) {
-  int lo = 0, hi = levels - 1;  // last s with cum[s] <= slot
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (cum[mid] <= slot) lo = mid; else hi = mid - 1;
-  }
-  return lo;
+// Pack raw records: the checksum from the block terms the raw spans wrote.
+__global__ void __launch_bounds__(kHashThreads) RawChainKernel(DecArgs a, int64_t raw_begin) {
+  __shared__ HashSmem hs;
+  if (Failed(a)) return;
+  const int64_t r = a.t.raw_records[raw_begin + blockIdx.x];
+  const RecordDesc rec = a.t.records[r];
+  const uint64_t p = RecOff(a.ws, a.L)[r];
+  const uint64_t len = 30 + a.t.segments[rec.first_segment].count;
+  const uint64_t* sums = reinterpret_cast<const uint64_t*>(a.ws + a.L.hash_sums + rec.hash_ws);
+  const uint64_t hash = BlockHash64(a.bytes + p, len, a.bytes, a.bytes + a.bytes_len, sums, hs);
+  if (threadIdx.x == 0 && static_cast<uint32_t>(hash) != GetU32(a.bytes + p + len))
+    RecordError(Err(a), kDevCorrupt, static_cast<uint32_t>(r), kCorChecksum);
 }
 
-__global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a) {
-  extern __shared__ uint8_t smem[];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t si = static_cast<int64_t>(blockIdx.x) * kRansWarps + warp;
-  if (si >= a.S || Failed(a)) return;
-  uint32_t* err = ErrorBlock(a);
-  const uint32_t cap = 1u << a.table_cap_bits;
-  uint8_t* table = smem + static_cast<size_t>(warp) * (cap + 2048);
-  uint32_t* freq = reinterpret_cast<uint32_t*>(table + cap);
-  uint32_t* cum = freq + 256;
-  const SegmentDesc seg = a.t.segments[si];
-  const uint8_t* in = a.frame + SegOff(a)[si];
-  const uint32_t len = SegLen(a)[si];
-  uint8_t* out = a.ws + a.L.symbols + seg.sym_ws;
-  const uint64_t count = seg.count;
-  const int levels = seg.levels, b = seg.bits;
-  auto fail = [&](uint32_t detail) {
-    if (lane == 0) RecordError(err, kDevCorrupt, static_cast<uint32_t>(seg.record), detail);
-  };
-  if (len < 1) return fail(kCorRansHeader);
-  const uint8_t mode = in[0];
-  if (mode == 1) {
-    if (len != 1 + seg.packed_bytes) return fail(kCorPacked);
-    const uint64_t used_bits = count * b - 8 * (seg.packed_bytes - 1);
-    if (seg.packed_bytes > 0 && used_bits < 8 && (in[len - 1] >> used_bits) != 0)
-      return fail(kCorPacked);
-    bool ok = true;
-    for (uint64_t i = lane; i < count; i += 32) {
-      const uint64_t bit = i * b;
-      const uint8_t* q = in + 1 + (bit >> 3);
-      uint32_t v = q[0];
-      if ((bit & 7) + b > 8) v |= static_cast<uint32_t>(q[1]) << 8;
-      v = (v >> (bit & 7)) & ((1u << b) - 1u);
-      ok = ok && v < static_cast<uint32_t>(levels);
-      out[i] = static_cast<uint8_t>(v);
-    }
-    if (!__all_sync(0xffffffffu, ok)) fail(kCorCode);
-    return;
-  }
-  if (mode != 0 || count == 0) return fail(kCorRansHeader);
-  uint32_t header_end = 0, n = 0, hdr_bad = 0;
-  if (lane == 0) {
-    uint32_t q = 1;
-    if (len < 3 || in[1] + 1 != levels || in[2] < 8 || in[2] > 15) {
-      hdr_bad = 1;
-    } else {
-      n = in[2];
-      q = 3;
-      const uint32_t M = 1u << n;
-      uint32_t sum = 0;
-      for (int s = 0; s < levels && !hdr_bad; ++s) {
-        uint32_t v = 0;
-        bool done = false;
-        for (int shift = 0; shift < 21 && !done; shift += 7) {
-          if (q >= len) { hdr_bad = 1; break; }
-          const uint8_t byte = in[q++];
-          v |= static_cast<uint32_t>(byte & 0x7f) << shift;
-          if ((byte & 0x80) == 0) {
-            if (byte == 0 && shift > 0) hdr_bad = 1;
-            if (v > M) hdr_bad = 1;
-            done = true;
-          }
-        }
-        if (!done) hdr_bad = 1;
-        freq[s] = v;
-        sum += v;
-        if (sum > M) hdr_bad = 1;
-      }
-      if (!hdr_bad && sum != M) hdr_bad = 1;
-      uint32_t c = 0;
-      for (int s = 0; s < levels; ++s) {
-        cum[s] = c;
-        c += freq[s];
-      }
-    }
-    header_end = q;
-  }
-  hdr_bad = __shfl_sync(0xffffffffu, hdr_bad, 0);
-  if (hdr_bad) return fail(kCorRansHeader);
-  header_end = __shfl_sync(0xffffffffu, header_end, 0);
-  n = __shfl_sync(0xffffffffu, n, 0);
-  __syncwarp();
-  const uint32_t M = 1u << n;
-  const int K = count < 32 ? static_cast<int>(count) : 32;
-  if (header_end + 4u * K > len) return fail(kCorRansHeader);
-  if ((len - header_end - 4u * K) % 2 != 0) return fail(kCorRansStream);
-  uint32_t x = lane < K ? GetU32(in + header_end + 4 * lane) : (1u << 16);
-  if (!__all_sync(0xffffffffu, x >= (1u << 16))) return fail(kCorRansHeader);
-  const bool use_table = n <= static_cast<uint32_t>(a.table_cap_bits);
-  if (use_table) {
-    for (uint32_t j = lane; j < M; j += 32) table[j] = static_cast<uint8_t>(FindSymbol(cum, levels, j));
-    __syncwarp();
-  }
-  uint64_t wp = header_end + 4u * K;
-  const uint64_t wend = len;
-  const uint32_t lt_mask = (1u << lane) - 1u;
-  const uint64_t steps = (count + 31) / 32;
-  for (uint64_t step = 0; step < steps; ++step) {
-    const uint64_t i = step * 32 + lane;
-    const bool active = i < count;
-    bool need = false;
-    if (active) {
-      const uint32_t slot = x & (M - 1);
-      const int s = use_table ? table[slot] : FindSymbol(cum, levels, slot);
-      x = freq[s] * (x >> n) + slot - cum[s];
-      out[i] = static_cast<uint8_t>(s);
-      need = x < (1u << 16);
-    }
-    const uint32_t mask = __ballot_sync(0xffffffffu, need);
-    bool overrun = false;
-    if (need) {
-      const uint64_t o = wp + 2 * __popc(mask & lt_mask);
-      if (o + 2 > wend) {
-        overrun = true;
-      } else {
-        x = (x << 16) | GetU16(in + o);
-      }
-    }
-    if (__any_sync(0xffffffffu, overrun)) return fail(kCorRansStream);
-    wp += 2 * __popc(mask);
-  }
-  const bool final_ok = lane >= K || x == (1u << 16);
-  if (wp != wend || !__all_sync(0xffffffffu, final_ok)) fail(kCorRansStream);
-}
-
-KV_DEV float ReadParam(const uint8_t* p, bool f32) {
+KV_DEV float ReadParamGlobal(const uint8_t* p, bool f32) {
   return f32 ? BitsFloat(GetU32(p)) : HalfBitsToFloat(static_cast<uint16_t>(GetU16(p)));
 }
+// Parameter `index` of a staged parameter range whose first byte is at
+// byte `off` of the stage.
+KV_DEV float ReadParamStaged(const uint32_t* stage, uint32_t off, int index, bool f32) {
+  return f32 ? BitsFloat(WordAt(stage, off + 4 * index))
+             : HalfBitsToFloat(static_cast<uint16_t>(WordAt(stage, off + 2 * index)));
+}
 
-// Dequantised values of this lane's channels of row t_run of `run`.
-template <int E>
-KV_DEV void DequantRow(const DecArgs& a, const RunDesc& run, int t_run, float y[E]) {
-  constexpr int D = 32 * E;
-  const int lane = threadIdx.x & 31;
+KV_DEV void KeepMask(const DecArgs& a, int layer, int kind, int head, int token, uint8_t v) {
+  if (a.keep != nullptr)
+    a.keep[((static_cast<int64_t>(layer) * 2 + kind) * a.c.kv_heads + head) * a.c.tokens + token] = v;
+}
+
+// Dequantised values of this lane's channels of row t_run of `run`, read
+// straight from global memory (the anchor rows of delta).
+template <int D>
+KV_DEV void DequantRowGlobal(const DecArgs& a, const RunDesc& run, int t_run, float y[kLaneElems]) {
+  const int part = RowGeo<D>::Part();
   if (run.levels == 0) {
 #pragma unroll
-    for (int j = 0; j < E; ++j) y[j] = 0.0f;
+    for (int j = 0; j < kLaneElems; ++j) y[j] = 0.0f;
     return;
   }
-  uint32_t codes[E];
+  uint32_t codes[kLaneElems];
   const SegmentDesc seg = a.t.segments[run.segment];
   if (a.c.codec == 0) {
-    const uint8_t* coded = a.frame + SegOff(a)[run.segment];
-    UnpackLane<E>(coded, (static_cast<uint64_t>(t_run) * D + lane * E) * run.bits, run.bits, codes);
+    const uint8_t* coded = a.bytes + SegOff(a.ws, a.L)[run.segment];
+    uint32_t w[8];
+    LoadUnaligned<8>(coded + static_cast<int64_t>(t_run) * D * run.bits / 8 + 2 * run.bits * part, a.bytes,
+                     a.bytes + a.bytes_len, w);
+    UnpackLane(w, 0, run.bits, codes);
   } else {
-    const uint8_t* p = a.ws + a.L.symbols + seg.sym_ws + static_cast<int64_t>(t_run) * D + lane * E;
+    const uint4 s = *reinterpret_cast<const uint4*>(a.ws + a.L.symbols + seg.sym_ws +
+                                                    static_cast<int64_t>(t_run) * D + kLaneElems * part);
+    const uint32_t w[4] = {s.x, s.y, s.z, s.w};
 #pragma unroll
-    for (int j = 0; j < E; ++j) codes[j] = p[j];
+    for (int j = 0; j < kLaneElems; ++j) codes[j] = (w[j / 4] >> (8 * (j & 3))) & 0xFFu;
   }
   const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
   const int ssz = f32 ? 4 : 2;
-  const uint8_t* scales = a.frame + RecAux(a)[2 * run.record + 1] + run.params_rel;
+  const uint8_t* scales = a.bytes + RecAux(a.ws, a.L)[2 * run.record + 1] + run.params_rel;
   const uint8_t* zeros = scales + static_cast<int64_t>(run.ngroups) * ssz;
   const float h = FMul(static_cast<float>(run.levels - 1), 0.5f);
   bool ok = true;
 #pragma unroll
-  for (int j = 0; j < E; ++j) {
-    const int d = lane * E + j;
-    const int64_t gi = run.axis == 0
-                           ? static_cast<int64_t>(t_run) * (D / run.group) + d / run.group
-                           : static_cast<int64_t>(t_run / run.group) * D + d;
-    const float scale = ReadParam(scales + gi * ssz, f32);
-    const float zero = sym ? 0.0f : ReadParam(zeros + gi * ssz, f32);
+  for (int j = 0; j < kLaneElems; ++j) {
+    const int d = kLaneElems * part + j;
+    const int64_t gi = run.axis == 0 ? static_cast<int64_t>(t_run) * (D / run.group) + d / run.group
+                                     : static_cast<int64_t>(t_run / run.group) * D + d;
+    const float scale = ReadParamGlobal(scales + gi * ssz, f32);
+    const float zero = sym ? 0.0f : ReadParamGlobal(zeros + gi * ssz, f32);
     ok = ok && codes[j] < static_cast<uint32_t>(run.levels) && IsFiniteF(scale) && !(scale < 0.0f) &&
          IsFiniteF(zero);
     y[j] = DecodeValue(codes[j], scale, zero, h, sym);
   }
-  if (!ok) RecordError(ErrorBlock(a), kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
+  if (!ok) RecordError(Err(a), kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
 }
 
-template <int E>
-__global__ void __launch_bounds__(256) DecodeTilesKernel(DecArgs a) {
-  constexpr int D = 32 * E;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (Failed(a)) return;
-  const TileDesc tile = a.t.tiles[blockIdx.x];
-  const RunDesc run = a.t.runs[tile.run];
+// The staged inputs of a job and where they start in their buffers.
+struct StageOffsets {
+  uint32_t codes, scales, zeros;
+};
+
+// Tile geometry shared by the prefetch and the decode of a job.
+template <int D>
+struct DecJobGeo {
+  TileDesc tile;
+  RunDesc run;
+  int rows, r0, nrows, row_bytes, ssz, gpr;
+  bool stage_params;  // token axis: this row block's params fit a stage
+  KV_DEV DecJobGeo(const DecArgs& a, int64_t ti, int it) {
+    constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+    tile = a.t.tiles[ti];
+    run = a.t.runs[tile.run];
+    rows = tile.row_end - tile.row_begin;
+    r0 = it * RPB;
+    nrows = rows - r0 < RPB ? rows - r0 : RPB;
+    row_bytes = a.c.codec == 0 ? D * run.bits / 8 : D;
+    ssz = a.c.scale_f32 != 0 ? 4 : 2;
+    gpr = run.axis == 0 ? D / run.group : 0;
+    stage_params = run.axis == 0 ? RPB * gpr * ssz <= kParamStage : true;
+  }
+  KV_DEV const uint8_t* Codes(const DecArgs& a) const {
+    return a.c.codec == 0 ? a.bytes + SegOff(a.ws, a.L)[run.segment]
+                          : a.ws + a.L.symbols + a.t.segments[run.segment].sym_ws;
+  }
+  KV_DEV const uint8_t* Scales(const DecArgs& a) const {
+    return a.bytes + RecAux(a.ws, a.L)[2 * run.record + 1] + run.params_rel;
+  }
+  // First parameter index of this job: token axis, its rows' groups;
+  // channel axis, the tile's token group.
+  KV_DEV int64_t FirstGroup() const {
+    return run.axis == 0 ? static_cast<int64_t>(tile.row_begin + r0) * gpr
+                         : static_cast<int64_t>(tile.row_begin / run.group) * D;
+  }
+  KV_DEV int Groups() const { return run.axis == 0 ? nrows * gpr : D; }
+};
+
+template <int D>
+KV_DEV int DecTileJobs(const DecArgs& a, int64_t ti) {
+  constexpr int RPB = RowGeo<D>::kRowsPerBlock;
+  const TileDesc tile = a.t.tiles[ti];
+  return (tile.row_end - tile.row_begin + RPB - 1) / RPB;
+}
+
+// Issues the async copies of job (ti, it)'s codes and parameters.
+template <int D>
+KV_DEV StageOffsets PrefetchDecJob(const DecArgs& a, int64_t ti, int it, DecStage& st) {
+  const DecJobGeo<D> g(a, ti, it);
+  StageOffsets off{0, 0, 0};
+  if (g.run.levels == 0) return off;
+  const uint8_t* lo = a.c.codec == 0 ? a.bytes : a.ws;
+  const uint8_t* hi = a.c.codec == 0 ? a.bytes + a.bytes_len : a.ws + a.L.total;
+  off.codes = StageAsync(st.codes, g.Codes(a) + static_cast<int64_t>(g.tile.row_begin + g.r0) * g.row_bytes,
+                         g.nrows * g.row_bytes, lo, hi, threadIdx.x, kThreads);
+  if (g.stage_params) {
+    const uint8_t* scales = g.Scales(a);
+    const int64_t g0 = g.FirstGroup();
+    const uint32_t n = static_cast<uint32_t>(g.Groups() * g.ssz);
+    const uint8_t* plo = a.bytes;
+    const uint8_t* phi = a.bytes + a.bytes_len;
+    off.scales = StageAsync(st.scales, scales + g0 * g.ssz, n, plo, phi, threadIdx.x, kThreads);
+    if (a.c.symmetric == 0)
+      off.zeros = StageAsync(st.zeros, scales + (static_cast<int64_t>(g.run.ngroups) + g0) * g.ssz, n, plo, phi,
+                             threadIdx.x, kThreads);
+  }
+  return off;
+}
+
+// Decodes job (ti, it): row block `it` of the tile, from its staged codes
+// and parameters.
+// Converts and checks job (ti, it)'s staged parameters into sm.scale/zero
+// (every thread calls it; a barrier follows). Non-finite or negative scales
+// and non-finite zero points are Corruption.
+template <int D>
+KV_DEV void PrepareParams(const DecArgs& a, int64_t ti, int it, const DecStage& st, const StageOffsets& off,
+                          DecTileSmem<D>& sm) {
+  const DecJobGeo<D> g(a, ti, it);
+  if (g.run.levels == 0 || !g.stage_params) return;
+  const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
+  const int groups = g.Groups();
+  bool ok = true;
+  for (int i = threadIdx.x; i < groups; i += kThreads) {
+    const float scale = ReadParamStaged(st.scales, off.scales, i, f32);
+    const float zero = sym ? 0.0f : ReadParamStaged(st.zeros, off.zeros, i, f32);
+    ok = ok && IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero);
+    sm.scale[i] = scale;
+    sm.zero[i] = zero;
+  }
+  if (!ok) RecordError(Err(a), kDevCorrupt, static_cast<uint32_t>(g.run.record), kCorCode);
+}
+
+template <int D>
+KV_DEV void DecodeJob(const DecArgs& a, int64_t ti, int it, const DecStage& st, const StageOffsets& off,
+                      const DecTileSmem<D>& sm) {
+  using G = RowGeo<D>;
+  const int warp = threadIdx.x >> 5, sub = G::Sub(), part = G::Part();
+  const DecJobGeo<D> g(a, ti, it);
+  const RunDesc& run = g.run;
   const RecordDesc rec = a.t.records[run.record];
-  uint32_t signs = 0;
-  if (a.c.transform == 2) {
-    const uint64_t* words =
-        a.t.sign_words + ((static_cast<int64_t>(rec.layer) * 2 + rec.kind) * a.c.kv_heads + run.head) *
-                             a.c.sign_words;
-    signs = SignBitsOfLane<E>(words);
-  }
-  for (int r = tile.row_begin + warp; r < tile.row_end; r += kWarps) {
-    const int t_rel = run.begin + r;
-    float x[E];
-    if (run.levels == 0) {
+  const int r_local = warp * G::kRowsPerWarp + sub;
+  const int r = g.r0 + r_local;
+  const bool active = r < g.rows;
+  const int t_run = g.tile.row_begin + (active ? r : g.r0);
+  const int t_rel = run.begin + t_run;
+  if (run.levels == 0) {  // pruned: zeros, keep-mask 0
+    float z[kLaneElems];
 #pragma unroll
-      for (int j = 0; j < E; ++j) x[j] = 0.0f;
-    } else {
-      DequantRow<E>(a, run, r, x);
-      switch (a.c.transform) {
-        case 1: {  // delta: x = y + y[anchor]
-          const int anchor_every = a.c.anchor == 0 ? rec.tokens : a.c.anchor;
-          const int anchor = t_rel - t_rel % anchor_every;
-          if (anchor != t_rel) {
-            // The anchor's run: same head, the run containing `anchor`.
-            int ri = rec.first_run;
-            for (int k = rec.first_run; k < rec.first_run + rec.num_runs; ++k) {
-              const RunDesc& o = a.t.runs[k];
-              if (o.head == run.head && o.begin <= anchor && anchor < o.begin + o.tokens) ri = k;
-            }
-            const RunDesc arun = a.t.runs[ri];
-            float base[E];
-            DequantRow<E>(a, arun, anchor - arun.begin, base);
-#pragma unroll
-            for (int j = 0; j < E; ++j) x[j] = FAdd(x[j], base[j]);
-          }
-          break;
-        }
-        case 2:
-          WarpFwht<E>(x);
-#pragma unroll
-          for (int j = 0; j < E; ++j) x[j] = FMul(x[j], a.c.hadamard_scale);
-          FlipSigns<E>(x, signs);
-          break;
-        case 3: {
-          const uint8_t* side = a.frame + RecAux(a)[2 * run.record];
-          const int H = a.c.kv_heads;
-#pragma unroll
-          for (int j = 0; j < E; ++j) {
-            const int d = lane * E + j;
-            const float shift = BitsFloat(GetU32(side + 4 * (run.head * D + d)));
-            const float scale = BitsFloat(GetU32(side + 4 * (H * D + run.head * D + d)));
-            x[j] = FAdd(FMul(x[j], scale), shift);
-          }
-          break;
-        }
-        default:
-          break;
-      }
+    for (int j = 0; j < kLaneElems; ++j) z[j] = 0.0f;
+    if (active) {
+      StoreRow<D>(a.out, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, z);
+      if (part == 0) KeepMask(a, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, 0);
     }
-    StoreRow<E>(a.out, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, x);
-    if (a.keep != nullptr && lane == 0)
-      a.keep[((static_cast<int64_t>(rec.layer) * 2 + rec.kind) * a.c.kv_heads + run.head) * a.c.tokens +
-             rec.token_begin + t_rel] = run.levels == 0 ? 0 : 1;
+    return;
+  }
+  const bool f32 = a.c.scale_f32 != 0, sym = a.c.symmetric != 0;
+  const int b = run.bits;
+  const float h = FMul(static_cast<float>(run.levels - 1), 0.5f);
+  uint32_t* err = Err(a);
+  uint32_t codes[kLaneElems];
+  const uint32_t k = off.codes + (active ? r_local : 0) * g.row_bytes;
+  if (a.c.codec == 0) {
+    UnpackLane(st.codes, k + part * 2 * b, b, codes);
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t w = WordAt(st.codes, k + kLaneElems * part + 4 * q);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) codes[4 * q + j] = (w >> (8 * j)) & 0xFFu;
+    }
+  }
+  const uint8_t* scales = g.Scales(a);
+  const uint8_t* zeros = scales + static_cast<int64_t>(run.ngroups) * g.ssz;
+  float x[kLaneElems];
+  bool ok = true;
+  if (!g.stage_params) {  // many small groups: straight from the frame, checked here
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) {
+      const int64_t gi = static_cast<int64_t>(t_run) * g.gpr + (kLaneElems * part + j) / run.group;
+      const float scale = ReadParamGlobal(scales + gi * g.ssz, f32);
+      const float zero = sym ? 0.0f : ReadParamGlobal(zeros + gi * g.ssz, f32);
+      ok = ok && IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero);
+      x[j] = DecodeValue(codes[j], scale, zero, h, sym);
+    }
+  } else if (run.axis != 0) {  // channel axis: this lane's 16 channels
+    const float4* sc = reinterpret_cast<const float4*>(sm.scale + kLaneElems * part);
+    const float4* ze = reinterpret_cast<const float4*>(sm.zero + kLaneElems * part);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 s4 = sc[q], z4 = ze[q];
+      x[4 * q] = DecodeValue(codes[4 * q], s4.x, z4.x, h, sym);
+      x[4 * q + 1] = DecodeValue(codes[4 * q + 1], s4.y, z4.y, h, sym);
+      x[4 * q + 2] = DecodeValue(codes[4 * q + 2], s4.z, z4.z, h, sym);
+      x[4 * q + 3] = DecodeValue(codes[4 * q + 3], s4.w, z4.w, h, sym);
+    }
+  } else if (run.group >= kLaneElems) {  // token axis: one group for the lane's channels
+    const int idx = (active ? r_local : 0) * g.gpr + (kLaneElems * part) / run.group;
+    const float scale = sm.scale[idx], zero = sm.zero[idx];
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) x[j] = DecodeValue(codes[j], scale, zero, h, sym);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) {
+      const int idx = (active ? r_local : 0) * g.gpr + (kLaneElems * part + j) / run.group;
+      x[j] = DecodeValue(codes[j], sm.scale[idx], sm.zero[idx], h, sym);
+    }
+  }
+  if (run.levels != (1 << b))  // codes >= levels are possible only then
+#pragma unroll
+    for (int j = 0; j < kLaneElems; ++j) ok = ok && codes[j] < static_cast<uint32_t>(run.levels);
+  if (active && !ok) RecordError(err, kDevCorrupt, static_cast<uint32_t>(run.record), kCorCode);
+  switch (a.c.transform) {
+    case 1: {  // delta: x = y + y[anchor]
+      const int anchor_every = a.c.anchor == 0 ? rec.tokens : a.c.anchor;
+      const int anchor = t_rel - t_rel % anchor_every;
+      if (active && anchor != t_rel) {
+        // The anchor's run: same head, the run containing `anchor`.
+        int ri = rec.first_run;
+        for (int q = rec.first_run; q < rec.first_run + rec.num_runs; ++q) {
+          const RunDesc& o = a.t.runs[q];
+          if (o.head == run.head && o.begin <= anchor && anchor < o.begin + o.tokens) ri = q;
+        }
+        const RunDesc arun = a.t.runs[ri];
+        float base[kLaneElems];
+        DequantRowGlobal<D>(a, arun, anchor - arun.begin, base);
+#pragma unroll
+        for (int j = 0; j < kLaneElems; ++j) x[j] = FAdd(x[j], base[j]);
+      }
+      break;
+    }
+    case 2: {
+      uint32_t signs = SignBitsOfLane<D>(
+          a.t.sign_words + ((static_cast<int64_t>(rec.layer) * 2 + rec.kind) * a.c.kv_heads + run.head) * a.c.sign_words);
+      RowFwht<D>(x);
+#pragma unroll
+      for (int j = 0; j < kLaneElems; ++j) x[j] = FMul(x[j], a.c.hadamard_scale);
+      FlipSigns(x, signs);
+      break;
+    }
+    case 3: {
+      const uint8_t* side = a.bytes + RecAux(a.ws, a.L)[2 * run.record];
+      const int H = a.c.kv_heads;
+#pragma unroll
+      for (int j = 0; j < kLaneElems; ++j) {
+        const int d = kLaneElems * part + j;
+        const float shift = BitsFloat(GetU32(side + 4 * (run.head * D + d)));
+        const float scale = BitsFloat(GetU32(side + 4 * (H * D + run.head * D + d)));
+        x[j] = FAdd(FMul(x[j], scale), shift);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  if (active) {
+    StoreRow<D>(a.out, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, x);
+    if (part == 0) KeepMask(a, rec.layer, rec.kind, run.head, rec.token_begin + t_rel, 1);
   }
 }
 
-template <int E>
-__global__ void __launch_bounds__(256) RawDecodeKernel(DecArgs a) {
-  constexpr int D = 32 * E;
+// A persistent block's tiles first, first + stride, ... < end, as a
+// pipeline: job k + 1's codes and parameters are copied into the other
+// stage while job k is decoded.
+template <int D>
+KV_DEV void DecodeTiles(const DecArgs& a, int64_t first, int64_t end, int64_t stride, DecTileSmem<D>& sm) {
+  int64_t ti = first;
+  int it = 0;
+  StageOffsets cur{0, 0, 0};
+  if (ti < end) cur = PrefetchDecJob<D>(a, ti, it, sm.stage[0]);
+  CpAsyncCommit();
+  for (int k = 0; ti < end; ++k) {
+    int64_t next_ti = ti;
+    int next_it = it + 1;
+    if (next_it >= DecTileJobs<D>(a, ti)) {
+      next_it = 0;
+      next_ti = ti + stride;
+    }
+    StageOffsets next{0, 0, 0};
+    if (next_ti < end) next = PrefetchDecJob<D>(a, next_ti, next_it, sm.stage[(k + 1) & 1]);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    PrepareParams<D>(a, ti, it, sm.stage[k & 1], cur, sm);
+    __syncthreads();
+    DecodeJob<D>(a, ti, it, sm.stage[k & 1], cur, sm);
+    __syncthreads();
+    ti = next_ti;
+    it = next_it;
+    cur = next;
+  }
+  CpAsyncWait<0>();
+}
+
+// A raw record's span of windows: pack: the record's bytes through a 1 KiB
+// window per warp (cp.async, kWarpWindows in flight) that yields the XXH3
+// block terms and the output rows; rans: the decoded data bytes in the
+// workspace -> output rows.
+template <int D>
+KV_DEV void DecodeRawSpan(const DecArgs& a, const RawSpan& span, DecRawSmem& sm) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (Failed(a)) return;
-  const TileDesc tile = a.t.raw_tiles[blockIdx.x];
-  const RecordDesc rec = a.t.records[tile.run];
+  const int64_t r = span.record;
+  const RecordDesc rec = a.t.records[r];
   const SegmentDesc seg = a.t.segments[rec.first_segment];
-  const int es = a.out.elem_bytes;
-  const uint8_t* base = a.c.codec == 0 ? a.frame + SegOff(a)[rec.first_segment]
-                                       : a.ws + a.L.symbols + seg.sym_ws;
-  for (int r = tile.row_begin + warp; r < tile.row_end; r += kWarps) {
-    const uint8_t* src = base + ((static_cast<int64_t>(tile.head) * rec.tokens + r) * D + lane * E) * es;
-    const int64_t row = RowElemOffset(a.out, rec.layer, rec.kind, tile.head, rec.token_begin + r);
-    for (int j = 0; j < E; ++j) {
-      uint8_t* dst = a.out.data + (row + (static_cast<int64_t>(lane) * E + j) * a.out.dim) * es;
-      if (es == 4) {
-        *reinterpret_cast<uint32_t*>(dst) = GetU32(src + 4 * j);
-      } else {
-        *reinterpret_cast<uint16_t*>(dst) = static_cast<uint16_t>(GetU16(src + 2 * j));
+  const uint64_t count = seg.count;
+  const uint64_t row_bytes = static_cast<uint64_t>(D) * a.out.elem_bytes;
+  const int w_end = span.first_window + span.windows;
+  auto keep = [&](uint64_t d) {
+    if (d % row_bytes != 0) return;
+    const uint64_t row = d / row_bytes;
+    KeepMask(a, rec.layer, rec.kind, static_cast<int>(row / rec.tokens), rec.token_begin + static_cast<int>(row % rec.tokens),
+             1);
+  };
+  if (a.c.codec != 0) {
+    const uint8_t* syms = a.ws + a.L.symbols + seg.sym_ws;
+    for (int w = span.first_window + warp; w < w_end; w += kBlockWarps)
+      for (int c = lane; c < kWindowBytes / 16; c += 32) {
+        const uint64_t d = static_cast<uint64_t>(w) * kWindowBytes + 16 * c;
+        if (d >= count) break;
+        const uint4 v = *reinterpret_cast<const uint4*>(syms + d);
+        const uint32_t x[4] = {v.x, v.y, v.z, v.w};
+        StoreRawChunk(a.out, rec.layer, rec.kind, rec.token_begin, rec.tokens, D, d, x);
+        keep(d);
       }
+    return;
+  }
+  const uint64_t p = RecOff(a.ws, a.L)[r];
+  const uint64_t len = 30 + count;
+  const uint64_t nb = (len - 1) / 1024;
+  uint64_t* sums = reinterpret_cast<uint64_t*>(a.ws + a.L.hash_sums + rec.hash_ws);
+  const uint8_t* lo = a.bytes;
+  const uint8_t* hi = a.bytes + a.bytes_len;
+  // Window w's buffer holds the aligned 16-byte chunks from the one that
+  // contains record byte 1024 w; record byte o is at buffer byte o - 1024 w + s.
+  uint32_t shift[kWarpWindows];
+#pragma unroll
+  for (int k = 0; k < kWarpWindows; ++k) {
+    shift[k] = 0;
+    const int w = span.first_window + warp + kBlockWarps * k;
+    if (w < w_end)
+      shift[k] = StageAsync(sm.win[warp][k], a.bytes + p + static_cast<uint64_t>(w) * kWindowBytes,
+                            kWindowSmem - 32, lo, hi, lane, 32);
+  }
+  CpAsyncCommit();
+  CpAsyncWait<0>();
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < kWarpWindows; ++k) {
+    const int w = span.first_window + warp + kBlockWarps * k;
+    if (w >= w_end) break;
+    const uint32_t* win = sm.win[warp][k];
+    const uint32_t s = shift[k];
+    const uint64_t o0 = static_cast<uint64_t>(w) * kWindowBytes;
+    if (o0 / 1024 < nb) {
+      uint32_t x[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) x[j] = WordAt(win, s + 32 * lane + 4 * j);
+      uint64_t c4[4] = {0, 0, 0, 0};
+      xxh3::QuarterStripeTerms(kHashKeys, x, lane >> 1, 4 * (lane & 1), c4);
+      WarpReduceBlockTerms(c4);
+      if (lane < 2)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) sums[8 * w + 4 * lane + j] = c4[j];
     }
-    if (a.keep != nullptr && lane == 0)
-      a.keep[((static_cast<int64_t>(rec.layer) * 2 + rec.kind) * a.c.kv_heads + tile.head) * a.c.tokens +
-             rec.token_begin + r] = 1;
+    // Output chunks whose first byte (record offset d + 30) is in this window.
+    const uint64_t d_first = o0 >= 30 ? (o0 - 30 + 15) / 16 * 16 : 0;
+    const uint64_t d_stop = o0 + kWindowBytes - 30 < count ? o0 + kWindowBytes - 30 : count;
+    for (uint64_t d = d_first + 16 * lane; d < d_stop; d += 512) {
+      const uint32_t q = static_cast<uint32_t>(d + 30 - o0) + s;
+      const uint32_t x[4] = {WordAt(win, q), WordAt(win, q + 4), WordAt(win, q + 8), WordAt(win, q + 12)};
+      StoreRawChunk(a.out, rec.layer, rec.kind, rec.token_begin, rec.tokens, D, d, x);
+      keep(d);
+    }
   }
 }
 
-#ifndef KVSERVE_SIM  // host simulation of the kernels (tests of the kernel logic) stops here
+#ifndef KVSERVE_CUDA_PRODUCE_MIN_BLOCKS
+#define KVSERVE_CUDA_PRODUCE_MIN_BLOCKS 3
+#endif
+
+// One raw span per block (light, so many blocks per SM keep many windows
+// in flight).
+template <int D>
+__global__ void __launch_bounds__(kThreads, 6) DecodeRawSpansKernel(DecArgs a, int64_t span_begin) {
+  KV_DYNAMIC_SMEM(smem);
+  if (Failed(a)) return;
+  DecodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<DecRawSmem*>(smem));
+}
+
+// Persistent tile blocks, tile_stride of them, taking the tiles
+// [tile_begin, tile_end) in turn.
+template <int D>
+__global__ void __launch_bounds__(kThreads, KVSERVE_CUDA_PRODUCE_MIN_BLOCKS)
+    DecodeTilesKernel(DecArgs a, int64_t tile_begin, int64_t tile_end, int64_t tile_stride) {
+  KV_DYNAMIC_SMEM(smem);
+  if (Failed(a)) return;
+  DecodeTiles<D>(a, tile_begin + blockIdx.x, tile_end, tile_stride, *reinterpret_cast<DecTileSmem<D>*>(smem));
+}
+
 unsigned Blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+void Mark(StageEvents* t, const char* name, cudaStream_t stream) {
+  if (t == nullptr || t->used >= StageEvents::kMax) return;
+  t->names[t->used] = name;
+  (void)cudaEventRecord(t->events[t->used++], stream);
+}
 
 }  // namespace
 
@@ -525,46 +701,71 @@ Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* s
   a.c = d.consts;
   a.t = d.tables;
   a.out = out;
-  a.frame = d.frame;
-  a.frame_bytes = d.frame_bytes;
-  a.header_bytes = d.header_bytes;
+  a.bytes = d.bytes;
+  a.bytes_len = d.bytes_len;
+  a.records_start = d.records_start;
+  a.static_base = d.static_base;
   a.ws = d.workspace;
   a.L = *d.layout;
-  a.R = d.num_records;
-  a.S = d.num_segments;
+  a.rb = d.range.record_begin;
+  a.re = d.range.record_end;
+  a.sb = d.range.segment_begin;
+  a.se = d.range.segment_end;
+  a.static_sizes = d.static_sizes ? 1 : 0;
   a.keep = d.keep_mask;
-  a.table_cap_bits = d.consts.table_bits;
-  if (cudaMemsetAsync(a.ws + a.L.error, 0, 64, stream) != cudaSuccess ||
-      cudaMemsetAsync(a.ws + a.L.rec_off, 0xFF, 8 * a.R, stream) != cudaSuccess)
+  const int64_t R = a.re - a.rb;
+  if (R <= 0) return Status::Ok();
+  Mark(d.timing, "locate", stream);
+  if (d.reset_errors && cudaMemsetAsync(a.ws + a.L.error, 0, 64, stream) != cudaSuccess)
     return LaunchStatus("decode: reset");
-  const uint64_t words = d.frame_bytes / 4 + 1;
-  const unsigned scan_blocks = static_cast<unsigned>(std::min<uint64_t>((words + 255) / 256, 132 * 16));
-  LocateScanKernel<<<scan_blocks, 256, 0, stream>>>(a);
-  LocateChainKernel<<<Blocks(a.R, 256), 256, 0, stream>>>(a);
-  LocateSequentialKernel<<<1, 1, 0, stream>>>(a);
-  KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: locate"));
-  ParseKernel<<<Blocks(a.R, kParseWarps), 32 * kParseWarps, 0, stream>>>(a);
-  KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: parse"));
-  if (a.c.codec == 1 && a.S > 0) {
-    const size_t smem = static_cast<size_t>(kRansWarps) * ((size_t{1} << a.table_cap_bits) + 2048);
-    if (smem > 48 * 1024 &&
-        cudaFuncSetAttribute(RansDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(smem)) != cudaSuccess)
-      return LaunchStatus("decode: rans smem");
-    RansDecodeKernel<<<Blocks(a.S, kRansWarps), 32 * kRansWarps, smem, stream>>>(a);
-    KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: rans"));
+  if (d.static_sizes) {
+    KV_LAUNCH(LocateStaticKernel, Blocks(R, 256), 256, 0, stream)(a);
+  } else {
+    if (cudaMemsetAsync(a.ws + a.L.rec_off + 8 * a.rb, 0xFF, 8 * R, stream) != cudaSuccess)
+      return LaunchStatus("decode: reset offsets");
+    const uint64_t words = d.bytes_len / 4 + 1;
+    const unsigned scan_blocks = static_cast<unsigned>(std::min<uint64_t>((words + 255) / 256, 132 * 8));
+    KV_LAUNCH(LocateScanKernel, scan_blocks, 256, 0, stream)(a);
+    KV_LAUNCH(LocateChainKernel, Blocks(R, 256), 256, 0, stream)(a);
   }
-  return KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
-    if (d.num_tiles > 0) DecodeTilesKernel<E><<<static_cast<unsigned>(d.num_tiles), 256, 0, stream>>>(a);
-    KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: tiles"));
-    if (d.num_raw_tiles > 0)
-      RawDecodeKernel<E><<<static_cast<unsigned>(d.num_raw_tiles), 256, 0, stream>>>(a);
-    return LaunchStatus("decode: raw");
-  });
+  KV_LAUNCH(LocateSequentialKernel, 1, 1, 0, stream)(a);
+  KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: locate"));
+  Mark(d.timing, "verify", stream);
+  KV_LAUNCH(RecordKernel, static_cast<unsigned>(R), kHashThreads, 0, stream)(a);
+  KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: records"));
+  if (a.c.codec == 1) {
+    Mark(d.timing, "rans", stream);
+    KVSERVE_RETURN_IF_ERROR(LaunchRansDecode(d, stream));
+  }
+  Mark(d.timing, "dequantise", stream);
+  const int64_t spans = d.range.raw_span_end - d.range.raw_span_begin;
+  const int64_t tiles = d.range.tile_end - d.range.tile_begin;
+  KVSERVE_RETURN_IF_ERROR(KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
+    constexpr int D = 32 * E;
+    if (spans > 0) {
+      auto* kernel = DecodeRawSpansKernel<D>;
+      KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(DecRawSmem)));
+      KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(DecRawSmem), stream)(a, d.range.raw_span_begin);
+      KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: raw spans"));
+    }
+    const int64_t tile_blocks = std::min<int64_t>(tiles, int64_t{kTileBlocksPerSm} * MultiprocessorCount());
+    if (tile_blocks > 0) {
+      auto* kernel = DecodeTilesKernel<D>;
+      KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(DecTileSmem<D>)));
+      KV_LAUNCH(kernel, static_cast<unsigned>(tile_blocks), kThreads, sizeof(DecTileSmem<D>), stream)(
+          a, d.range.tile_begin, d.range.tile_end, tile_blocks);
+    }
+    return LaunchStatus("decode: produce");
+  }));
+  const int64_t raws = d.range.raw_record_end - d.range.raw_record_begin;
+  if (d.static_sizes && raws > 0) {
+    Mark(d.timing, "raw checksums", stream);
+    KV_LAUNCH(RawChainKernel, static_cast<unsigned>(raws), kHashThreads, 0, stream)(a, d.range.raw_record_begin);
+    KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: raw checksums"));
+  }
+  Mark(d.timing, "end", stream);
+  return Status::Ok();
 }
 
-#else
-}  // namespace
-#endif  // KVSERVE_SIM
 
 }  // namespace kvserve::cuda

@@ -13,12 +13,12 @@ namespace kvserve::cuda {
 inline constexpr float kFltMin = 1.17549435e-38f;
 
 KV_HD uint16_t HalfRoundUp(float v) {  // smallest f16 >= v (v >= 0)
-  uint16_t h = FloatToHalfBits(v);
+  uint16_t h = FloatToHalfBitsForMath(v);
   if (HalfBitsToFloat(h) < v) ++h;
   return h;
 }
 KV_HD uint16_t HalfRoundDown(float v) {  // largest f16 <= v
-  uint16_t h = FloatToHalfBits(v);
+  uint16_t h = FloatToHalfBitsForMath(v);
   if (HalfBitsToFloat(h) > v) {
     if (h == 0x0000u) {
       h = 0x8001u;
@@ -32,7 +32,7 @@ KV_HD uint16_t HalfRoundDown(float v) {  // largest f16 <= v
 }
 KV_HD float NextScaleUp(float s, bool f16) {
   if (!f16) return BitsFloat(FloatBits(s) + 1u);  // s >= 0 finite: nextafter(s, +inf)
-  return HalfBitsToFloat(static_cast<uint16_t>(FloatToHalfBits(s) + 1));
+  return HalfBitsToFloat(static_cast<uint16_t>(FloatToHalfBitsForMath(s) + 1));
 }
 KV_HD float FinishScale(float s, bool f16) {
   if (f16) return HalfBitsToFloat(HalfRoundUp(s));

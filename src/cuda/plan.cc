@@ -16,6 +16,11 @@ namespace {
 
 uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
+// The first slot start >= `at` whose end (start + len) is 16-byte aligned, so
+// that the rANS words, which the encoder writes backwards from the slot's
+// end, are aligned u16 stores.
+uint64_t SlotStart(uint64_t at, uint64_t len) { return AlignUp(at + len, 16) - len; }
+
 struct RunSpec {
   int begin, end, levels;
 };
@@ -176,7 +181,7 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   pipeline::WriteFrameHeader(header, &plan.header);
 
   std::vector<RunSpec> head_runs;
-  uint64_t sym_ws = 0, slot_ws = 0, params_ws = 0, affine_ws = 0;
+  uint64_t sym_ws = 0, slot_ws = 0, params_ws = 0, affine_ws = 0, hash_ws = 0, hist_ws = 0;
   uint64_t offset = plan.header.size();
   uint64_t max_offset = plan.header.size();
   const int64_t per_layer = slots.size() / shape.layers;
@@ -186,7 +191,8 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
       plan.layer_records.push_back(static_cast<int64_t>(r));
       plan.layer_segments.push_back(static_cast<int64_t>(plan.segments.size()));
       plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
-      plan.layer_raw_tiles.push_back(static_cast<int64_t>(plan.raw_tiles.size()));
+      plan.layer_raw_spans.push_back(static_cast<int64_t>(plan.raw_spans.size()));
+      plan.layer_raw_records.push_back(static_cast<int64_t>(plan.raw_records.size()));
     }
     RecordDesc rec{};
     rec.type = static_cast<uint8_t>(slot.type);
@@ -213,16 +219,25 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
       if (rans) {
         seg.sym_ws = sym_ws;
         sym_ws = AlignUp(sym_ws + seg.count, 16);
-        seg.slot_ws = slot_ws;
-        slot_ws = AlignUp(slot_ws + 1 + seg.packed_bytes, 16);
+        seg.slot_ws = SlotStart(slot_ws, 1 + seg.packed_bytes);
+        slot_ws = seg.slot_ws + 1 + seg.packed_bytes;
+        seg.hist_ws = hist_ws;
+        hist_ws += 4 * static_cast<uint64_t>(seg.levels);
+      } else {
+        rec.hash_ws = hash_ws;
+        hash_ws += 64 * ((rec.static_bytes - 4 + seg.count - 1) / 1024);
       }
       coded_static += seg.packed_bytes;
       coded_max += seg.packed_bytes + (rans ? 1 : 0);
       plan.total_symbols += seg.count;
       plan.segments.push_back(seg);
-      for (int h = 0; h < shape.kv_heads; ++h)
-        for (int t = 0; t < slot.tokens; t += kTileRows)
-          plan.raw_tiles.push_back({static_cast<int32_t>(r), h, t, std::min(t + kTileRows, slot.tokens)});
+      // Pack: windows over the record's bytes before the checksum; rans:
+      // windows over its data bytes (copied to the workspace for the codec).
+      const uint64_t window_bytes = rans ? seg.count : rec.static_bytes - 4 + seg.count;
+      const int windows = static_cast<int>((window_bytes + kWindowBytes - 1) / kWindowBytes);
+      for (int w = 0; w < windows; w += kSpanWindows)
+        plan.raw_spans.push_back({static_cast<int32_t>(r), w, std::min(kSpanWindows, windows - w), 0});
+      plan.raw_records.push_back(static_cast<int32_t>(r));
     } else {
       const ModePlan mp = AxisFor(profile, slot.kind);
       rec.first_run = static_cast<int32_t>(plan.runs.size());
@@ -265,8 +280,10 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
             if (rans) {
               seg.sym_ws = sym_ws;
               sym_ws = AlignUp(sym_ws + seg.count, 16);
-              seg.slot_ws = slot_ws;
-              slot_ws = AlignUp(slot_ws + 1 + seg.packed_bytes, 16);
+              seg.slot_ws = SlotStart(slot_ws, 1 + seg.packed_bytes);
+              slot_ws = seg.slot_ws + 1 + seg.packed_bytes;
+              seg.hist_ws = hist_ws;
+              hist_ws += 4 * static_cast<uint64_t>(seg.levels);
             }
             coded_static += seg.packed_bytes;
             coded_max += seg.packed_bytes + (rans ? 1 : 0);
@@ -305,6 +322,7 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
       seg.static_coded_offset = offset + seg.hdr_rel + 10 + prior;
       prior += seg.packed_bytes;
     }
+    rec.static_len = rec.static_bytes + coded_static;
     offset += rec.static_bytes + coded_static;
     max_offset += rec.static_bytes + coded_max;
     plan.records.push_back(rec);
@@ -312,7 +330,8 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   plan.layer_records.push_back(static_cast<int64_t>(plan.records.size()));
   plan.layer_segments.push_back(static_cast<int64_t>(plan.segments.size()));
   plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
-  plan.layer_raw_tiles.push_back(static_cast<int64_t>(plan.raw_tiles.size()));
+  plan.layer_raw_spans.push_back(static_cast<int64_t>(plan.raw_spans.size()));
+  plan.layer_raw_records.push_back(static_cast<int64_t>(plan.raw_records.size()));
   plan.static_sizes = !rans;
   plan.direct = !rans;
   plan.static_frame_bytes = offset;
@@ -340,6 +359,11 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   at = AlignUp(at + (rans && !for_decode ? params_ws : 0), kWsAlign);
   ws.affine = at;
   at = AlignUp(at + (affine && !for_decode ? affine_ws : 0), kWsAlign);
+  ws.hash_sums = at;
+  at = AlignUp(at + hash_ws, kWsAlign);  // encode and decode (pack raw records)
+  ws.hist = at;
+  ws.hist_bytes = rans && !for_decode ? hist_ws : 0;
+  at = AlignUp(at + ws.hist_bytes, kWsAlign);
   ws.total = at;
   return plan;
 }

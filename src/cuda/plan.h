@@ -22,10 +22,12 @@
 
 namespace kvserve::cuda {
 
-inline constexpr int kTileRows = 32;  // token-axis tile height (rows per block)
+inline constexpr int kTileRows = 64;      // token-axis tile height (rows per block)
+inline constexpr int kWindowBytes = 1024;  // raw-record window: one XXH3 block
+inline constexpr int kSpanWindows = 32;    // windows per raw-record span (one thread block)
 inline constexpr uint64_t kWsAlign = 256;
 
-struct RecordDesc {
+struct alignas(16) RecordDesc {
   uint8_t type;             // 1 coded, 2 raw
   uint8_t kind;             // 0 K, 1 V
   uint16_t num_segments;    // codec segments in the record
@@ -40,11 +42,13 @@ struct RecordDesc {
   uint32_t static_bytes;    // record size with every coded_len = 0
   uint32_t pad0;
   uint64_t static_offset;   // frame offset when every size is static (pack)
+  uint64_t static_len;      // record size when every size is static (pack), checksum included
+  uint64_t hash_ws;         // raw records of pack frames: workspace offset of the block terms
   uint64_t params_ws;       // workspace offset of side + params (staged path)
   uint64_t affine_ws;       // workspace offset of f32 shift[H][D], scale[H][D]
 };
 
-struct RunDesc {
+struct alignas(16) RunDesc {
   int32_t record;
   int32_t head;
   int32_t begin;            // chunk-relative first token
@@ -59,7 +63,7 @@ struct RunDesc {
   int32_t pad0;
 };
 
-struct SegmentDesc {
+struct alignas(16) SegmentDesc {
   int32_t record;
   int32_t run;              // -1 for a raw record's segment
   int32_t levels;
@@ -71,14 +75,25 @@ struct SegmentDesc {
   uint32_t hdr_rel;         // segment header offset in its record if earlier coded_len were 0
   uint32_t index_in_record;
   uint64_t static_coded_offset;  // frame offset of its coded bytes when sizes are static
+  uint64_t hist_ws;         // rans encode: workspace offset of its `levels` u32 symbol counts
 };
 
-// A block's share of a run (coded) or of one head of a raw record.
-struct TileDesc {
-  int32_t run;              // coded tiles: run index; raw tiles: record index
-  int32_t head;             // raw tiles only
-  int32_t row_begin;        // run-relative (coded) / record-relative (raw)
+// A block's share of a run of a coded record.
+struct alignas(16) TileDesc {
+  int32_t run;
+  int32_t head;
+  int32_t row_begin;        // run-relative
   int32_t row_end;
+};
+
+// A block's share of a raw record: windows [first_window, first_window +
+// windows) of kWindowBytes each. Pack frames: windows of the record's bytes
+// (header included); rans frames: windows of its data bytes.
+struct RawSpan {
+  int32_t record;
+  int32_t first_window;
+  int32_t windows;
+  int32_t pad0;
 };
 
 // Per-frame constants, passed to kernels by value.
@@ -109,6 +124,9 @@ struct WorkspaceLayout {
   uint64_t slots = 0;       // rans coded slots (encode)
   uint64_t params = 0;      // side + params staging (encode, rans)
   uint64_t affine = 0;      // f32 affine side values (encode)
+  uint64_t hash_sums = 0;   // pack: XXH3 block terms of raw records (8 u64 per 1 KiB block)
+  uint64_t hist = 0;        // rans encode: per-segment symbol counts (zeroed by Begin)
+  uint64_t hist_bytes = 0;
   uint64_t total = 0;
 };
 
@@ -124,10 +142,11 @@ struct Plan {
   std::vector<RunDesc> runs;
   std::vector<SegmentDesc> segments;
   std::vector<TileDesc> tiles;          // coded tiles, incl. pruned runs
-  std::vector<TileDesc> raw_tiles;
+  std::vector<RawSpan> raw_spans;
+  std::vector<int32_t> raw_records;     // indices of the raw records
   std::vector<uint64_t> sign_words;     // [layer][kind][head][word]
-  // Per layer: [begin, end) indices into records/runs/segments/tiles/raw_tiles.
-  std::vector<int64_t> layer_records, layer_segments, layer_tiles, layer_raw_tiles;
+  // Per layer: [begin, end) indices into records/segments/tiles/raw_spans/raw_records.
+  std::vector<int64_t> layer_records, layer_segments, layer_tiles, layer_raw_spans, layer_raw_records;
   bool static_sizes = false;            // pack codec: every offset known here
   bool direct = false;                  // pack: kernels write codes into the frame
   uint64_t static_frame_bytes = 0;      // valid when static_sizes

@@ -1,18 +1,34 @@
-// Copyright kvserve authors. Warp-per-row building blocks shared by the
-// encode and decode kernels: a row of head_dim = 32*E values lives in one
-// warp, lane l holding channels [l*E, (l+1)*E). Loads and stores of the
-// strided KV view (16-byte vectors when the layout allows), the transforms'
-// per-row forward/inverse maps (src/transforms/*.cc, operation for operation),
-// and bit packing of a row's codes (src/codecs/pack.cc layout).
+// Copyright kvserve authors. Row building blocks shared by the encode and
+// decode kernels. A row (one token of one head, head_dim = D values) is held
+// by D/16 consecutive lanes of a warp, 16 consecutive channels per lane, so a
+// warp holds 32/(D/16) rows at once and per-row work (group statistics, grid
+// parameters) is shared by several rows per instruction. Loads and stores of
+// the strided KV view (two or four 16-byte vectors per lane when the layout
+// allows), the transforms' per-row maps (src/transforms/*.cc, operation for
+// operation), and packing of a lane's 16 codes (src/codecs/pack.cc layout).
 #ifndef KVSERVE_CUDA_ROWS_CUH_
 #define KVSERVE_CUDA_ROWS_CUH_
 
 #include <cstdint>
 
+#include "cuda/bytes.cuh"
 #include "cuda/common.cuh"
 #include "cuda/plan.h"
 
 namespace kvserve::cuda {
+
+inline constexpr int kLaneElems = 16;  // channels per lane
+inline constexpr int kBlockWarps = 8;  // warps of the tile kernels
+
+// The lane geometry of head_dim D (32, 64, 128 or 256).
+template <int D>
+struct RowGeo {
+  static constexpr int kLanesPerRow = D / kLaneElems;
+  static constexpr int kRowsPerWarp = 32 / kLanesPerRow;
+  static constexpr int kRowsPerBlock = kBlockWarps * kRowsPerWarp;
+  KV_DEV static int Sub() { return (threadIdx.x & 31) / kLanesPerRow; }   // row within the warp
+  KV_DEV static int Part() { return (threadIdx.x & 31) % kLanesPerRow; }  // 16-channel slice
+};
 
 // A strided KV view on the device (element strides, as KvStrides).
 struct DeviceView {
@@ -20,7 +36,7 @@ struct DeviceView {
   int64_t layer, kind, head, token, dim;
   int32_t dtype;       // DType
   int32_t elem_bytes;
-  int32_t vec_ok;      // dim stride 1 and every row start aligned to E * elem_bytes
+  int32_t vec16;       // dim stride 1 and every row start 16-byte aligned
 };
 
 KV_DEV float LoadElem(const uint8_t* p, int dtype) {
@@ -31,56 +47,15 @@ KV_DEV float LoadElem(const uint8_t* p, int dtype) {
   }
 }
 
+KV_DEV uint32_t EncodeElemBits(int dtype, float v) {
+  return dtype == 0 ? FloatBits(v) : dtype == 1 ? FloatToHalfBits(v) : FloatToBF16Bits(v);
+}
+
 KV_DEV void StoreElem(uint8_t* p, int dtype, float v) {
-  switch (dtype) {
-    case 0: *reinterpret_cast<float*>(p) = v; return;
-    case 1: *reinterpret_cast<uint16_t*>(p) = FloatToHalfBits(v); return;
-    default: *reinterpret_cast<uint16_t*>(p) = FloatToBF16Bits(v); return;
-  }
-}
-
-template <int E>
-KV_DEV void UnpackHalves(const uint32_t* w, float v[E], int dtype) {
-#pragma unroll
-  for (int j = 0; j < E; ++j) {
-    const uint16_t h = static_cast<uint16_t>(w[j / 2] >> (16 * (j & 1)));
-    v[j] = dtype == 1 ? HalfBitsToFloat(h) : BF16BitsToFloat(h);
-  }
-}
-
-// Loads `bytes` (2..32) bytes at an address aligned to them into words.
-template <int kBytes>
-KV_DEV void LoadAligned(const uint8_t* p, uint32_t* w) {
-  if constexpr (kBytes == 2) {
-    w[0] = *reinterpret_cast<const uint16_t*>(p);
-  } else if constexpr (kBytes == 4) {
-    w[0] = *reinterpret_cast<const uint32_t*>(p);
-  } else if constexpr (kBytes == 8) {
-    const uint2 x = *reinterpret_cast<const uint2*>(p);
-    w[0] = x.x; w[1] = x.y;
-  } else if constexpr (kBytes == 16) {
-    const uint4 x = *reinterpret_cast<const uint4*>(p);
-    w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
+  if (dtype == 0) {
+    *reinterpret_cast<float*>(p) = v;
   } else {
-    const uint4 x = *reinterpret_cast<const uint4*>(p);
-    const uint4 y = *reinterpret_cast<const uint4*>(p + 16);
-    w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
-    w[4] = y.x; w[5] = y.y; w[6] = y.z; w[7] = y.w;
-  }
-}
-template <int kBytes>
-KV_DEV void StoreAligned(uint8_t* p, const uint32_t* w) {
-  if constexpr (kBytes == 2) {
-    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(w[0]);
-  } else if constexpr (kBytes == 4) {
-    *reinterpret_cast<uint32_t*>(p) = w[0];
-  } else if constexpr (kBytes == 8) {
-    *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
-  } else if constexpr (kBytes == 16) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
-    *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
-    *reinterpret_cast<uint4*>(p + 16) = make_uint4(w[4], w[5], w[6], w[7]);
+    *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(EncodeElemBits(dtype, v));
   }
 }
 
@@ -88,67 +63,169 @@ KV_DEV int64_t RowElemOffset(const DeviceView& v, int layer, int kind, int head,
   return layer * v.layer + kind * v.kind + head * v.head + token * v.token;
 }
 
-// This lane's E values of row (layer, kind, head, token), widened to f32.
-template <int E>
-KV_DEV void LoadRow(const DeviceView& v, int layer, int kind, int head, int token, float x[E]) {
-  const int lane = threadIdx.x & 31;
-  const int64_t base = RowElemOffset(v, layer, kind, head, token);
-  if (v.vec_ok) {
-    const uint8_t* p = v.data + (base + int64_t{lane} * E) * v.elem_bytes;
+// This lane's 16 values (channels [16 part, 16 part + 16)) of row (layer,
+// kind, head, token), widened to f32.
+template <int D>
+KV_DEV void LoadRow(const DeviceView& v, int layer, int kind, int head, int token, float x[kLaneElems]) {
+  const int part = RowGeo<D>::Part();
+  const int64_t base = RowElemOffset(v, layer, kind, head, token) + int64_t{kLaneElems} * part * v.dim;
+  if (v.vec16) {
+    const uint4* p = reinterpret_cast<const uint4*>(v.data + base * v.elem_bytes);
     if (v.dtype == 0) {
-      uint32_t w[E];
-      LoadAligned<4 * E>(p, w);
 #pragma unroll
-      for (int j = 0; j < E; ++j) x[j] = BitsFloat(w[j]);
+      for (int q = 0; q < 4; ++q) {
+        const uint4 w = p[q];
+        x[4 * q] = BitsFloat(w.x);
+        x[4 * q + 1] = BitsFloat(w.y);
+        x[4 * q + 2] = BitsFloat(w.z);
+        x[4 * q + 3] = BitsFloat(w.w);
+      }
     } else {
-      uint32_t w[(E + 1) / 2];
-      LoadAligned<2 * E>(p, w);
-      UnpackHalves<E>(w, x, v.dtype);
+      const uint4 w0 = p[0], w1 = p[1];
+      const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int j = 0; j < kLaneElems; ++j) {
+        const uint16_t h = static_cast<uint16_t>(w[j / 2] >> (16 * (j & 1)));
+        x[j] = v.dtype == 1 ? HalfBitsToFloat(h) : BF16BitsToFloat(h);
+      }
     }
     return;
   }
 #pragma unroll
-  for (int j = 0; j < E; ++j)
-    x[j] = LoadElem(v.data + (base + (int64_t{lane} * E + j) * v.dim) * v.elem_bytes, v.dtype);
+  for (int j = 0; j < kLaneElems; ++j) x[j] = LoadElem(v.data + (base + j * v.dim) * v.elem_bytes, v.dtype);
 }
 
-template <int E>
-KV_DEV void StoreRow(const DeviceView& v, int layer, int kind, int head, int token, const float x[E]) {
-  const int lane = threadIdx.x & 31;
-  const int64_t base = RowElemOffset(v, layer, kind, head, token);
-  if (v.vec_ok) {
-    uint8_t* p = v.data + (base + int64_t{lane} * E) * v.elem_bytes;
-    if (v.dtype == 0) {
-      uint32_t w[E];
+// The same 16 values from a row staged in shared memory (its source bytes,
+// 16-byte aligned, as LoadRow would read them).
+template <int D>
+KV_DEV void LoadStagedRow(const uint32_t* row, int dtype, float x[kLaneElems]) {
+  const int part = RowGeo<D>::Part();
+  if (dtype == 0) {
+    const uint4* p = reinterpret_cast<const uint4*>(row) + 4 * part;
 #pragma unroll
-      for (int j = 0; j < E; ++j) w[j] = FloatBits(x[j]);
-      StoreAligned<4 * E>(p, w);
-    } else {
-      uint32_t w[(E + 1) / 2] = {};
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const uint16_t h = v.dtype == 1 ? FloatToHalfBits(x[j]) : FloatToBF16Bits(x[j]);
-        w[j / 2] |= static_cast<uint32_t>(h) << (16 * (j & 1));
-      }
-      StoreAligned<2 * E>(p, w);
+    for (int q = 0; q < 4; ++q) {
+      const uint4 w = p[q];
+      x[4 * q] = BitsFloat(w.x);
+      x[4 * q + 1] = BitsFloat(w.y);
+      x[4 * q + 2] = BitsFloat(w.z);
+      x[4 * q + 3] = BitsFloat(w.w);
     }
     return;
   }
+  const uint4* p = reinterpret_cast<const uint4*>(row) + 2 * part;
+  const uint4 w0 = p[0], w1 = p[1];
+  const uint32_t w[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-  for (int j = 0; j < E; ++j)
-    StoreElem(v.data + (base + (int64_t{lane} * E + j) * v.dim) * v.elem_bytes, v.dtype, x[j]);
+  for (int j = 0; j < kLaneElems; ++j) {
+    const uint16_t h = static_cast<uint16_t>(w[j / 2] >> (16 * (j & 1)));
+    x[j] = dtype == 1 ? HalfBitsToFloat(h) : BF16BitsToFloat(h);
+  }
+}
+
+template <int D>
+KV_DEV void StoreRow(const DeviceView& v, int layer, int kind, int head, int token,
+                     const float x[kLaneElems]) {
+  const int part = RowGeo<D>::Part();
+  const int64_t base = RowElemOffset(v, layer, kind, head, token) + int64_t{kLaneElems} * part * v.dim;
+  if (v.vec16) {
+    uint4* p = reinterpret_cast<uint4*>(v.data + base * v.elem_bytes);
+    // One branch per row on the dtype (uniform), none per element.
+    if (v.dtype == 0) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        p[q] = make_uint4(FloatBits(x[4 * q]), FloatBits(x[4 * q + 1]), FloatBits(x[4 * q + 2]),
+                          FloatBits(x[4 * q + 3]));
+      return;
+    }
+    uint32_t w[8];
+    if (v.dtype == 2) {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) w[q] = FloatToBF16Bits(x[2 * q]) | (FloatToBF16Bits(x[2 * q + 1]) << 16);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 8; ++q) w[q] = FloatToHalfBits(x[2 * q]) | (FloatToHalfBits(x[2 * q + 1]) << 16);
+    }
+    p[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    p[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kLaneElems; ++j) StoreElem(v.data + (base + j * v.dim) * v.elem_bytes, v.dtype, x[j]);
+}
+
+// The element offset in the view of byte offset d (a multiple of 16) of the
+// raw-record data of (layer, kind, heads x tokens rows from token_begin):
+// the bytes of [head][token][dim] order. A 16-byte piece never crosses a row
+// (rows are D * elem_bytes >= 64 bytes, a multiple of 16), so with vec16 the
+// piece is 16 contiguous, aligned bytes of the view.
+KV_DEV int64_t RawChunkElem(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
+                            uint64_t d) {
+  // Rows are head_dim * elem_bytes bytes, a power of two: shifts, and one
+  // 32-bit division for the head (rows < 2^26).
+  const int elem_shift = v.elem_bytes == 4 ? 2 : 1;
+  const int row_shift = (31 - __clz(head_dim)) + elem_shift;
+  const uint32_t row = static_cast<uint32_t>(d >> row_shift);
+  const uint32_t head = row / static_cast<uint32_t>(tokens);
+  const int token = static_cast<int>(row - head * static_cast<uint32_t>(tokens));
+  const int i = static_cast<int>((d & ((uint64_t{1} << row_shift) - 1)) >> elem_shift);
+  return RowElemOffset(v, layer, kind, static_cast<int>(head), token_begin + token) + i * v.dim;
+}
+
+// Those 16 bytes as 4 words.
+KV_DEV void LoadRawChunk(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
+                         uint64_t d, uint32_t w[4]) {
+  const int64_t off = RawChunkElem(v, layer, kind, token_begin, tokens, head_dim, d);
+  if (v.vec16) {
+    const uint4 x = *reinterpret_cast<const uint4*>(v.data + off * v.elem_bytes);
+    w[0] = x.x;
+    w[1] = x.y;
+    w[2] = x.z;
+    w[3] = x.w;
+    return;
+  }
+  const int n = 16 / v.elem_bytes;
+  for (int j = 0; j < 4; ++j) w[j] = 0;
+  for (int j = 0; j < n; ++j) {
+    const uint8_t* p = v.data + (off + j * v.dim) * v.elem_bytes;
+    const uint32_t bits = v.elem_bytes == 4 ? *reinterpret_cast<const uint32_t*>(p)
+                                            : *reinterpret_cast<const uint16_t*>(p);
+    if (v.elem_bytes == 4) {
+      w[j] = bits;
+    } else {
+      w[j >> 1] |= bits << (16 * (j & 1));
+    }
+  }
+}
+
+// Stores 16 raw bytes (4 words) at data byte offset d of such a region.
+KV_DEV void StoreRawChunk(const DeviceView& v, int layer, int kind, int token_begin, int tokens, int head_dim,
+                          uint64_t d, const uint32_t w[4]) {
+  const int64_t off = RawChunkElem(v, layer, kind, token_begin, tokens, head_dim, d);
+  if (v.vec16) {
+    *reinterpret_cast<uint4*>(v.data + off * v.elem_bytes) = make_uint4(w[0], w[1], w[2], w[3]);
+    return;
+  }
+  const int n = 16 / v.elem_bytes;
+  for (int j = 0; j < n; ++j) {
+    uint8_t* p = v.data + (off + j * v.dim) * v.elem_bytes;
+    if (v.elem_bytes == 4) {
+      *reinterpret_cast<uint32_t*>(p) = w[j];
+    } else {
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(w[j >> 1] >> (16 * (j & 1)));
+    }
+  }
 }
 
 // ------------------------------------------------------------ hadamard
-// In-place FWHT of the warp's row (format.md §5.4): stage h pairs channels
-// j and j + h; stages h < E are inside a lane, the rest across lanes.
-template <int E>
-KV_DEV void WarpFwht(float v[E]) {
+// In-place FWHT of the row (format.md §5.4): stage h pairs channels j and
+// j + h; stages h < 16 are inside a lane, the rest across the row's lanes.
+template <int D>
+KV_DEV void RowFwht(float v[kLaneElems]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int h = 1; h < E; h *= 2) {
+  for (int h = 1; h < kLaneElems; h *= 2) {
 #pragma unroll
-    for (int j = 0; j < E; ++j) {
+    for (int j = 0; j < kLaneElems; ++j) {
       if ((j & h) == 0) {
         const float a = v[j], b = v[j + h];
         v[j] = FAdd(a, b);
@@ -157,89 +234,58 @@ KV_DEV void WarpFwht(float v[E]) {
     }
   }
 #pragma unroll
-  for (int m = 1; m < 32; m *= 2) {
+  for (int m = 1; m < RowGeo<D>::kLanesPerRow; m *= 2) {
 #pragma unroll
-    for (int j = 0; j < E; ++j) {
+    for (int j = 0; j < kLaneElems; ++j) {
       const float other = __shfl_xor_sync(0xffffffffu, v[j], m);
       v[j] = (lane & m) ? FSub(other, v[j]) : FAdd(v[j], other);
     }
   }
 }
 
-// Sign-bit masks of this lane's channels from the (layer, kind, head) words.
-template <int E>
+// Sign-bit mask of this lane's 16 channels from the (layer, kind, head) words.
+template <int D>
 KV_DEV uint32_t SignBitsOfLane(const uint64_t* words) {
-  const int lane = threadIdx.x & 31;
-  const int d0 = lane * E;
-  const uint64_t w = words[d0 >> 6];
-  return static_cast<uint32_t>((w >> (d0 & 63)) & ((uint64_t{1} << E) - 1));
+  const int d0 = kLaneElems * RowGeo<D>::Part();
+  return static_cast<uint32_t>((words[d0 >> 6] >> (d0 & 63)) & 0xFFFFu);
 }
 
-template <int E>
-KV_DEV void FlipSigns(float v[E], uint32_t signs) {
+KV_DEV void FlipSigns(float v[kLaneElems], uint32_t signs) {
 #pragma unroll
-  for (int j = 0; j < E; ++j)
+  for (int j = 0; j < kLaneElems; ++j)
     if ((signs >> j) & 1u) v[j] = BitsFloat(FloatBits(v[j]) ^ 0x80000000u);
 }
 
 // ------------------------------------------------------------ packing
-// Writes the row's codes (lane l holds codes of channels [l*E, (l+1)*E), b
-// bits each) as the pack layout's 32*E*b bits to dst (any alignment).
-template <int E>
-KV_DEV void PackRow(const uint32_t codes[E], int b, uint8_t* dst) {
-  const int lane = threadIdx.x & 31;
-  uint64_t chunk = 0;
+// A lane's 16 codes of b bits are 2b bytes of the pack layout (LSB first),
+// at byte offset 2b * part of the row: two halves of 8 codes, b bytes each.
+KV_DEV void PackLane(const uint32_t codes[kLaneElems], int b, uint8_t* dst) {
 #pragma unroll
-  for (int j = 0; j < E; ++j) chunk |= static_cast<uint64_t>(codes[j]) << (j * b);
-  const int cs = E * b;           // bits per lane
-  const int words = E * b;        // 32-bit words per row
-  const int kmax = (32 + cs - 1) / cs + 1;
-  const bool aligned = (reinterpret_cast<uintptr_t>(dst) & 3u) == 0;
-  for (int w0 = 0; w0 < words; w0 += 32) {
-    const int w = w0 + lane;
-    const int first = w < words ? (32 * w) / cs : 0;
-    uint32_t word = 0;
-    for (int k = 0; k < kmax; ++k) {
-      const int src = first + k;
-      const uint64_t val = __shfl_sync(0xffffffffu, chunk, src < 32 ? src : 31);
-      if (src < 32 && w < words) {
-        const int off = src * cs - 32 * w;
-        if (off >= 32) continue;
-        if (off >= 0) {
-          word |= static_cast<uint32_t>(val << off);
-        } else if (-off < 64) {
-          word |= static_cast<uint32_t>(val >> (-off));
-        }
-      }
-    }
-    if (w < words) {
-      uint8_t* p = dst + 4 * w;
-      if (aligned) {
-        *reinterpret_cast<uint32_t*>(p) = word;
-      } else {
-        p[0] = static_cast<uint8_t>(word);
-        p[1] = static_cast<uint8_t>(word >> 8);
-        p[2] = static_cast<uint8_t>(word >> 16);
-        p[3] = static_cast<uint8_t>(word >> 24);
-      }
+  for (int half = 0; half < 2; ++half) {
+    uint64_t v = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v |= static_cast<uint64_t>(codes[8 * half + j]) << (j * b);
+    uint8_t* p = dst + half * b;
+    if ((b & 3) == 0) {
+      for (int k = 0; k < b / 4; ++k) reinterpret_cast<uint32_t*>(p)[k] = static_cast<uint32_t>(v >> (32 * k));
+    } else if ((b & 1) == 0) {
+      for (int k = 0; k < b / 2; ++k) reinterpret_cast<uint16_t*>(p)[k] = static_cast<uint16_t>(v >> (16 * k));
+    } else {
+      for (int k = 0; k < b; ++k) p[k] = static_cast<uint8_t>(v >> (8 * k));
     }
   }
 }
 
-// Reads this lane's E codes of b bits starting at bit `bit` of `src`.
-template <int E>
-KV_DEV void UnpackLane(const uint8_t* src, uint64_t bit, int b, uint32_t codes[E]) {
-  const uint8_t* p = src + (bit >> 3);
-  const int shift = static_cast<int>(bit & 7);
-  const int nbytes = (shift + E * b + 7) >> 3;  // <= 9
-  uint64_t lo = 0;
-  const int nlo = nbytes < 8 ? nbytes : 8;
-  for (int i = 0; i < nlo; ++i) lo |= static_cast<uint64_t>(p[i]) << (8 * i);
-  uint64_t chunk = lo >> shift;
-  if (nbytes > 8) chunk |= static_cast<uint64_t>(p[8]) << (64 - shift);
+// The inverse: 16 codes from the 2b bytes at byte offset k of a 4-byte
+// aligned smem word array.
+KV_DEV void UnpackLane(const uint32_t* words, uint32_t k, int b, uint32_t codes[kLaneElems]) {
   const uint32_t mask = (1u << b) - 1u;
 #pragma unroll
-  for (int j = 0; j < E; ++j) codes[j] = static_cast<uint32_t>(chunk >> (j * b)) & mask;
+  for (int half = 0; half < 2; ++half) {
+    const uint64_t v = U64At(words, k + half * b);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) codes[8 * half + j] = static_cast<uint32_t>(v >> (j * b)) & mask;
+  }
 }
 
 // Little-endian stores/loads at any alignment.

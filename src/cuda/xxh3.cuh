@@ -1,11 +1,11 @@
 // Copyright kvserve authors. XXH3-64 (seed 0, default secret) on the GPU,
 // written from the xxHash specification / libxxhash 0.8 reference code:
-// a scalar version (host and device; every length) and a warp-cooperative
-// version for long inputs (> 240 bytes), where the 16 stripes of a 1 KiB
-// block are accumulated by 32 lanes at once. The accumulator update is a sum
-// of per-stripe terms mod 2^64, so any order of the additions gives the
-// reference's bits; the nonlinear scramble runs once per block, in order.
-// test_cuda checks both against libxxhash.
+// a scalar version (host and device; every length) and the pieces of the
+// parallel form of long inputs (> 240 bytes) that record_hash.cuh runs with
+// a whole thread block. The accumulator update is a sum of per-stripe terms
+// mod 2^64, so any order of the additions gives the reference's bits; the
+// nonlinear scramble runs once per block, in order. test_cuda checks both
+// against libxxhash.
 #ifndef KVSERVE_CUDA_XXH3_CUH_
 #define KVSERVE_CUDA_XXH3_CUH_
 
@@ -186,61 +186,64 @@ KV_HD uint64_t Hash64(const uint8_t* in, uint64_t len, const Secret& s) {
   return MergeAccs(acc, s, len);
 }
 
-#if defined(__CUDACC__) || defined(KVSERVE_SIM)
-// Warp-cooperative XXH3_64bits: every lane of the (full) warp calls it with
-// the same arguments and gets the hash. Uses ReadLE64 byte loads, so `in`
-// may have any alignment.
-__device__ __forceinline__ uint64_t WarpHash64(const uint8_t* in, uint64_t len, const Secret& s) {
-  const int lane = threadIdx.x & 31;
-  if (len <= 240) return Hash64(in, len, s);
-  const int i = lane & 7;  // accumulator this lane's words feed
-  const uint64_t init[8] = {kPrime32_3, kPrime64_1, kPrime64_2, kPrime64_3,
-                            kPrime64_4, kPrime32_2, kPrime64_5, kPrime32_1};
-  uint64_t acc = init[i];
-  auto add_words = [&](const uint8_t* base, int nwords) {
-    // Words w = lane + 32 j of a run of stripes; word w is word (w % 8) of
-    // stripe w / 8, keyed by the secret at 8 * (w / 8 + w % 8).
-    uint64_t mine = 0, partner = 0;  // terms of acc[i] and of acc[i ^ 1]
-    for (int j = 0; j < 4; ++j) {
-      const int w = lane + 32 * j;
-      if (w < nwords) {
-        const uint64_t data = ReadLE64(base + 8 * w);
-        const uint64_t key = data ^ s.U64(8 * (w / 8 + w % 8));
-        partner += data;
-        mine += (key & 0xFFFFFFFFull) * (key >> 32);
-      }
-    }
-    mine += __shfl_xor_sync(0xffffffffu, mine, 8);
-    mine += __shfl_xor_sync(0xffffffffu, mine, 16);
-    partner += __shfl_xor_sync(0xffffffffu, partner, 8);
-    partner += __shfl_xor_sync(0xffffffffu, partner, 16);
-    // acc[i] receives data of lane index i ^ 1.
-    acc += mine + __shfl_xor_sync(0xffffffffu, partner, 1);
-  };
-  const uint64_t block_len = 1024;
-  const uint64_t blocks = (len - 1) / block_len;
-  for (uint64_t b = 0; b < blocks; ++b) {
-    add_words(in + b * block_len, 128);
-    acc = ScrambleOne(acc, s.U64(128 + 8 * i));
-  }
-  const int stripes = static_cast<int>(((len - 1) - block_len * blocks) / 64);
-  add_words(in + blocks * block_len, 8 * stripes);
-  // Last stripe: lanes 0..7 take word i with the secret at 121 + 8 i.
-  {
-    uint64_t mine = 0, partner = 0;
-    if (lane < 8) {
-      const uint64_t data = ReadLE64(in + len - 64 + 8 * i);
-      const uint64_t key = data ^ s.U64(121 + 8 * i);
-      partner = data;
-      mine = (key & 0xFFFFFFFFull) * (key >> 32);
-    }
-    acc += mine + __shfl_xor_sync(0xffffffffu, partner, 1);
-  }
-  uint64_t all[8];
-  for (int k = 0; k < 8; ++k) all[k] = __shfl_sync(0xffffffffu, acc, k);
-  return MergeAccs(all, s, len);
+// ------------------------------------------------------------ parallel form
+// XXH3's long-input loop adds per-stripe terms into 8 accumulators and
+// scrambles them after every full 1 KiB block: acc_{b+1} = scramble(acc_b +
+// S_b), where S_b depends only on block b's bytes. So the S_b of all blocks
+// can be computed in parallel (and fused into the kernel that writes the
+// bytes), and only the cheap chain of scrambles is sequential.
+
+// The secret's u64 words at the offsets the long-input loop uses.
+struct Keys {
+  uint64_t stripe[23];   // at 8 j: word i of stripe st is keyed by stripe[st + i]
+  uint64_t scramble[8];  // at 128 + 8 i
+  uint64_t last[8];      // at 121 + 8 i (the last stripe)
+  uint64_t merge[8];     // at 11 + 8 i
+};
+inline constexpr uint8_t kSecret[192] = KVSERVE_XXH3_SECRET;
+constexpr uint64_t SecretU64(int o) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | kSecret[o + i];
+  return v;
 }
-#endif
+constexpr Keys MakeKeys() {
+  Keys k{};
+  for (int j = 0; j < 23; ++j) k.stripe[j] = SecretU64(8 * j);
+  for (int i = 0; i < 8; ++i) {
+    k.scramble[i] = SecretU64(128 + 8 * i);
+    k.last[i] = SecretU64(121 + 8 * i);
+    k.merge[i] = SecretU64(11 + 8 * i);
+  }
+  return k;
+}
+
+KV_HD uint64_t InitAcc(int i) {
+  return i == 0 ? kPrime32_3 : i == 1 ? kPrime64_1 : i == 2 ? kPrime64_2 : i == 3 ? kPrime64_3
+       : i == 4 ? kPrime64_4 : i == 5 ? kPrime32_2 : i == 6 ? kPrime64_5 : kPrime32_1;
+}
+
+// The accumulator terms of four consecutive words of one stripe: the 32
+// bytes `w` (8 little-endian u32) are words i0 .. i0+3 (i0 = 0 or 4) of
+// stripe `stripe` of a block; c[k] receives the terms of acc[i0 + k].
+KV_HD void QuarterStripeTerms(const Keys& keys, const uint32_t w[8], int stripe, int i0, uint64_t c[4]) {
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint64_t data = static_cast<uint64_t>(w[2 * k]) | (static_cast<uint64_t>(w[2 * k + 1]) << 32);
+    const uint64_t key = data ^ keys.stripe[stripe + i0 + k];
+    c[k ^ 1] += data;
+    c[k] += (key & 0xFFFFFFFFull) * (key >> 32);
+  }
+}
+
+// The merge and avalanche of the long-input hash from the final accumulators.
+KV_HD uint64_t FinishLong(const uint64_t acc[8], const Keys& keys, uint64_t len) {
+  uint64_t r = len * kPrime64_1;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    r += MulFold64(acc[2 * i] ^ keys.merge[2 * i], acc[2 * i + 1] ^ keys.merge[2 * i + 1]);
+  return Avalanche3(r);
+}
+
 
 }  // namespace kvserve::cuda::xxh3
 

@@ -78,6 +78,14 @@ Result<std::unique_ptr<Model>> Model::Load(const std::string& dir, const Runtime
   KVSERVE_ASSIGN_OR_RETURN(std::string text, ReadText(config_path));
   auto config = ParseModelConfig(text);
   if (!config.ok()) return config.status().WithContext(config_path);
+  const std::string generation_path =
+      (std::filesystem::path(dir) / "generation_config.json").string();
+  if (std::error_code ec; std::filesystem::exists(generation_path, ec)) {
+    KVSERVE_ASSIGN_OR_RETURN(std::string generation, ReadText(generation_path));
+    if (Status s = ApplyGenerationConfig(generation, &*config); !s.ok()) {
+      return s.WithContext(generation_path);
+    }
+  }
   auto impl = std::make_unique<Impl>();
   impl->config = *config;
   KVSERVE_ASSIGN_OR_RETURN(impl->weights, runtime::LoadWeights(dir, impl->config));

@@ -1,11 +1,10 @@
 // Copyright kvserve authors. SentencePiece tokenizer through libsentencepiece.
 #include <sentencepiece_processor.h>
 
-#include <filesystem>
-
 #include "kvserve/runtime.h"
+#include "runtime/tokenizers.h"
 
-namespace kvserve {
+namespace kvserve::runtime {
 namespace {
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -20,6 +19,13 @@ class SentencePieceTokenizer final : public Tokenizer {
     auto s = processor_.Encode(text, &ids);
     if (!s.ok()) return Status::InvalidArgument("sentencepiece encode: " + s.ToString());
     return std::vector<int32_t>(ids.begin(), ids.end());
+  }
+  Result<std::vector<int32_t>> EncodePrompt(const std::string& text, int bos_token_id) const override {
+    KVSERVE_ASSIGN_OR_RETURN(auto body, Encode(text));
+    std::vector<int32_t> ids;
+    if (bos_token_id >= 0) ids.push_back(bos_token_id);
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
   }
   Result<std::string> Decode(std::span<const int32_t> ids) const override {
     std::vector<int> in(ids.begin(), ids.end());
@@ -42,18 +48,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
-Result<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path path = dir;
-  if (fs::is_directory(path, ec)) path /= "tokenizer.model";
-  if (!fs::exists(path, ec)) {
-    return Status::NotFound(path.string() + ": no SentencePiece tokenizer.model (HF "
-                            "tokenizer.json is not supported yet)");
-  }
+Result<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path) {
   auto tokenizer = std::make_unique<SentencePieceTokenizer>();
-  KVSERVE_RETURN_IF_ERROR(tokenizer->Open(path.string()));
+  KVSERVE_RETURN_IF_ERROR(tokenizer->Open(path));
   return std::unique_ptr<Tokenizer>(std::move(tokenizer));
 }
 
-}  // namespace kvserve
+}  // namespace kvserve::runtime

@@ -29,9 +29,11 @@ int RunGenerate(const GenerateArgs& a) {
   const double start = NowSeconds();
   auto model = Model::Load(a.model, RuntimeOptions{a.threads});
   if (!model.ok()) return ReportError("generate", model.status());
-  Progress("generate", "loaded {} ({} layers, {} M non-embedding params) in {:.2f} s", a.model,
-           (*model)->config().layers, (*model)->config().NonEmbeddingParameters() / 1e6,
-           NowSeconds() - start);
+  std::string eos;
+  for (int id : (*model)->config().eos_token_ids) eos += (eos.empty() ? "" : ",") + std::to_string(id);
+  Progress("generate", "loaded {} ({} layers, {} M non-embedding params, eos ids {}) in {:.2f} s",
+           a.model, (*model)->config().layers, (*model)->config().NonEmbeddingParameters() / 1e6,
+           eos.empty() ? "none" : eos, NowSeconds() - start);
   KvState kv;
   if (!a.import_kv.empty()) {
     auto imported = ImportKV(a.import_kv);
@@ -70,18 +72,26 @@ int RunGenerate(const GenerateArgs& a) {
   std::string ids;
   for (size_t i = 0; i < generated->size(); ++i) ids += (i ? "," : "") + std::to_string((*generated)[i]);
   fmt::print("tokens: {}\n", ids);
-  if (auto tok = Tokenizer::Load(a.prompt.tokenizer.empty() ? a.model : a.prompt.tokenizer);
-      tok.ok()) {
-    if (auto text = (*tok)->Decode(*generated); text.ok()) fmt::print("text: {}\n", *text);
+  // The text, when the model has a tokenizer (a model without one, e.g. a
+  // random-weight test model, prints ids only).
+  auto tok = Tokenizer::Load(a.prompt.tokenizer.empty() ? a.model : a.prompt.tokenizer);
+  if (!tok.ok()) {
+    if (tok.status().code() != StatusCode::kNotFound) return ReportError("generate", tok.status());
+    return 0;
   }
+  auto text = (*tok)->Decode(*generated);
+  if (!text.ok()) return ReportError("generate", text.status());
+  fmt::print("text: {}\n", *text);
   return 0;
 }
 
 RunFn SetupGenerate(CLI::App& sub) {
   auto a = std::make_shared<GenerateArgs>();
   sub.description(
-      "Run a Llama/Qwen2 model (HF directory: config.json, *.safetensors, tokenizer.model) on a "
-      "prompt and print the generated token ids (and text when a tokenizer is present). "
+      "Run a Llama/Qwen2 model (HF directory: config.json, *.safetensors, optional "
+      "generation_config.json and tokenizer.json or tokenizer.model) on a prompt and print the "
+      "generated token ids, and their text when the model has a tokenizer. Generation stops at "
+      "generation_config.json's eos ids (else config.json's). "
       "--export-kv writes the KV state after prefill; --import-kv decodes from a state written "
       "by another process, so a prefill worker and a decode worker can be separate processes.");
   sub.add_option("-m,--model", a->model, "model directory")->required();

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_util.h"
 #include "command.h"
 #include "kvserve/controller.h"
@@ -27,6 +29,7 @@ struct RouterArgs {
   std::string prefill;
   std::string secret_file;
   std::string model;
+  std::string prompt, prompt_file;  // text prompts, through the model's tokenizer
   int vocab = 0;
   int requests = 8;
   int prompt_tokens = 256;
@@ -40,6 +43,28 @@ struct RouterArgs {
   bool json = false;
 };
 
+// The tokenizer of --model and the ids of the text prompt (as `kvserve
+// generate` builds them: the tokenizer's template, else the config's bos).
+Result<std::pair<std::unique_ptr<Tokenizer>, std::vector<int32_t>>> TextPrompt(const RouterArgs& a) {
+  KVSERVE_ASSIGN_OR_RETURN(std::string dir, ServeModelDirectory(kCommand, a.model));
+  std::string text = a.prompt;
+  if (!a.prompt_file.empty()) {
+    KVSERVE_ASSIGN_OR_RETURN(auto bytes, ReadBinaryFile(a.prompt_file));
+    text.assign(bytes.begin(), bytes.end());
+  }
+  KVSERVE_ASSIGN_OR_RETURN(auto config_bytes, ReadBinaryFile(dir + "/config.json"));
+  KVSERVE_ASSIGN_OR_RETURN(auto config, ParseModelConfig(std::string(config_bytes.begin(), config_bytes.end())));
+  KVSERVE_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::Load(dir));
+  KVSERVE_ASSIGN_OR_RETURN(auto ids, tokenizer->EncodePrompt(text, config.bos_token_id));
+  if (ids.empty()) return Status::InvalidArgument("the prompt has no tokens");
+  for (int32_t id : ids) {
+    if (id >= config.vocab_size) {
+      return Status::InvalidArgument("prompt token " + std::to_string(id) + " is outside the model's vocabulary");
+    }
+  }
+  return std::pair{std::move(tokenizer), std::move(ids)};
+}
+
 int RunRouter(const RouterArgs& a) {
   ServeClientOptions o;
   o.prefill_addresses = SplitList(a.prefill);
@@ -49,8 +74,21 @@ int RunRouter(const RouterArgs& a) {
   if (!secret.ok()) return ReportError(kCommand, secret.status());
   o.connection.secret = *secret;
   o.connection.local_id = "router";
+  // A text prompt: tokenized here with the model's tokenizer (as a serving
+  // front end does), and the generated ids are printed as text.
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> text_prompt;
+  if (!a.prompt.empty() || !a.prompt_file.empty()) {
+    if (!a.prompt.empty() && !a.prompt_file.empty()) {
+      return ReportError(kCommand, Status::InvalidArgument("give --prompt or --prompt-file, not both"));
+    }
+    auto prompt = TextPrompt(a);
+    if (!prompt.ok()) return ReportError(kCommand, prompt.status());
+    tokenizer = std::move(prompt->first);
+    text_prompt = std::move(prompt->second);
+  }
   int vocab = a.vocab;
-  if (vocab <= 0) {
+  if (vocab <= 0 && text_prompt.empty()) {
     auto dir = ServeModelDirectory(kCommand, a.model);
     if (!dir.ok()) return ReportError(kCommand, dir.status());
     auto text = ReadBinaryFile(*dir + "/config.json");
@@ -77,7 +115,9 @@ int RunRouter(const RouterArgs& a) {
     r.method = a.method;
     r.use_pool = a.repeat_fraction > 0;
     r.sampling.seed = rng();
-    if (!sent.empty() && std::uniform_real_distribution<double>(0, 1)(rng) < a.repeat_fraction) {
+    if (!text_prompt.empty()) {
+      r.prompt = text_prompt;
+    } else if (!sent.empty() && std::uniform_real_distribution<double>(0, 1)(rng) < a.repeat_fraction) {
       r.prompt = sent[rng() % sent.size()];
     } else {
       r.prompt.resize(a.prompt_tokens);
@@ -100,13 +140,24 @@ int RunRouter(const RouterArgs& a) {
                            {"generation", t.generation_seconds}, {"kv", t.kv_seconds},
                            {"ttft", t.ttft_seconds}})
       stages[name].push_back(v);
+    std::string text;
+    if (tokenizer) {
+      auto decoded = tokenizer->Decode(response->tokens);
+      if (!decoded.ok()) return ReportError(kCommand, decoded.status().WithContext("decoding the reply"));
+      text = std::move(*decoded);
+    }
     if (a.json) {
       fmt::print(
-          "{{\"id\":{},\"profile\":\"{}\",\"jct_s\":{:.6f},\"ttft_s\":{:.6f},\"prefill_s\":{:.6f},"
+          "{{\"id\":{},{}\"profile\":\"{}\",\"jct_s\":{:.6f},\"ttft_s\":{:.6f},\"prefill_s\":{:.6f},"
           "\"encode_s\":{:.6f},\"transfer_s\":{:.6f},\"decode_kv_s\":{:.6f},\"generation_s\":{:.6f},"
           "\"kv_s\":{:.6f},\"kv_bytes\":{},\"frame_bytes\":{},\"bandwidth_gbps\":{:.4f},"
           "\"prefix_hit\":{},\"prefix_chunks\":{},\"attempts\":{}}}\n",
-          r.id, t.profile, t.jct_seconds, t.ttft_seconds, t.prefill_seconds, t.encode_seconds,
+          r.id,
+          tokenizer ? fmt::format("\"text\":{},\"tokens\":{},", nlohmann::json(text).dump(),
+                                  nlohmann::json(response->tokens).dump())
+                    : std::string(),
+          t.profile,
+          t.jct_seconds, t.ttft_seconds, t.prefill_seconds, t.encode_seconds,
           t.transfer_seconds, t.decode_kv_seconds, t.generation_seconds, t.kv_seconds, t.kv_bytes,
           t.frame_bytes, BytesPerSecondToGbps(t.bandwidth_estimate), t.prefix_hit, t.prefix_chunks,
           t.attempts);
@@ -115,6 +166,7 @@ int RunRouter(const RouterArgs& a) {
                r.id, t.profile, t.jct_seconds * 1e3, t.prefill_seconds * 1e3, t.kv_seconds * 1e3,
                t.generation_seconds * 1e3, HumanBytes(t.frame_bytes),
                t.prefix_hit ? fmt::format(" (prefix hit, {} chunks)", t.prefix_chunks) : "");
+      if (tokenizer) fmt::print("{}\n", text);
     }
   }
   fmt::print(stderr, "\n{} requests, {} failed, {} prefix hits\n", a.requests, failed, hits);
@@ -129,15 +181,21 @@ RunFn SetupRouter(CLI::App& sub) {
   auto a = std::make_shared<RouterArgs>();
   sub.description(
       "Load generator for `kvserve serve`: sends --requests requests with random prompts of "
-      "--prompt-tokens tokens, a workload label, an SLO and a quality floor to the prefill "
+      "--prompt-tokens tokens (or the text of --prompt / --prompt-file, whose replies are printed "
+      "as text), a workload label, an SLO and a quality floor to the prefill "
       "workers (round-robin; a failed worker's requests are re-submitted to the next), prints "
       "each request's stage timings (or JSON lines with --json) and the JCT mean / p50 / p99. "
       "--repeat-fraction re-sends earlier prompts with the prefix pool on (prefix hits). Exits 1 "
       "when any request failed.");
   sub.add_option("--prefill", a->prefill, "prefill worker addresses HOST:PORT[,...]")->required();
   sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
-  sub.add_option("--model,-m", a->model, "model directory, only to read the vocabulary size");
+  sub.add_option("--model,-m", a->model,
+                 "model directory: its vocabulary size for random prompts, its tokenizer for --prompt");
   sub.add_option("--vocab", a->vocab, "vocabulary size for random prompts (0 = from the model)");
+  sub.add_option("--prompt", a->prompt,
+                 "send this text as every request's prompt (tokenized with --model's tokenizer.json "
+                 "or tokenizer.model) and print the generated text");
+  sub.add_option("--prompt-file", a->prompt_file, "like --prompt, the text of this file");
   sub.add_option("--requests,-n", a->requests, "number of requests")->check(CLI::Range(1, 1000000));
   sub.add_option("--prompt-tokens", a->prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 20));
   sub.add_option("--new-tokens", a->new_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));

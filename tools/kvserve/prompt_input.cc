@@ -8,13 +8,15 @@
 namespace kvserve::cli {
 
 void PromptInput::AddOptions(CLI::App& sub) {
-  sub.add_option("--prompt", text, "prompt text (tokenized with the model's tokenizer.model)");
+  sub.add_option("--prompt", text,
+                 "prompt text (tokenized with the model's tokenizer.json or tokenizer.model)");
   sub.add_option("--prompt-file", file, "file whose text is the prompt");
   sub.add_option("--prompt-ids", ids, "prompt as comma-separated token ids");
   sub.add_option("--random-prompt", random_tokens,
                  "prompt of N seeded random token ids (models without a tokenizer)");
   sub.add_option("--prompt-seed", seed, "seed of --random-prompt")->capture_default_str();
-  sub.add_option("--tokenizer", tokenizer, "tokenizer.model path (default: the model dir)");
+  sub.add_option("--tokenizer", tokenizer,
+                 "tokenizer.json / tokenizer.model path (default: the model dir)");
 }
 
 Result<std::vector<int32_t>> ParseIds(const std::string& text) {
@@ -61,8 +63,7 @@ Result<std::vector<int32_t>> PromptInput::Resolve(const std::string& model_dir,
       prompt = buffer.str();
     }
     KVSERVE_ASSIGN_OR_RETURN(auto tok, Tokenizer::Load(tokenizer.empty() ? model_dir : tokenizer));
-    KVSERVE_ASSIGN_OR_RETURN(tokens, tok->Encode(prompt));
-    if (model.config().bos_token_id >= 0) tokens.insert(tokens.begin(), model.config().bos_token_id);
+    KVSERVE_ASSIGN_OR_RETURN(tokens, tok->EncodePrompt(prompt, model.config().bos_token_id));
   }
   if (tokens.empty()) return Status::InvalidArgument("empty prompt");
   return tokens;

@@ -1,0 +1,122 @@
+// Copyright kvserve authors. Record checksums at memory speed: XXH3-64 of a
+// record computed by a whole thread block (docs/cuda.md "Checksums"). The
+// per-block accumulator terms S_b (xxh3.cuh "parallel form") come from the
+// bytes in global memory, 8 blocks at a time, or from a table that the kernel
+// which wrote the bytes filled (raw records); the chain of scrambles, the
+// tail stripes and the merge run in warp 0.
+#ifndef KVSERVE_CUDA_RECORD_HASH_CUH_
+#define KVSERVE_CUDA_RECORD_HASH_CUH_
+
+#include <cstdint>
+
+#include "cuda/bytes.cuh"
+#include "cuda/common.cuh"
+#include "cuda/xxh3.cuh"
+
+namespace kvserve::cuda {
+
+__device__ const xxh3::Keys kHashKeys = xxh3::MakeKeys();
+__device__ const uint8_t kDeviceSecret[192] = KVSERVE_XXH3_SECRET;
+
+constexpr int kHashThreads = 256;
+
+// Shared memory of BlockHash64.
+struct HashSmem {
+  uint64_t sums[2][32][8];
+};
+
+// Reduces the lane terms c[4] of a warp that covered one 1 KiB block (lane l
+// holding bytes [32 l, 32 l + 32)): afterwards lane 0 holds the block's
+// terms of acc[0..3] and lane 1 those of acc[4..7].
+KV_DEV void WarpReduceBlockTerms(uint64_t c[4]) {
+#pragma unroll
+  for (int off = 2; off < 32; off <<= 1)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) c[k] += __shfl_xor_sync(0xffffffffu, c[k], off);
+}
+
+// Lane i (< 8) of the warp gets acc term i from the reduced c[4] of lanes 0, 1.
+KV_DEV uint64_t SpreadBlockTerm(const uint64_t c[4]) {
+  const int lane = threadIdx.x & 31;
+  const int src = (lane >> 2) & 1;
+  const uint64_t t0 = __shfl_sync(0xffffffffu, c[0], src), t1 = __shfl_sync(0xffffffffu, c[1], src);
+  const uint64_t t2 = __shfl_sync(0xffffffffu, c[2], src), t3 = __shfl_sync(0xffffffffu, c[3], src);
+  const int k = lane & 3;
+  return k == 0 ? t0 : k == 1 ? t1 : k == 2 ? t2 : t3;
+}
+
+// The terms of the 32 bytes at `p` (global, any alignment, inside [lo, hi))
+// as the `l`-th 32-byte piece of a block.
+KV_DEV void PieceTerms(const uint8_t* p, const uint8_t* lo, const uint8_t* hi, int l, uint64_t c[4]) {
+  uint32_t w[8];
+  LoadUnaligned<8>(p, lo, hi, w);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) c[k] = 0;
+  xxh3::QuarterStripeTerms(kHashKeys, w, l >> 1, 4 * (l & 1), c);
+}
+
+// XXH3-64 of the `len` bytes at `p` (global, inside [lo, hi)), by all
+// kHashThreads threads of the block (every thread must call it). `sums`, if
+// non-null, holds the terms of every full block b < (len - 1) / 1024 at
+// sums[8 b .. 8 b + 8) (written by an earlier kernel); otherwise they are
+// computed from the bytes. The result is valid in warp 0.
+KV_DEV uint64_t BlockHash64(const uint8_t* p, uint64_t len, const uint8_t* lo, const uint8_t* hi,
+                            const uint64_t* sums, HashSmem& smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const xxh3::Keys& keys = kHashKeys;
+  if (len <= 240) {
+    __shared__ uint8_t s_secret[192];
+    for (int i = threadIdx.x; i < 192; i += blockDim.x) s_secret[i] = kDeviceSecret[i];
+    __syncthreads();
+    return xxh3::Hash64(p, len, xxh3::Secret{s_secret});
+  }
+  const uint64_t nb = (len - 1) / 1024;
+  uint64_t acc = xxh3::InitAcc(lane & 7);
+  const int per_round = sums != nullptr ? 32 : 8;
+  int parity = 0;
+  for (uint64_t r0 = 0; r0 < nb; r0 += per_round, parity ^= 1) {
+    if (sums != nullptr) {
+      const uint64_t b = r0 + threadIdx.x / 8;
+      if (b < nb) smem.sums[parity][threadIdx.x / 8][threadIdx.x % 8] = sums[8 * b + threadIdx.x % 8];
+    } else {
+      const uint64_t b = r0 + warp;
+      if (b < nb) {
+        uint64_t c[4];
+        PieceTerms(p + 1024 * b + 32 * lane, lo, hi, lane, c);
+        WarpReduceBlockTerms(c);
+        if (lane < 2)
+#pragma unroll
+          for (int k = 0; k < 4; ++k) smem.sums[parity][warp][4 * lane + k] = c[k];
+      }
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const uint64_t n = nb - r0 < static_cast<uint64_t>(per_round) ? nb - r0 : per_round;
+      for (uint64_t j = 0; j < n; ++j)
+        acc = xxh3::ScrambleOne(acc + smem.sums[parity][j][lane & 7], keys.scramble[lane & 7]);
+    }
+  }
+  if (warp != 0) return 0;
+  // Stripes of the last, partial block, then the last stripe.
+  const uint64_t tail = 1024 * nb;
+  const int stripes = static_cast<int>(((len - 1) - tail) / 64);
+  uint64_t c[4] = {0, 0, 0, 0};
+  if (lane < 2 * stripes) PieceTerms(p + tail + 32 * lane, lo, hi, lane, c);
+  WarpReduceBlockTerms(c);
+  acc += SpreadBlockTerm(c);
+  {
+    uint32_t w[2];
+    LoadUnaligned<2>(p + len - 64 + 8 * (lane & 7), lo, hi, w);
+    const uint64_t data = static_cast<uint64_t>(w[0]) | (static_cast<uint64_t>(w[1]) << 32);
+    const uint64_t key = data ^ keys.last[lane & 7];
+    acc += (key & 0xFFFFFFFFull) * (key >> 32) + __shfl_xor_sync(0xffffffffu, data, 1);
+  }
+  uint64_t all[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) all[k] = __shfl_sync(0xffffffffu, acc, k);
+  return xxh3::FinishLong(all, keys, len);
+}
+
+}  // namespace kvserve::cuda
+
+#endif  // KVSERVE_CUDA_RECORD_HASH_CUH_
