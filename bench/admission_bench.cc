@@ -5,7 +5,9 @@
 // connections held open against it and reopened as it drops them
 // (tests/silent_flood.h), in alternating rounds of the same run (so both
 // see the same background load). Prints one Markdown row per server: p50 /
-// p99 quiet and flooded, their ratio, and refused requests.
+// p99 quiet and flooded, their ratio, refused requests, the fewest silent
+// sockets open at the end of a flooded round and how many the server
+// dropped (each was reopened at once).
 //   build/rel/bench/admission_bench [--requests N] [--rounds R] [--flood N] [--sources N]
 #include <algorithm>
 #include <cmath>
@@ -62,6 +64,8 @@ double Percentile(std::vector<double> v, double q) {
 struct Phase {
   std::vector<double> seconds;
   int refused = 0;
+  int least_open = -1;    // flooded: fewest silent sockets open at a round's end
+  int64_t reopened = 0;   // flooded: silent sockets the server dropped (reopened)
 };
 
 // One pool request from a fresh client: dial, authenticate, put 4 KiB, get it.
@@ -128,6 +132,9 @@ void Compare(const Args& a, const std::string& address, Fn&& request, Phase& qui
     testing::SilentFlood flood(address, a.flood, {.sources = a.sources});
     SleepForFlood();
     Run(per_round, request, flooded);
+    flooded.least_open =
+        flooded.least_open < 0 ? flood.open() : std::min(flooded.least_open, flood.open());
+    flooded.reopened += flood.dropped();
   }
 }
 
@@ -135,16 +142,18 @@ void Row(const char* what, const Phase& quiet, const Phase& flooded, int n) {
   const double q50 = Percentile(quiet.seconds, 0.5) * 1e3, q99 = Percentile(quiet.seconds, 0.99) * 1e3;
   const double f50 = Percentile(flooded.seconds, 0.5) * 1e3,
                f99 = Percentile(flooded.seconds, 0.99) * 1e3;
-  std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx | %d |\n", what, n, q50, q99, f50, f99,
-              q99 > 0 ? f99 / q99 : 0.0, quiet.refused + flooded.refused);
+  std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2fx | %d | %d | %lld |\n", what, n, q50,
+              q99, f50, f99, q99 > 0 ? f99 / q99 : 0.0, quiet.refused + flooded.refused,
+              flooded.least_open, static_cast<long long>(flooded.reopened));
 }
 
 int Main(const Args& a) {
   testing::RaiseFileLimit(static_cast<uint64_t>(2 * a.flood + 1024));
   auto tcp = NewTcpTransport();
   std::printf("| server | requests per phase | quiet p50 (ms) | quiet p99 (ms) | flooded p50 (ms) "
-              "| flooded p99 (ms) | p99 flooded / quiet | refused |\n");
-  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+              "| flooded p99 (ms) | p99 flooded / quiet | refused | silent sockets open (fewest) "
+              "| silent sockets dropped by the server |\n");
+  std::printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::mt19937_64 rng(7);
   {
     auto backing = NewMemoryPool();

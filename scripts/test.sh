@@ -5,8 +5,8 @@
 #      and decoder memory bounds;
 #   2. an ASan + UBSan build in build/asan running the core, transforms,
 #      quantizers, codecs, pipeline, io, transport, pool and serve tests,
-#      the runtime's checkpoint-loading tests, the golden frames, the
-#      decoder memory bounds and every fuzz corpus replay;
+#      the runtime's checkpoint- and tokenizer-loading tests, the golden
+#      frames, the decoder memory bounds and every fuzz corpus replay;
 #   3. a ThreadSanitizer build in build/tsan running the transport, pool
 #      and serve tests.
 # Idempotent: reruns reuse the build directories. Usage: scripts/test.sh
@@ -61,9 +61,10 @@ targets=(test_golden test_decoder_memory)
 for corpus in tests/fuzz/corpus/*/; do targets+=("fuzz_replay_$(basename "$corpus")"); done
 add_area_targets build/asan "${ASAN_AREAS[@]}"
 cmake --build build/asan -j "$JOBS" --target "${targets[@]}"
-# The runtime's checkpoint and KV-state loading, not its numerics (those
-# are the release run's): the tests that read safetensors shards and files.
-RUNTIME_IO='ModelConfigTest|MalformedCheckpointTest|HalfPrecisionWeightsLoad|KvStateTest'
+# The runtime's checkpoint, KV-state and tokenizer loading, not its numerics
+# (those are the release run's): the tests that read safetensors shards,
+# config and tokenizer files.
+RUNTIME_IO='ModelConfigTest|MalformedCheckpointTest|HalfPrecisionWeightsLoad|KvStateTest|HfTokenizerTest|PreTokenizerTest'
 asan_labels=()
 for area in "${ASAN_AREAS[@]}"; do [ "$area" = runtime ] || asan_labels+=("$area"); done
 label_regex="^($(IFS='|'; echo "${asan_labels[*]}")|golden|fuzz|memory)\$"

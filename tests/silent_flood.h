@@ -67,6 +67,7 @@ class SilentFlood {
     inet_pton(AF_INET, address.substr(0, colon).c_str(), &server_.sin_addr);
     fds_.assign(static_cast<size_t>(sockets), -1);
     for (size_t i = 0; i < fds_.size(); ++i) fds_[i] = Open(i);
+    for (int fd : fds_) open_.fetch_add(fd >= 0 ? 1 : 0);
     thread_ = std::thread([this] { Keep(); });
   }
   ~SilentFlood() {
@@ -79,6 +80,8 @@ class SilentFlood {
   SilentFlood& operator=(const SilentFlood&) = delete;
 
   int sockets() const { return static_cast<int>(fds_.size()); }
+  // Sockets open now (connected or connecting; the rest failed to reopen).
+  int open() const { return open_.load(); }
   // Connections the server closed (each was reopened).
   int64_t dropped() const { return dropped_.load(); }
   // Sockets that could not be opened (out of descriptors or ports).
@@ -116,9 +119,13 @@ class SilentFlood {
         if (fds_[i] >= 0) {
           ::close(fds_[i]);
           dropped_.fetch_add(1);
+          open_.fetch_sub(1);
           fds_[i] = -1;
         }
-        if (options_.reopen) fds_[i] = Open(i);
+        if (options_.reopen) {
+          fds_[i] = Open(i);
+          if (fds_[i] >= 0) open_.fetch_add(1);
+        }
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(options_.poll_interval));
     }
@@ -129,6 +136,7 @@ class SilentFlood {
   std::vector<int> fds_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> open_{0};
   std::atomic<int64_t> dropped_{0};
   std::atomic<int64_t> failed_{0};
 };

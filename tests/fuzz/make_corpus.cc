@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/checksum.h"
 #include "golden_cache.h"
 #include "hostile_frame.h"
@@ -32,6 +34,7 @@
 #include "kvserve/profile.h"
 #include "kvserve/transport.h"
 #include "pool/pool_wire.h"
+#include "runtime/bpe_model.h"
 #include "serve/serve_protocol.h"
 #include "transport/wire.h"
 
@@ -235,6 +238,63 @@ void TextSeeds(const std::filesystem::path& root) {
             R"("codecs":{"pack":{}},"quantizers":{"kivi":{"k":[2],"v":[2]}},"include":["none"]})");
 }
 
+// tokenizer.json (byte-level BPE as Llama-3 / Qwen ship it: split regex,
+// ByteLevel, added tokens, NFC, a template) and generation_config.json.
+void TokenizerSeeds(const std::filesystem::path& dir) {
+  using nlohmann::json;
+  auto utf8 = [](char32_t c) {
+    std::string s;
+    if (c < 0x80) {
+      s += static_cast<char>(c);
+    } else {
+      s += static_cast<char>(0xC0 | (c >> 6));
+      s += static_cast<char>(0x80 | (c & 0x3F));
+    }
+    return s;
+  };
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[utf8(kvserve::runtime::ByteToChar()[b])] = b;
+  vocab["ab"] = 256;
+  vocab["\u0120the"] = 257;
+  vocab["\u0120t"] = 258;
+  vocab["\u0120th"] = 259;
+  json j;
+  j["version"] = "1.0";
+  j["added_tokens"] = json::array();
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern",
+          {{"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  j["post_processor"] = {{"type", "ByteLevel"}};
+  j["decoder"] = {{"type", "ByteLevel"}};
+  j["model"] = {{"type", "BPE"},          {"vocab", vocab},
+                {"merges", {"a b", "\u0120 t", "\u0120t h", "\u0120th e"}},
+                {"ignore_merges", false}, {"dropout", nullptr},
+                {"unk_token", nullptr},   {"byte_fallback", false}};
+  WriteText(dir / "byte-level", j.dump());
+  j["normalizer"] = {{"type", "NFC"}};
+  j["added_tokens"] = json::array(
+      {{{"id", 300}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+       {{"id", 301}, {"content", "</s>"}, {"special", true}, {"normalized", false}},
+       {{"id", 302}, {"content", "[L]"}, {"special", true}, {"normalized", false}, {"lstrip", true}},
+       {{"id", 303}, {"content", "word"}, {"special", false}, {"single_word", true}}});
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                              {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
+      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {300}}, {"tokens", {"<s>"}}}},
+                          {"</s>", {{"id", "</s>"}, {"ids", {301}}, {"tokens", {"</s>"}}}}}}};
+  WriteText(dir / "added-tokens-template", j.dump());
+  WriteText(dir / "generation-config", R"({"bos_token_id": 1, "eos_token_id": [2, 7]})");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,7 +305,8 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path root(argv[1]);
   for (const char* d : {"frame", "roundtrip", "rans", "connection", "serve_protocol", "pool_wire",
-                        "safetensors", "kv_file", "profile", "profile_table", "strategy_space"})
+                        "safetensors", "kv_file", "profile", "profile_table", "strategy_space",
+                        "tokenizer"})
     std::filesystem::create_directories(root / d);
 
   KvCache kv = testing::MakeGoldenCache();
@@ -296,6 +357,7 @@ int main(int argc, char** argv) {
     PoolWireSeeds(root / "pool_wire");
     FileFormatSeeds(root, small);
     TextSeeds(root);
+    TokenizerSeeds(root / "tokenizer");
   }
   std::printf("wrote corpora under %s\n", root.c_str());
   return 0;
