@@ -1,6 +1,7 @@
 // Copyright kvserve authors. `kvserve pool serve`: a KvPool served over the
 // authenticated transport, one thread per client connection, admitted by
 // the shared ConnectionServer (docs/transport.md §3, admission).
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,13 +29,14 @@ class PoolServer::Impl {
   }
 
   void Stop() {
+    stopping_.store(true);
     if (server_) server_->Stop();
   }
 
   void Serve(Connection& c) {
     Message request;
     std::vector<uint8_t> reply, body, value;
-    while (!server_->stopping()) {
+    while (!stopping_.load()) {
       Status s = c.Receive(&request, options_.idle_timeout_seconds);
       if (!s.ok()) return;  // idle, closed or broken: drop the client
       body.clear();
@@ -86,6 +88,9 @@ class PoolServer::Impl {
   KvPool* pool_;
   PoolServerOptions options_;
   std::unique_ptr<transport::ConnectionServer> server_;
+  // Set before server_->Stop(); the handlers poll this, not server_, which a
+  // handler may run before Start's assignment to server_ has completed.
+  std::atomic<bool> stopping_{false};
   std::string address_;
 };
 

@@ -176,7 +176,7 @@ class DecodeWorker::Impl {
       return st;
     };
     Message message;
-    while (!server_->stopping()) {
+    while (!stopping_.load()) {
       // A frame, or the GENERATE for the frames just received.
       const double wait_start = MonotonicSeconds();
       Status st = connection.Receive(&message, /*timeout_seconds=*/0.5);
@@ -314,6 +314,9 @@ class DecodeWorker::Impl {
   const Model* model_;
   DecodeWorkerOptions options_;
   std::unique_ptr<transport::ConnectionServer> server_;
+  // Set before server_->Stop(); the handlers poll this, not server_, which a
+  // handler may run before Start's assignment to server_ has completed.
+  std::atomic<bool> stopping_{false};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> refused_frames_{0};
 };
@@ -329,7 +332,10 @@ Result<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(Transport* transport, 
 DecodeWorker::DecodeWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DecodeWorker::~DecodeWorker() { Stop(); }
 std::string DecodeWorker::address() const { return impl_->server_->address(); }
-void DecodeWorker::Stop() { impl_->server_->Stop(); }
+void DecodeWorker::Stop() {
+  impl_->stopping_.store(true);
+  impl_->server_->Stop();
+}
 int64_t DecodeWorker::completed() const { return impl_->completed_.load(); }
 int64_t DecodeWorker::refused_frames() const { return impl_->refused_frames_.load(); }
 int64_t DecodeWorker::auth_failures() const { return impl_->server_->auth_failures(); }

@@ -4,6 +4,7 @@
 #ifndef KVSERVE_SERVE_PREFILL_INTERNAL_H_
 #define KVSERVE_SERVE_PREFILL_INTERNAL_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,6 +109,9 @@ class PrefillWorker::Impl {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<serve::FrameSizeModel> frame_sizes_;
   std::unique_ptr<transport::ConnectionServer> server_;
+  // Set before server_->Stop(); the handlers poll this, not server_, which a
+  // handler may run before Start's assignment to server_ has completed.
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;  // one request at a time; guards everything below
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<Connection> decode_;

@@ -55,7 +55,7 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
 
 void PrefillWorker::Impl::ServeClient(Connection& connection) {
   Message message;
-  while (!server_->stopping()) {
+  while (!stopping_.load()) {
     const double wait_start = MonotonicSeconds();
     Status s = connection.Receive(&message, 0.5);
     if (s.code() == StatusCode::kTimeout && MonotonicSeconds() - wait_start > 0.25) continue;
@@ -423,7 +423,10 @@ Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport
 PrefillWorker::PrefillWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PrefillWorker::~PrefillWorker() { Stop(); }
 std::string PrefillWorker::address() const { return impl_->server_->address(); }
-void PrefillWorker::Stop() { impl_->server_->Stop(); }
+void PrefillWorker::Stop() {
+  impl_->stopping_.store(true);
+  impl_->server_->Stop();
+}
 ServeResponse PrefillWorker::Serve(const ServeRequest& request) { return impl_->Serve(request); }
 void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
 double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }
