@@ -5,9 +5,12 @@ setuptools' build_ext. Environment:
   KVSERVE_CMAKE_BUILD_DIR  reuse this CMake build directory (default build/pip)
   KVSERVE_CMAKE_ARGS       extra -D options, space-separated
   KVSERVE_BUILD_JOBS       parallel jobs (default: CMake's)
+  KVSERVE_CUDA             1/0: build the CUDA codec's bindings or not (default: where
+                           nvcc is found, on PATH or /usr/local/cuda/bin)
 """
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +38,12 @@ class CMakeBuild(build_ext):
                           "-DKVSERVE_BUILD_BENCH=OFF"]
             if subprocess.call(["ninja", "--version"], stdout=subprocess.DEVNULL) == 0:
                 configure += ["-G", "Ninja"]
+            nvcc = shutil.which("nvcc") or (
+                "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+            want_cuda = os.environ.get("KVSERVE_CUDA", "1" if nvcc else "0") == "1"
+            configure += [f"-DKVSERVE_CUDA={'ON' if want_cuda else 'OFF'}"]
+            if want_cuda and nvcc:
+                configure += [f"-DCMAKE_CUDA_COMPILER={nvcc}"]
         configure += shlex.split(os.environ.get("KVSERVE_CMAKE_ARGS", ""))
         subprocess.check_call(configure)
         build = ["cmake", "--build", str(build_dir), "--target", "kvserve_python"]

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "experiments/model_directory.h"
 #include "kvserve/codec.h"
 #include "kvserve/pool.h"
 #include "kvserve/runtime.h"
@@ -169,7 +170,7 @@ int Main(const Args& a) {
   }
   {
     const auto dir = std::filesystem::temp_directory_path() / "kvserve-admission-bench-model";
-    if (!WriteRandomModel(dir.string(), FallbackModelSpec()).ok()) return 1;
+    if (!WriteRandomModel(dir.string(), lab::FallbackModelSpec()).ok()) return 1;
     auto model = Model::Load(dir.string(), {.threads = 1});
     if (!model.ok()) return 1;
     DecodeWorkerOptions d;

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "pipeline/stages.h"
+#include "core/stages.h"
 #include "quantizers/grid_kernels.h"
 #include "quantizers/quantizers.h"
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "pipeline/stages.h"
+#include "core/stages.h"
 #include "transforms/affine.h"
 #include "transforms/delta.h"
 #include "transforms/hadamard.h"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates the measured section of docs/controller.md (between the
-# GENERATED markers) and docs/controller_latency.svg from seeded, deterministic
-# simulations with the `kvserve` CLI. Usage: scripts/controller_report.sh
+# GENERATED markers), docs/results/plots/controller_latency.json and the plot
+# drawn from it (docs/controller_latency.svg, scripts/plots.py) from seeded,
+# deterministic simulations with the `kvserve` CLI. Usage: scripts/controller_report.sh
 # Env: BUILD_DIR (default build/release, as scripts/demo.sh and test.sh build;
 # configured here as they do on a fresh clone), JOBS (build parallelism,
 # default 2), KVSERVE_BIN (use this binary, skip the build).
@@ -17,6 +18,7 @@ if [ -z "${KVSERVE_BIN:-}" ]; then
   KVSERVE_BIN=$BUILD/tools/kvserve/kvserve
 fi
 TABLE=configs/profile_table.example.json
+mkdir -p docs/results/plots
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 {
@@ -36,11 +38,13 @@ trap 'rm -f "$OUT"' EXIT
   echo "§Slower than raw above); \"(any)\" counts every excess."
   echo
   echo '```'
-  echo "\$ kvserve simulate $TABLE --trace configs/traces/drop_drift.csv --seed 1 --svg docs/controller_latency.svg"
+  echo "\$ kvserve simulate $TABLE --trace configs/traces/drop_drift.csv --seed 1 --plot-data docs/results/plots/controller_latency.json"
+  echo "\$ scripts/plots.py controller docs/results/plots/controller_latency.json docs/controller_latency.svg"
   echo '```'
   echo
   "$KVSERVE_BIN" simulate "$TABLE" --trace configs/traces/drop_drift.csv --seed 1 \
-    --svg docs/controller_latency.svg
+    --plot-data docs/results/plots/controller_latency.json
+  scripts/plots.py controller docs/results/plots/controller_latency.json docs/controller_latency.svg >/dev/null
   echo
   echo "![latency over time](controller_latency.svg)"
   echo
@@ -129,4 +133,4 @@ begin = doc.index("<!-- BEGIN GENERATED")
 end = doc.index("<!-- END GENERATED -->") + len("<!-- END GENERATED -->\n")
 open("docs/controller.md", "w").write(doc[:begin] + gen + doc[end:])
 PY
-echo "updated docs/controller.md and docs/controller_latency.svg"
+echo "updated docs/controller.md, docs/results/plots/controller_latency.json, docs/controller_latency.svg"

@@ -55,7 +55,8 @@ step "5/6 bench: throughput against memcpy in the same run"
 
 step "6/6 end to end: prefill and decode workers over a shaped link (kvserve e2e)"
 "$KV" e2e --requests "${DEMO_E2E_REQUESTS:-2}" --points 4 --markdown "$OUT/e2e.md" \
-  --svg "$OUT/e2e_jct.svg" --switch-svg "$OUT/e2e_switch.svg" --table-out "$OUT/e2e_profile_table.json"
+  --results "$OUT/e2e.json" --table-out "$OUT/e2e_profile_table.json" > /dev/null
+scripts/plots.py e2e "$OUT/e2e.json" "$OUT/e2e_jct.svg" "$OUT/e2e_switch.svg"
 sed -n '/^## Job completion time per bandwidth/,/^Mean KV-movement/p' "$OUT/e2e.md"
 
 step "done; outputs in $OUT/"

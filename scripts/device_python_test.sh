@@ -23,7 +23,8 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 DEBS=(libzstd-dev libzstd1 liblz4-dev liblz4-1 libxxhash-dev libxxhash0 libfmt-dev libfmt9
       nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev libnlopt-dev libnlopt0
-      libsqlite3-dev libsqlite3-0 libhiredis-dev libhiredis0.14 libssl-dev libssl3 libasio-dev)
+      libsqlite3-dev libsqlite3-0 libhiredis-dev libhiredis0.14 libssl-dev libssl3 libasio-dev
+      libonig-dev libonig5 libicu-dev libicu72 libucx-dev libucx0 libnuma1 librdmacm1 libibverbs1)
 
 if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdeps
@@ -66,6 +67,9 @@ PYBIND11_DIR="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/d
 
 echo "== build"
 BUILD=build-device
+# The CUDA codec's bindings where nvcc is present (kvserve.CudaEncoder ...).
+NVCC="$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)"
+[ -n "$NVCC" ] && CMAKE_EXTRA+=("-DKVSERVE_CUDA=ON" "-DCMAKE_CUDA_COMPILER=$NVCC")
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSERVE_PYTHON=ON \
   -DKVSERVE_BUILD_TESTS=OFF -DKVSERVE_BUILD_BENCH=OFF -DPython3_EXECUTABLE="$(command -v "$PY")" \
   "${CMAKE_EXTRA[@]}" || { echo "cmake configure failed (run 'prepare' here and carry .devdeps)"; exit 1; }
@@ -96,5 +100,10 @@ fi
 echo "== python tests"
 PYTHONUNBUFFERED=1 "$PY" -m unittest discover -s python/tests -v
 rc=$?
+if [ -n "$NVCC" ] && [ "${KVSERVE_CUDA_BENCH:-1}" != "0" ]; then
+  echo "== CUDA from Python vs the C++ device API (python/bench_cuda.py)"
+  PYTHONUNBUFFERED=1 "$PY" python/bench_cuda.py --tokens "${KVSERVE_CUDA_BENCH_TOKENS:-8192}" \
+    --out "$OUT/cuda_api_bench.json" | tee "$OUT/cuda_api_bench.txt" || rc=1
+fi
 echo "== exit $rc"
 exit $rc

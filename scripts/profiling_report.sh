@@ -16,7 +16,7 @@ build="${1:-build}"
 kvserve="$build/tools/kvserve/kvserve"
 [[ -x "$kvserve" ]] || { echo "build $kvserve first (ninja -C $build kvserve)" >&2; exit 1; }
 
-mkdir -p configs/ground_truth configs/profiles
+mkdir -p configs/ground_truth configs/profiles docs/results/plots
 for w in synth-smooth synth-outlier; do
   gt="configs/ground_truth/$w.json"
   if [[ $regenerate == 1 || ! -f "$gt" ]]; then
@@ -33,7 +33,9 @@ fragment="$(mktemp)"
   echo
   echo "Machine: $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1 /proc/loadavg) at report time; $(date -u +%Y-%m-%d)."
 } >> "$fragment"
-"$kvserve" pareto configs/profiles/synth-smooth.json --plot docs/profiling_pareto.svg > /dev/null
+"$kvserve" pareto configs/profiles/synth-smooth.json \
+  --plot-data docs/results/plots/profiling_pareto.json > /dev/null
+scripts/plots.py pareto docs/results/plots/profiling_pareto.json docs/profiling_pareto.svg > /dev/null
 
 # Splice between the markers of docs/profiling.md.
 python3 - "$fragment" <<'PY'
@@ -46,4 +48,4 @@ doc = pattern.sub(lambda m: begin + "\n" + body + "\n" + end, doc)
 open("docs/profiling.md", "w").write(doc)
 PY
 rm -f "$fragment"
-echo "updated docs/profiling.md, configs/profiles/*.json, docs/profiling_pareto.svg"
+echo "updated docs/profiling.md, configs/profiles/*.json, docs/results/plots/profiling_pareto.json, docs/profiling_pareto.svg"

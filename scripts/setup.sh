@@ -10,11 +10,14 @@ PACKAGES=(
   libeigen3-dev libopenblas-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libasio-dev libssl-dev libhiredis-dev redis-server iproute2
+  libucx-dev ucx-utils nftables        # UCX transport; nft emulates packet loss where tc netem is absent
   libsentencepiece-dev sentencepiece
   libonig-dev libicu-dev unicode-data   # tokenizer.json: split regex, NFC, Unicode 15.0 data for its test
   libsqlite3-dev libnlopt-cxx-dev libnlopt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch libdlpack-dev
+  python3-sentencepiece r-cran-janeaustenr   # scripts/data/build_all.sh: tokenizer and corpora for the eval sets
+  python3-matplotlib                  # scripts/plots.py draws the docs' plots from JSON
 
 )
 

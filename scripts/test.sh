@@ -4,11 +4,11 @@
 #      including the fuzz corpus replays (tests/fuzz/corpus), golden frames
 #      and decoder memory bounds;
 #   2. an ASan + UBSan build in build/asan running the core, transforms,
-#      quantizers, codecs, pipeline, io, transport, pool and serve tests,
+#      quantizers, codecs, pipeline, io, transport, pool, connector and serve tests,
 #      the runtime's checkpoint- and tokenizer-loading tests, the golden
 #      frames, the decoder memory bounds and every fuzz corpus replay;
-#   3. a ThreadSanitizer build in build/tsan running the transport, pool
-#      and serve tests.
+#   3. a ThreadSanitizer build in build/tsan running the transport, pool,
+#      connector and serve tests.
 # Idempotent: reruns reuse the build directories. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +54,7 @@ add_area_targets() {
 # wire protocols, safetensors and KV files, checkpoints) or does the
 # bit-level work, the golden frames, the decoder memory bounds and the
 # replay of every fuzz corpus. Add an area here to sanitize its tests too.
-ASAN_AREAS=(core transforms quantizers codecs pipeline io runtime transport pool serve)
+ASAN_AREAS=(core transforms quantizers codecs pipeline io runtime transport pool connector serve)
 step "configuring and building build/asan (ASan + UBSan)"
 cmake -S . -B build/asan "${SAN_CMAKE[@]}" -DKVSERVE_SANITIZE=ON >/dev/null
 targets=(test_golden test_decoder_memory)
@@ -81,7 +81,7 @@ unset KVSERVE_REPLAY_RSS_LIMIT_MB
 # ThreadSanitizer: the areas with threads of their own (accept loops, the
 # admission thread, per-connection handlers, streaming senders). BLAS runs
 # on the calling thread (its own threads are not instrumented).
-TSAN_AREAS=(transport pool serve)
+TSAN_AREAS=(transport pool connector serve)
 step "configuring and building build/tsan (ThreadSanitizer)"
 cmake -S . -B build/tsan "${SAN_CMAKE[@]}" -DKVSERVE_TSAN=ON >/dev/null
 targets=()

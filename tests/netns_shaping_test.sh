@@ -18,81 +18,55 @@ LOW=${LOW:-0.70}
 HIGH=${HIGH:-1.10}
 
 skip() { echo "SKIP: $*"; exit 77; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces and tc)"
-command -v ip >/dev/null || skip "iproute2 (ip) not installed"
-command -v tc >/dev/null || skip "iproute2 (tc) not installed"
-[ -x "$KVSERVE" ] || { echo "FAIL: kvserve binary not found at $KVSERVE"; exit 1; }
+# shellcheck source=tests/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
+netns_test_require "$KVSERVE"
 
-TAG=$$
-NS_SERVER=kvs-srv-$TAG
-NS_CLIENT=kvs-cli-$TAG
-VETH_SERVER=kvs$TAG-s
-VETH_CLIENT=kvs$TAG-c
-ADDR_SERVER=10.213.77.1
-ADDR_CLIENT=10.213.77.2
+netns_names kvs
+ADDR_S=10.213.77.1
+ADDR_C=10.213.77.2
 PORT=7400
 SERVER_PID=""
 
 cleanup() {
   [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
-  ip netns del "$NS_SERVER" 2>/dev/null || true
-  ip netns del "$NS_CLIENT" 2>/dev/null || true
+  ip netns del "$NS_S" 2>/dev/null || true
+  ip netns del "$NS_C" 2>/dev/null || true
 }
 trap cleanup EXIT
 
-ip netns add "$NS_SERVER" 2>/dev/null || skip "cannot create network namespaces"
-ip netns add "$NS_CLIENT" || skip "cannot create network namespaces"
-ip link add "$VETH_SERVER" type veth peer name "$VETH_CLIENT" 2>/dev/null || skip "no veth support"
-ip link set "$VETH_SERVER" netns "$NS_SERVER"
-ip link set "$VETH_CLIENT" netns "$NS_CLIENT"
-ip -n "$NS_SERVER" addr add "$ADDR_SERVER/30" dev "$VETH_SERVER"
-ip -n "$NS_CLIENT" addr add "$ADDR_CLIENT/30" dev "$VETH_CLIENT"
-ip -n "$NS_SERVER" link set lo up
-ip -n "$NS_CLIENT" link set lo up
-ip -n "$NS_SERVER" link set "$VETH_SERVER" up
-ip -n "$NS_CLIENT" link set "$VETH_CLIENT" up
+netns_pair "$NS_S" "$NS_C" "$VETH_S" "$VETH_C" "$ADDR_S" "$ADDR_C" ||
+  skip "cannot create network namespaces joined by a veth pair"
 
 export KVSERVE_SECRET="netns-test-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
-ip netns exec "$NS_SERVER" "$KVSERVE" pool serve --listen "$ADDR_SERVER:$PORT" \
+ip netns exec "$NS_S" "$KVSERVE" pool serve --listen "$ADDR_S:$PORT" \
   --budget-mb 512 --duration 120 &
 SERVER_PID=$!
 for _ in $(seq 1 50); do
-  ip netns exec "$NS_CLIENT" bash -c "exec 3<>/dev/tcp/$ADDR_SERVER/$PORT" 2>/dev/null && break
+  ip netns exec "$NS_C" bash -c "exec 3<>/dev/tcp/$ADDR_S/$PORT" 2>/dev/null && break
   sleep 0.1
 done
 
 # The best of COUNT rounds: the link's capacity, least disturbed by CPU
 # contention on a shared machine and by TCP slow start in the first round.
 bench() {  # prints the best put goodput in Gbps
-  ip netns exec "$NS_CLIENT" "$KVSERVE" pool bench --server "$ADDR_SERVER:$PORT" \
+  ip netns exec "$NS_C" "$KVSERVE" pool bench --server "$ADDR_S:$PORT" \
     --mb "$MB" --count "${COUNT:-4}" --json "$@" | tail -1 |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["put_gbps_max"])'
 }
 
-check() {  # name measured target
-  python3 - "$@" "$LOW" "$HIGH" <<'PY'
-import sys
-name, measured, target, low, high = sys.argv[1], *map(float, sys.argv[2:])
-ratio = measured / target
-ok = low <= ratio <= high
-print(f"{name}: measured {measured:.3f} Gbps, target {target:.3f} Gbps, ratio {ratio:.2f} "
-      f"(want {low}-{high}) {'ok' if ok else 'FAIL'}")
-sys.exit(0 if ok else 1)
-PY
-}
-
 status=0
 # 1. tc token bucket filter on the client's egress (the put direction).
-tc -n "$NS_CLIENT" qdisc add dev "$VETH_CLIENT" root tbf rate "${RATE_MBIT}mbit" \
+tc -n "$NS_C" qdisc add dev "$VETH_C" root tbf rate "${RATE_MBIT}mbit" \
   burst 64kb latency 100ms || skip "tc tbf not supported"
 TC_GBPS=$(python3 -c "print($RATE_MBIT/1000)")
 MEASURED=$(bench)
-check "tc tbf ${RATE_MBIT}mbit" "$MEASURED" "$TC_GBPS" || status=1
-tc -n "$NS_CLIENT" qdisc del dev "$VETH_CLIENT" root
+in_band "tc tbf ${RATE_MBIT}mbit" "$MEASURED" "$TC_GBPS" || status=1
+tc -n "$NS_C" qdisc del dev "$VETH_C" root
 
 # 2. kvserve's sender-side token bucket, no tc.
 MEASURED=$(bench --shape-gbps "$SHAPE_GBPS")
-check "token bucket ${SHAPE_GBPS} Gbps" "$MEASURED" "$SHAPE_GBPS" || status=1
+in_band "token bucket ${SHAPE_GBPS} Gbps" "$MEASURED" "$SHAPE_GBPS" || status=1
 
 [ "$status" -eq 0 ] && echo "PASS" || echo "FAIL"
 exit "$status"

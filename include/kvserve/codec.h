@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kvserve/kv.h"
+#include "kvserve/paged.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
 
@@ -148,6 +149,14 @@ class EncoderContext {
   virtual Status EncodeLayer(int layer, const KvView& kv) = 0;
   virtual Status Finish() = 0;
 
+  // The same, gathering the KV from an engine's pages (kvserve/paged.h):
+  // the bytes equal those of the contiguous cache with the same elements,
+  // whatever the layout, block size or block table. InvalidArgument when
+  // the view does not Validate (or, for EncodeLayer, its shape or dtype
+  // differs from Begin's).
+  virtual Status Encode(const PagedKvView& kv, ByteSink& sink) = 0;
+  virtual Status EncodeLayer(int layer, const PagedKvView& kv) = 0;
+
   // Section sizes of the last frame (or the one in progress).
   virtual const FrameStats& stats() const = 0;
   virtual const Profile& profile() const = 0;
@@ -178,6 +187,18 @@ class DecoderContext {
   // DecodeRecord as records arrive, in any order.
   virtual Result<size_t> Start(std::span<const uint8_t> bytes) = 0;
   virtual Result<size_t> DecodeRecord(std::span<const uint8_t> bytes, const MutableKvView& out,
+                                      std::vector<uint8_t>* keep_mask = nullptr) = 0;
+
+  // The same, scattering into a receiver's pages (kvserve/paged.h; its own
+  // layout and block table): the elements written equal those a contiguous
+  // output would receive, and slots outside the request's tokens are not
+  // touched. InvalidArgument when the view does not Validate (a table
+  // naming a block twice included) or its shape or dtype differs from the
+  // frame's; input errors as above.
+  virtual Status Decode(std::span<const uint8_t> frame, const MutablePagedKvView& out,
+                        std::vector<uint8_t>* keep_mask = nullptr) = 0;
+  virtual Result<size_t> DecodeRecord(std::span<const uint8_t> bytes,
+                                      const MutablePagedKvView& out,
                                       std::vector<uint8_t>* keep_mask = nullptr) = 0;
   // The header of the frame being decoded (valid after Start or Decode).
   virtual const FrameInfo& info() const = 0;

@@ -541,10 +541,6 @@ struct SimulationReport {
   double decision_p50_seconds = 0.0;   // full controller's Decide()
   double decision_p99_seconds = 0.0;
   const PolicyResult* Find(std::string_view name) const;
-  // Markdown table of the metrics.
-  std::string ToMarkdown() const;
-  // Latency over time (rolling mean) of the main policies plus bandwidth.
-  std::string ToSvg() const;
 };
 
 // Runs every policy over the same request sequence. InvalidArgument for an

@@ -29,6 +29,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
+#include "kvserve/paged.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
 
@@ -47,6 +48,12 @@ std::string DeviceName();
 // naming the reason (zstd/lz4 codec, head_dim) otherwise; InvalidArgument
 // when the profile or shape is invalid for the CPU encoder too.
 Status CheckSupported(const Profile& profile, const KvShape& shape);
+
+// A byte range [offset, offset + bytes) of a frame.
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
 
 // Encodes caches of one (profile, shape, dtype) into frames. The plan (chunk
 // records, segment layout, frame header) is built once by Create; Encode and
@@ -72,9 +79,17 @@ class Encoder {
   virtual bool FrameSizeIsStatic() const = 0;
   // Bytes of the frame header (the records start there).
   virtual uint64_t HeaderBytes() const = 0;
+  // Where layer `layer`'s records lie in every frame of this encoder, when
+  // record sizes are static (FrameSizeIsStatic(): pack): the bytes
+  // EncodeLayer(layer) writes, which Decoder::DecodeLayer takes. NotSupported
+  // for rans frames (their sizes exist only after encoding); InvalidArgument
+  // for a layer outside the shape.
+  virtual Result<ByteRange> StaticLayerRecords(int layer) const = 0;
 
-  // Encodes the whole cache `kv` (device pointer, any strides, the shape and
-  // dtype given to Create) into `frame` (device, 16-byte aligned,
+  // Encodes the whole cache `kv` (device pointer, the shape and dtype given
+  // to Create; any non-negative strides, except that the kind stride may be
+  // negative: a layer's V may lie below its K, as with separately allocated
+  // per-layer tensors) into `frame` (device, 16-byte aligned,
   // MaxFrameBytes() capacity).
   // The frame's size is written to the device word `frame_bytes` (may be
   // null). Stream-ordered; returns InvalidArgument for mismatched arguments
@@ -93,6 +108,20 @@ class Encoder {
   virtual Status EncodeLayer(int layer, const KvView& kv, void* workspace, uint8_t* frame,
                              Stream stream) = 0;
   virtual Status Finish(void* workspace, uint64_t* frame_bytes, Stream stream) = 0;
+
+  // Paged caches (kvserve/paged.h): as Encode / EncodeLayer, gathering one
+  // request's KV from an engine's pages (device memory) through its block
+  // table. The view's page-pointer arrays and block table are host arrays
+  // (of device pointers / block ids); they are copied stream-ordered into
+  // the workspace before the call returns, so they may change afterwards.
+  // The frame is byte-identical to that of the same KV laid out
+  // contiguously. InvalidArgument when the view is invalid
+  // (PagedKvView::Validate), differs from the plan's shape or dtype, or has
+  // page pointers not aligned to the element size.
+  virtual Status EncodePaged(const PagedKvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
+                             Stream stream) = 0;
+  virtual Status EncodeLayerPaged(int layer, const PagedKvView& kv, void* workspace, uint8_t* frame,
+                                  Stream stream) = 0;
 
   // Synchronises `stream` and returns the first error the kernels recorded
   // in `workspace` since the last Encode/Begin (OK if none), and resets it.
@@ -114,10 +143,12 @@ class Decoder {
   virtual uint64_t WorkspaceBytes() const = 0;
   virtual uint64_t HeaderBytes() const = 0;
   virtual const FrameInfo& info() const = 0;
+  // As Encoder::StaticLayerRecords, for the frames this decoder reads.
+  virtual Result<ByteRange> StaticLayerRecords(int layer) const = 0;
 
   // Decodes the frame `frame` (device pointer, 16-byte aligned, `frame_bytes`
-  // long; records in any order) into `out` (device pointer, any strides, the
-  // frame's shape and dtype). `keep_mask`, if non-null, is a device array of
+  // long; records in any order) into `out` (device pointer, the frame's shape
+  // and dtype, strides as Encoder::Encode's kv). `keep_mask`, if non-null, is a device array of
   // layers*2*kv_heads*tokens bytes ([layer][kind][head][token]) that receives
   // 0 for pruned tokens and 1 otherwise. Stream-ordered; corruption surfaces
   // through Check (out is then unspecified).
@@ -136,6 +167,14 @@ class Decoder {
   // frame or bad pointers.
   virtual Status DecodeLayer(int layer, const uint8_t* records, uint64_t bytes, const MutableKvView& out,
                              uint8_t* keep_mask, void* workspace, Stream stream) = 0;
+
+  // Paged receivers: as Decode / DecodeLayer, scattering into the pages of
+  // `out` through its own block table (which need not match the sender's;
+  // tables and page arrays are copied as for Encoder::EncodePaged).
+  virtual Status DecodePaged(const uint8_t* frame, uint64_t frame_bytes, const MutablePagedKvView& out,
+                             uint8_t* keep_mask, void* workspace, Stream stream) = 0;
+  virtual Status DecodeLayerPaged(int layer, const uint8_t* records, uint64_t bytes, const MutablePagedKvView& out,
+                                  uint8_t* keep_mask, void* workspace, Stream stream) = 0;
 
   // As Encoder::Check.
   virtual Status Check(void* workspace, Stream stream) = 0;

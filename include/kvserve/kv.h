@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -136,6 +137,13 @@ class KvCache {
   std::unique_ptr<std::byte, Free> storage_;
   size_t size_ = 0;
 };
+
+// Called with a KV cache layer by layer, in layer order, as soon as layer
+// `layer` is final: `layer_kv` holds that layer only (layers == 1) and is
+// valid only during the call. A prefill's layer-ready hook
+// (kvserve/runtime.h) and the connector's producers (kvserve/connector.h)
+// have this shape.
+using LayerReadyCallback = std::function<void(int layer, const KvView& layer_kv)>;
 
 // Scalar conversions used by every backend. Round-to-nearest-even; NaN stays
 // NaN (quiet); overflow to fp16 becomes +-inf. These are the normative

@@ -71,6 +71,12 @@ class KvPool {
   // Copies the value of `key` into `*frame` (replacing its contents).
   // NotFound when absent (never stored, deleted or evicted).
   [[nodiscard]] virtual Status Get(const PoolKey& key, std::vector<uint8_t>* frame) = 0;
+  // Gets several keys at once: (*frames)[i] and the i-th status are what
+  // Get(keys[i]) would give. The default calls Get per key; backends that
+  // can pipeline (Redis Cluster: one pipeline per node, all nodes at once)
+  // answer in about one round trip.
+  [[nodiscard]] virtual std::vector<Status> GetMany(std::span<const PoolKey> keys,
+                                                    std::vector<std::vector<uint8_t>>* frames);
   // Removes `key`. NotFound when absent.
   [[nodiscard]] virtual Status Delete(const PoolKey& key) = 0;
   // The profiles stored for (model_id, prefix_hash) with their sizes, sorted
@@ -165,6 +171,40 @@ struct RedisPoolOptions {
 // under the prefix (entries, bytes) and this client's hit/miss counters.
 // Requests are serialised over one connection.
 Result<std::unique_ptr<KvPool>> NewRedisPool(RedisPoolOptions options);
+
+struct RedisClusterPoolOptions {
+  // "host:port" of one or more cluster nodes; the slot map is read from the
+  // first that answers CLUSTER SLOTS.
+  std::vector<std::string> seeds = {"127.0.0.1:7000"};
+  std::string password;                // AUTH on every node when non-empty
+  std::string key_prefix = "kvserve";  // namespace of every key, no ':'
+  double connect_timeout_seconds = 1.0;
+  double command_timeout_seconds = 10.0;
+  // A request that meets a connection error, CLUSTERDOWN, TRYAGAIN or
+  // MASTERDOWN (a master failing over) is retried this many times, the slot
+  // map refreshed before each, with 100 ms doubling back-off capped at 1 s
+  // (the default rides out a failover of up to about 8 s); then Unavailable.
+  int retry_attempts = 10;
+  // MOVED / ASK redirections followed per attempt.
+  int max_redirects = 8;
+  // A frame larger than this is split across keys of the same slot, written
+  // in one MULTI/EXEC and read back in one pipeline. >= 1 KiB.
+  uint64_t max_piece_bytes = uint64_t{8} << 20;
+  // Largest frame accepted.
+  uint64_t max_value_bytes = uint64_t{4} << 30;
+};
+
+// A Redis Cluster backed pool (hiredis, one connection per node). Keys map to
+// slots by CRC16; an entry's index and frame pieces share a hash tag
+// {<model>:<hash>}, so each Put/Delete is one transaction on one master.
+// Follows MOVED (and refreshes the slot map) and ASK; retries across a
+// failover. Each stored frame carries its size and XXH3-64 in the index and
+// Get verifies both, so a frame half-lost in a failover (asynchronous
+// replication) is reported NotFound (a piece missing) or Corruption (bytes
+// differ), never returned. docs/transport.md §KV pool has the key scheme.
+// Unavailable when no seed answers. Requests are serialised over the
+// connections.
+Result<std::unique_ptr<KvPool>> NewRedisClusterPool(RedisClusterPoolOptions options);
 
 }  // namespace kvserve
 

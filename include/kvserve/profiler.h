@@ -158,9 +158,50 @@ struct KvMeasurement {
   double snr_db = 0.0;  // -10 log10(mean NMSE)
 };
 
-// Encodes `kv` with `profile` (threads = 1, `repeats` timed runs, fastest
-// kept), decodes it and compares. `head_scores` is required by mixhq and duo.
-// InvalidArgument for an invalid profile; errors of the codec otherwise.
+// How MeasureProfileCost runs.
+struct ProfileCostOptions {
+  int threads = 1;  // encoder/decoder threads (0 = hardware concurrency)
+  int repeats = 1;  // timings are the fastest of this many runs (>= 1)
+  const HeadScores* head_scores = nullptr;  // required by mixhq and duo
+  // Also measure the fixed per-request overhead t0: what encoding and
+  // decoding the first min(tokens, 16) tokens cost beyond their share of
+  // the throughput (CodecMetrics::overhead_seconds; 0 otherwise).
+  bool measure_overhead = false;
+  // Keep the frame, the decoded cache and its keep mask in the result.
+  bool keep_output = false;
+  // Called with a short phase description ("encode 2/3"); may be empty.
+  std::function<void(const std::string& phase)> progress;
+};
+
+// The cost of one profile on one KV cache, as the profiler, the controller's
+// calibration and the benchmarks measure it.
+struct ProfileCostMeasurement {
+  CodecMetrics codec;        // CR over every frame byte, rates over logical bytes
+  uint64_t input_bytes = 0;  // logical bytes of the cache (the V of the latency model)
+  uint64_t frame_bytes = 0;
+  FrameStats stats;          // the encoder's section sizes
+  double encode_seconds = 0;  // fastest of `repeats`
+  double decode_seconds = 0;
+  // With keep_output: the frame, the last decode's output (contiguous) and
+  // its keep mask ([layer][kind][head][token], 0 = pruned).
+  std::vector<uint8_t> frame;
+  KvCache decoded;
+  std::vector<uint8_t> keep_mask;
+};
+
+// Encodes `kv` with `profile` `repeats` times, then decodes the frame
+// `repeats` times into a preallocated cache; contexts are created once,
+// outside the timed region, and buffers are reused so that the first run's
+// page faults do not count. This is the one timing loop of the profiler,
+// the e2e calibration and `kvserve bench` / `eval`. InvalidArgument for an
+// invalid profile, view or option; the codec's errors unchanged.
+Result<ProfileCostMeasurement> MeasureProfileCost(const Profile& profile, const KvView& kv,
+                                                  const ProfileCostOptions& options = {});
+
+// MeasureProfileCost (threads = 1, `repeats` timed runs) plus the
+// reconstruction error of the decoded cache. `head_scores` is required by
+// mixhq and duo. InvalidArgument for an invalid profile; errors of the codec
+// otherwise.
 Result<KvMeasurement> MeasureOnKv(const Profile& profile, const KvView& kv,
                                   const HeadScores* head_scores, int repeats = 1);
 

@@ -169,11 +169,10 @@ struct RuntimeOptions {
   int threads = 0;
 };
 
-// Called once per layer, in layer order, as soon as that layer's K/V for the
-// prefilled tokens are final. `layer_kv` is valid only during the call.
-using LayerReadyCallback = std::function<void(int layer, const KvView& layer_kv)>;
-
 struct PrefillOptions {
+  // Called once per layer, in layer order, as soon as that layer's K/V for
+  // the prefilled tokens are final (kvserve/kv.h; the connector's
+  // StreamKvWhileProducing feeds on it).
   LayerReadyCallback on_layer_ready;
   // Logits for every prompt token ([tokens][vocab]) instead of the last only.
   bool all_logits = false;

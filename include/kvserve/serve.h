@@ -153,7 +153,10 @@ class DecodeWorker {
 
 struct PrefillWorkerOptions {
   std::string listen_address = "127.0.0.1:0";
-  // Decode workers, tried in order; on failure the next one is dialled.
+  // The M decode workers. Each request goes to the one with the least
+  // predicted KV seconds at its bandwidth estimate plus its smoothed
+  // generation time (a connection to each, dialled on first use); after a
+  // failure the next one is tried and the failed one passed over for 2 s.
   std::vector<std::string> decode_addresses;
   ConnectionOptions client_connection;  // for clients (secret, limits)
   AdmissionOptions client_admission{};  // clients served at once, handshake budget
@@ -258,34 +261,6 @@ class ServeClient {
   std::unique_ptr<Connection> connection_;
   size_t next_address_ = 0;
 };
-
-// The default model directory: the first directory under `models_dir`
-// (sorted by name) that holds a config.json, or "" when there is none.
-std::string DefaultModelDirectory(const std::string& models_dir = "models");
-
-// The random-weight Qwen2-family model used when no model is shipped: 8
-// layers, 4 KV heads of 64 dims (16 KiB of f32 KV per token), hidden 256,
-// vocabulary 1024: small enough to prefill quickly on two cores, with a KV
-// cache large enough that moving it matters.
-RandomModelSpec FallbackModelSpec();
-
-// The model directory the serve commands use: `flag` when it names a
-// directory; the random-weight FallbackModelSpec model, written once to
-// `fallback_dir`, when `flag` is "random"; else, with no flag,
-// DefaultModelDirectory(models_dir). NotFound (saying how to pass a model
-// or ask for the random one) when there is no flag and no model under
-// `models_dir`: a made-up model never stands in silently. `*note` (may be
-// null) says which was chosen. IOError when the random model cannot be
-// written.
-Result<std::string> ResolveModelDirectory(const std::string& flag, const std::string& models_dir,
-                                          const std::string& fallback_dir, std::string* note);
-
-// The measured profile table of the model in `model_dir`:
-// `<profiles_dir>/<model directory name>-unified.json` (what `kvserve
-// profile --workload unified` writes for the shipped model), or "" when
-// there is none.
-std::string DefaultProfileTablePath(const std::string& model_dir,
-                                    const std::string& profiles_dir = "configs/profiles");
 
 }  // namespace kvserve
 

@@ -123,6 +123,45 @@ struct TcpTransportOptions {
 // a free port. Sockets use TCP_NODELAY and never raise SIGPIPE.
 std::unique_ptr<Transport> NewTcpTransport(TcpTransportOptions options = {});
 
+struct UcxTransportOptions {
+  // UCX transports to use, in UCX_TLS syntax: "tcp", "sm,self", "rc,dc,
+  // cuda_ipc", ... Empty: $UCX_TLS, else every transport UCX finds (on one
+  // host that includes shared memory, which bypasses any network shaping).
+  std::string tls;
+  // Network devices in UCX_NET_DEVICES syntax ("eth0", "mlx5_0:1"). Empty:
+  // $UCX_NET_DEVICES, else all.
+  std::string net_devices;
+  // Shared secret both sides prove (HMAC-SHA256 challenge-response) on the
+  // TCP bootstrap connection before any UCX endpoint exists; the parameters
+  // that key the UCX channel are MACed with it. Empty on both sides: no
+  // check. Usually the same bytes as ConnectionOptions::secret.
+  std::string secret;
+  // Per stream and direction: the most bytes a sender may have in flight
+  // and unread by the receiver (the receiver's memory bound); the sender
+  // blocks beyond it. >= 64 KiB.
+  size_t window_bytes = size_t{8} << 20;
+  // Largest active message a write is cut into, 4 KiB .. window_bytes.
+  size_t segment_bytes = size_t{1} << 20;
+  // Deadline of the bootstrap exchange on each new connection.
+  double bootstrap_timeout_seconds = 5.0;
+  // Bootstrapped streams waiting for Accept plus bootstraps in progress, per
+  // listener; beyond it new connections are closed at once.
+  size_t backlog = 64;
+};
+
+// UCX (UCP active messages) behind the Transport interface: what NIXL,
+// Dynamo and Mooncake's transfer engine move KV with. Addresses are TCP
+// "host:port" of a bootstrap connection (as for NewTcpTransport: port 0 in
+// Listen picks one); the bootstrap authenticates, exchanges UCX worker
+// addresses and random stream ids, and stays open as the control channel
+// (graceful close, peer-failure detection); the bytes go over UCX with
+// credit-based flow control (docs/transport.md §UCX). Write, Read and Close
+// keep the Stream contract: idle timeouts, bounded buffers, back-pressure,
+// Unavailable when either side closed or the peer died.
+// InvalidArgument for bad options; IOError when UCX cannot start (e.g. none
+// of `tls` is available).
+Result<std::unique_ptr<Transport>> NewUcxTransport(UcxTransportOptions options = {});
+
 struct LoopbackTransportOptions {
   // Capacity of each direction's in-memory pipe: a writer blocks when the
   // reader lags by this many bytes. >= 1.

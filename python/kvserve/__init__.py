@@ -10,12 +10,20 @@ tensors:
   ``encode(kv, profile, out=buffer)`` writes the frame into your buffer (e.g.
   a registered transfer buffer) and returns a memoryview of the used prefix.
 * ``decode(frame, out=tensor)`` writes the cache into your tensor.
+* CUDA tensors go through the CUDA codec (:mod:`kvserve.cuda`:
+  :class:`CudaEncoder`, :class:`CudaDecoder`, :class:`DeviceFrame`) on the
+  caller's stream, never through host memory; ``encode`` of a CUDA tensor
+  returns a DeviceFrame.
 * :class:`Encoder` / :class:`Decoder` are reusable contexts, with
   layer-at-a-time streaming (``begin`` / ``encode_layer`` / ``finish`` and
   ``start`` / ``decode_record``).
 * :class:`Controller`, :class:`ProfileTable`, :class:`BandwidthEstimator`
   pick a profile per request.
 * :mod:`kvserve.hf` compresses and restores Hugging Face ``DynamicCache``.
+* :class:`PagedKv` describes one request's KV in an engine's paged caches
+  (vLLM, FlashInfer layouts) with its block table: ``encode`` gathers from
+  the pages, ``decode(frame, out=paged)`` scatters into the receiver's
+  pages, and the frames equal those of the contiguous cache.
 
 A KV cache is either one 5-D tensor ``(layers, 2, kv_heads, tokens,
 head_dim)`` (axis 1: 0 = K, 1 = V) with any non-negative strides, or a
@@ -59,6 +67,7 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     KvserveUnavailableError,
     ParamInfo,
     Preset,
+    PagedKv as _PagedKv,
     Profile,
     ProfileCost,
     ProfileTable,
@@ -78,13 +87,19 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     synthesize_kv,
 )
 
+from . import cuda  # noqa: E402
+from .cuda import CudaDecoder, CudaEncoder, DeviceFrame  # noqa: E402,F401
+
+cuda_available = cuda.available
+
 __all__ = [
+    "CudaDecoder", "CudaEncoder", "DeviceFrame", "cuda", "cuda_available",
     "BandwidthEstimator", "ChunkEntry", "Controller", "Decision", "Decoder", "Encoder", "Frame",
     "FrameInfo", "FrameStats", "HeadScores", "KvserveCorruptionError", "KvserveError",
     "KvserveInternalError", "KvserveInvalidArgumentError", "KvserveIOError",
     "KvserveNotFoundError", "KvserveNotSupportedError", "KvserveOutOfRangeError",
     "KvservePermissionDeniedError", "KvserveResourceExhaustedError", "KvserveTimeoutError",
-    "KvserveUnavailableError", "ParamInfo", "Preset", "Profile", "ProfileCost", "ProfileTable",
+    "KvserveUnavailableError", "PagedKv", "ParamInfo", "Preset", "Profile", "ProfileCost", "ProfileTable",
     "as_torch", "benefit_threshold", "describe_layout", "bytes_per_second_to_gbps", "decode", "encode", "empty_like_frame",
     "gbps_to_bytes_per_second", "inspect", "load_kv_file", "param_info", "piecewise_policy",
     "predict_seconds", "presets", "save_kv_file", "synth_shapes", "synthesize_head_scores",
@@ -165,6 +180,42 @@ class Decoder(_kvserve.Decoder):
         return (out, mask) if keep_mask else out
 
 
+class PagedKv(_PagedKv):
+    """One request's KV cache in a serving engine's per-layer paged caches,
+    borrowed in place (CPU numpy arrays or torch tensors), plus the
+    request's block table: token ``t`` sits in block ``block_table[t //
+    block_size]``, slot ``t % block_size``.
+
+    Args:
+        layers: the per-layer cache tensors (a sequence, one per layer, or
+            one tensor with a leading layer axis), each in ``layout``'s shape:
+            ``"vllm"`` ``(2, num_blocks, block_size, kv_heads, head_dim)``;
+            ``"vllm-block-first"`` and ``"flashinfer-nhd"``
+            ``(num_blocks, 2, block_size, kv_heads, head_dim)``;
+            ``"flashinfer-hnd"`` ``(num_blocks, 2, kv_heads, block_size,
+            head_dim)``. Any strides, head_dim contiguous, every layer alike.
+        layout: one of the names above.
+        block_table: the request's block ids, in token order (at least
+            ``ceil(tokens / block_size)``; copied).
+        tokens: the request's token count.
+        dtype: the element type of 16-bit integer buffers ("bf16").
+        writable: borrow the tensors writable (needed for ``decode(out=)``).
+
+    ``Encoder.encode(paged)`` / ``encode_layer(layer, paged)`` gather from
+    the pages; ``Decoder.decode(frame, out=paged)`` / ``decode_record(data,
+    paged)`` scatter into them, touching only the request's slots.
+    ``gather(out)`` / ``scatter(kv)`` copy between the pages and a 5-D
+    ``(layers, 2, kv_heads, tokens, head_dim)`` tensor. The tensors must
+    outlive the PagedKv's use. Raises ValueError for a shape that does not
+    fit the layout, a table entry outside the cache or (for writing) a block
+    named twice. docs/paged.md has the details.
+    """
+
+    def __init__(self, layers: Any, layout: str, block_table: Any, tokens: int,
+                 dtype: Optional[str] = None, writable: bool = True) -> None:
+        super().__init__(layers, layout, block_table, tokens, dtype, writable)
+
+
 def as_torch(array: Any, dtype: Optional[str] = None) -> Any:
     """Views a numpy KV array as a torch tensor without copying. uint16 arrays
     (bf16 bits, as synthesize_kv returns them) become torch.bfloat16, or
@@ -210,9 +261,17 @@ def encode(kv: Any, profile: ProfileLike, *, threads: int = 0,
     the frame at the start of that buffer. For repeated encodes, keep an
     :class:`Encoder`.
 
+    A CUDA ``kv`` is encoded on the GPU (:func:`kvserve.cuda.encode`):
+    returns a :class:`DeviceFrame`, or with a host ``out`` the frame's size;
+    the call synchronises to report errors.
+
     Raises KvserveInvalidArgumentError (a ValueError) for a bad profile or
     tensor, KvserveNotSupportedError for CUDA tensors in a CPU-only build.
     """
+    if cuda.is_cuda(kv):
+        if cuda.DeviceFrame is None:
+            cuda._require()
+        return cuda.encode(kv, profile, head_scores=head_scores, out=out)
     return Encoder(profile, threads, head_scores).encode(kv, out, dtype)
 
 
@@ -225,5 +284,12 @@ def decode(frame: Any, out: Any = None, *, threads: int = 0, keep_mask: bool = F
     Raises KvserveCorruptionError (a ValueError) for malformed, truncated or
     checksum-failing frames, KvserveInvalidArgumentError when ``out`` does not
     match the frame's shape and dtype.
+
+    A :class:`DeviceFrame`, a CUDA frame buffer or a CUDA ``out`` decodes on
+    the GPU (:func:`kvserve.cuda.decode`; ``out=None`` then allocates a torch
+    CUDA tensor, and the mask is a CUDA uint8 tensor).
     """
+    if cuda.is_cuda(frame) or (out is not None and cuda.is_cuda(out)):
+        return cuda.decode(frame, out, keep_mask=keep_mask)
     return Decoder(threads).decode(frame, out, keep_mask=keep_mask, framework=framework)
+

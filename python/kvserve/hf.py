@@ -15,7 +15,12 @@ Tensors are ``(batch, kv_heads, tokens, head_dim)``; kvserve encodes one
 sequence, so batch must be 1 or ``batch_index`` picks one (a view, no copy).
 
 CPU tensors are read in place (per layer; see ``kvserve.describe_layout``).
-CUDA tensors are copied to the CPU first until the CUDA backend exists.
+CUDA tensors are encoded on the GPU by the CUDA codec (``compress_cache``
+returns a :class:`kvserve.DeviceFrame`, ``restore_cache`` decodes on the GPU)
+when this build has it; a CPU-only build copies them to the CPU first.
+
+``generate_through_frame`` is the whole boundary in one call: prefill, move
+the KV through a frame, continue generating.
 """
 from __future__ import annotations
 
@@ -51,7 +56,7 @@ def _sequence(layers: Sequence[Pair], batch_index: Optional[int]) -> List[Pair]:
                 raise ValueError(f"batch size {k.shape[0]}: pass batch_index to pick one sequence")
             batch_index = 0
         k, v = k[batch_index], v[batch_index]
-        if k.device.type != "cpu":  # no CUDA backend yet: stage through host memory
+        if k.device.type != "cpu" and not kvserve.cuda_available():  # CPU-only build: stage
             k, v = k.cpu(), v.cpu()
         out.append((k.detach(), v.detach()))
     return out
@@ -59,14 +64,20 @@ def _sequence(layers: Sequence[Pair], batch_index: Optional[int]) -> List[Pair]:
 
 def compress_cache(cache: Any, profile: kvserve.ProfileLike, *, batch_index: Optional[int] = None,
                    threads: int = 0, head_scores: kvserve.HeadScoresLike = None,
-                   encoder: Optional[kvserve.Encoder] = None) -> kvserve.Frame:
-    """Encodes the cache of one sequence into a frame (bytes-like).
+                   encoder: Any = None) -> Any:
+    """Encodes the cache of one sequence into a frame: a :class:`kvserve.Frame`
+    (bytes-like) for CPU caches, a :class:`kvserve.DeviceFrame` for CUDA ones.
 
     ``profile``: a Profile, spec or preset name; ``head_scores``: needed by
-    mixhq and duo; ``encoder``: a reusable :class:`kvserve.Encoder` (then
-    ``profile``, ``threads`` and ``head_scores`` are the encoder's).
+    mixhq and duo; ``encoder``: a reusable :class:`kvserve.Encoder` or
+    :class:`kvserve.CudaEncoder` (then ``profile``, ``threads`` and
+    ``head_scores`` are the encoder's).
     """
     pairs = _sequence(cache_layers(cache), batch_index)
+    if kvserve.cuda.is_cuda(pairs):
+        if encoder is None:
+            return kvserve.cuda.encode(pairs, profile, head_scores=head_scores)
+        return encoder.encode(pairs, check=True)
     if encoder is None:
         encoder = kvserve.Encoder(profile, threads, head_scores)
     return encoder.encode(pairs)
@@ -84,12 +95,20 @@ def restore_cache(frame: Any, like: Any = None, *, device: Any = None, dtype: An
     kv_heads, tokens)``, 0 where the profile pruned a token (duo), which the
     attention mask must then exclude.
     """
-    decoder = kvserve.Decoder(threads)
-    info = decoder.header(frame)
-    buffer = kvserve.empty_like_frame(info, framework="torch")
-    mask = decoder.decode(frame, out=buffer, keep_mask=return_keep_mask)
-    if return_keep_mask:
-        mask = mask[1]
+    if like is not None and device is None:
+        device = cache_layers(like)[0][0].device
+    on_gpu = kvserve.cuda_available() and (
+        isinstance(frame, kvserve.DeviceFrame) or (device is not None and str(device).startswith("cuda")))
+    if on_gpu:
+        decoded = kvserve.cuda.decode(frame, None, keep_mask=return_keep_mask)
+        buffer, mask = decoded if return_keep_mask else (decoded, None)
+    else:
+        decoder = kvserve.Decoder(threads)
+        info = decoder.header(frame)
+        buffer = kvserve.empty_like_frame(info, framework="torch")
+        mask = decoder.decode(frame, out=buffer, keep_mask=return_keep_mask)
+        if return_keep_mask:
+            mask = mask[1]
     if like is not None:
         ref = cache_layers(like)[0][0]
         device = ref.device if device is None else device
@@ -109,3 +128,25 @@ def restore_cache(frame: Any, like: Any = None, *, device: Any = None, dtype: An
             for l, (k, v) in enumerate(layers):
                 cache.update(k, v, l)
     return (cache, mask) if return_keep_mask else cache
+
+
+def generate_through_frame(model: Any, input_ids: Any, profile: kvserve.ProfileLike, max_new_tokens: int,
+                           *, head_scores: kvserve.HeadScoresLike = None) -> Tuple[List[int], Any]:
+    """Prefills ``input_ids`` (a ``(1, n)`` tensor on the model's device) with
+    ``model`` (a transformers causal LM), moves its KV cache through a frame
+    of ``profile`` (on the GPU when the model is there), restores it and
+    greedy-decodes ``max_new_tokens`` tokens from the restored cache.
+    Returns ``(tokens, frame)``; tokens start with the prefill's next token."""
+    import torch  # noqa: PLC0415
+
+    with torch.no_grad():
+        out = model(input_ids=input_ids, use_cache=True)
+        frame = compress_cache(out.past_key_values, profile, head_scores=head_scores)
+        cache = restore_cache(frame, like=out.past_key_values)
+        tokens = [int(out.logits[0, -1].argmax())]
+        for _ in range(max_new_tokens - 1):
+            step = model(input_ids=torch.tensor([[tokens[-1]]], device=input_ids.device),
+                         past_key_values=cache, use_cache=True)
+            cache = step.past_key_values
+            tokens.append(int(step.logits[0, -1].argmax()))
+    return tokens, frame

@@ -11,11 +11,15 @@ void RegisterProfile(pybind11::module_& m);
 // python/src/codec_bindings.cc: Frame, FrameInfo, HeadScores, Encoder,
 // Decoder, inspect.
 void RegisterCodec(pybind11::module_& m);
+// python/src/paged_bindings.cc: PagedKv (paged caches with a block table).
+void RegisterPaged(pybind11::module_& m);
 // python/src/io_bindings.cc: KV files and the synthetic generators.
 void RegisterIo(pybind11::module_& m);
 // python/src/controller_bindings.cc: ProfileTable, BandwidthEstimator,
 // Controller, latency model helpers.
 void RegisterController(pybind11::module_& m);
+// CUDA codec bindings (cuda_bindings.cc; only in CUDA builds).
+void RegisterCuda(pybind11::module_& m);
 
 }  // namespace kvserve::python
 

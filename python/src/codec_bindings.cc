@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bindings.h"
 #include "errors.h"
 #include "kvserve/codec.h"
+#include "paged.h"
 #include "tensor.h"
 
 namespace kvserve::python {
@@ -162,7 +164,17 @@ class Encoder {
   }
 
   py::object Encode(py::handle kv, py::handle out, py::handle dtype) {
-    KvLayout layout = ImportKv(kv, /*writable=*/false, DTypeFromPython(dtype), "kv");
+    // An engine's pages (PagedKv): gathered by the encoder, same frame.
+    std::optional<PagedKvView> pages;
+    KvLayout layout;
+    if (py::isinstance<PagedKv>(kv)) {
+      pages = kv.cast<const PagedKv&>().view();
+    } else {
+      layout = ImportKv(kv, /*writable=*/false, DTypeFromPython(dtype), "kv");
+    }
+    auto encode = [&](ByteSink& sink) {
+      return pages ? context_->Encode(*pages, sink) : EncodeLayout(*context_, layout, sink);
+    };
     if (!out.is_none()) {
       Py_buffer view{};
       if (PyObject_GetBuffer(out.ptr(), &view, PyBUF_CONTIG) != 0) {
@@ -174,7 +186,7 @@ class Encoder {
       Status status;
       {
         py::gil_scoped_release release;
-        status = EncodeLayout(*context_, layout, sink);
+        status = encode(sink);
       }
       PyBuffer_Release(&view);
       ThrowIfError(status);
@@ -188,7 +200,7 @@ class Encoder {
     Status status;
     {
       py::gil_scoped_release release;
-      status = EncodeLayout(*context_, layout, sink);
+      status = encode(sink);
     }
     ThrowIfError(status);
     auto frame = std::make_unique<Frame>();
@@ -221,6 +233,16 @@ class Encoder {
 
   py::bytes EncodeLayer(int layer, py::handle kv) {
     if (!stream_sink_) ThrowInvalid("encode_layer called before begin");
+    if (py::isinstance<PagedKv>(kv)) {  // only layer `layer` of the pages is read
+      const PagedKvView pages = kv.cast<const PagedKv&>().view();
+      Status status;
+      {
+        py::gil_scoped_release release;
+        status = context_->EncodeLayer(layer, pages);
+      }
+      ThrowIfError(status);
+      return TakeStream();
+    }
     KvLayout layout;
     if (PyList_Check(kv.ptr()) || PyTuple_Check(kv.ptr())) {
       // One (K, V) pair: a one-layer layout, viewed at layer `layer`.
@@ -327,6 +349,18 @@ class Decoder {
 
   py::object Decode(py::handle frame, py::handle out, bool keep_mask, py::handle dtype) {
     HeldBytes bytes(frame, "frame");
+    if (py::isinstance<PagedKv>(out)) {  // the receiver's pages, its own block table
+      const MutablePagedKvView pages = out.cast<const PagedKv&>().mutable_view();
+      std::vector<uint8_t> mask;
+      Status status;
+      {
+        py::gil_scoped_release release;
+        status = context_->Decode(bytes.span(), pages, keep_mask ? &mask : nullptr);
+      }
+      ThrowIfError(status);
+      if (!keep_mask) return py::none();
+      return KeepMaskArray(mask, pages.shape);
+    }
     KvLayout layout = ImportKv(out, /*writable=*/true, DTypeFromPython(dtype), "out");
     std::vector<uint8_t> mask;
     Status status;
@@ -357,6 +391,15 @@ class Decoder {
 
   int64_t DecodeRecord(py::handle bytes_object, py::handle out) {
     HeldBytes bytes(bytes_object, "bytes");
+    if (py::isinstance<PagedKv>(out)) {
+      const MutablePagedKvView pages = out.cast<const PagedKv&>().mutable_view();
+      Result<size_t> used = Status::Internal("unset");
+      {
+        py::gil_scoped_release release;
+        used = context_->DecodeRecord(bytes.span(), pages);
+      }
+      return static_cast<int64_t>(ValueOrThrow(std::move(used)));
+    }
     KvLayout layout = ImportKv(out, true, std::nullopt, "out");
     if (!layout.whole)
       ThrowNotSupported("decode_record needs one strided view of the whole cache as out (a 5-D tensor, or "

@@ -3,6 +3,8 @@
 // which re-exports these bindings with docstrings and type hints.
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "bindings.h"
 #include "errors.h"
 
@@ -10,7 +12,14 @@ PYBIND11_MODULE(_kvserve, m) {
   m.doc() = "kvserve native bindings; import `kvserve` instead.";
   kvserve::python::RegisterErrors(m);
   kvserve::python::RegisterProfile(m);
+  kvserve::python::RegisterPaged(m);
   kvserve::python::RegisterCodec(m);
   kvserve::python::RegisterIo(m);
   kvserve::python::RegisterController(m);
+#ifdef KVSERVE_PY_CUDA
+  kvserve::python::RegisterCuda(m);
+#else
+  m.def("cuda_available", [] { return false; }, "False: this build has no CUDA codec.");
+  m.def("cuda_device_name", [] { return std::string(); });
+#endif
 }

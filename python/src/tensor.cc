@@ -90,8 +90,78 @@ struct ConsumedCapsule {
   }
 };
 
+// Refuses memory of DLPack device type `type` where `memory` is wanted.
+void CheckDevice(int type, Memory memory, const std::string& what) {
+  if (memory == Memory::kCuda) {
+    if (type != kDLCUDA)
+      ThrowInvalid(what + ": expected CUDA device memory, got DLPack device type " +
+                   std::to_string(type) + " (1 = CPU, 2 = CUDA, 3 = CUDA pinned host); the CUDA "
+                   "codec reads and writes device memory: move the tensor with .cuda() or use "
+                   "the CPU Encoder/Decoder");
+    return;
+  }
+  if (type != kDLCPU && type != kDLCUDAHost)
+    ThrowNotSupported(what + ": a tensor on DLPack device type " + std::to_string(type) +
+                      " (2 = CUDA) goes through the CUDA codec (kvserve.CudaEncoder / "
+                      "CudaDecoder, or kvserve.encode/decode of a CUDA tensor), not this CPU "
+                      "entry point");
+}
+
+// __cuda_array_interface__ (versions 2 and 3): data pointer, typestr, shape,
+// byte strides (None = C-contiguous), optional stream.
+TensorRef FromCudaArrayInterface(py::handle object, bool writable,
+                                 std::optional<DType> dtype_override, const std::string& what) {
+  py::dict cai = object.attr("__cuda_array_interface__");
+  TensorRef ref;
+  ref.owner = std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(object)),
+                                    [](void* p) { delete static_cast<py::object*>(p); });
+  py::tuple data = cai["data"];
+  ref.data = reinterpret_cast<void*>(data[0].cast<uintptr_t>());
+  if (writable && data[1].cast<bool>()) ThrowInvalid(what + ": the CUDA array is read-only");
+  const std::string typestr = cai["typestr"].cast<std::string>();
+  std::optional<DType> found;
+  if (typestr == "<f4") found = DType::kF32;
+  if (typestr == "<f2") found = DType::kF16;
+  const bool two_byte = typestr == "<u2" || typestr == "<i2" || typestr == "|V2" || typestr == "<V2";
+  if (dtype_override) {
+    if ((found && *found != *dtype_override) || (!found && !(two_byte && DTypeSize(*dtype_override) == 2)))
+      ThrowInvalid(what + ": dtype=" + std::string(DTypeName(*dtype_override)) +
+                   " does not match the CUDA array's typestr '" + typestr + "'");
+    found = dtype_override;
+  }
+  if (!found)
+    ThrowInvalid(what + ": unsupported CUDA array typestr '" + typestr + "'" +
+                 (two_byte ? "; pass dtype='bf16' (or 'f16') to say what its 16-bit elements hold"
+                           : "; kvserve takes float32, float16 and bfloat16"));
+  ref.dtype = *found;
+  const int64_t elem = static_cast<int64_t>(DTypeSize(ref.dtype));
+  for (py::handle n : py::tuple(cai["shape"])) ref.shape.push_back(n.cast<int64_t>());
+  ref.strides.resize(ref.shape.size());
+  if (!cai.contains("strides") || cai["strides"].is_none()) {
+    int64_t compact = 1;
+    for (int i = ref.ndim() - 1; i >= 0; --i) {
+      ref.strides[i] = compact;
+      compact *= ref.shape[i];
+    }
+  } else {
+    py::tuple strides = cai["strides"];
+    for (int i = 0; i < ref.ndim(); ++i) {
+      const int64_t b = strides[i].cast<int64_t>();
+      if (b < 0 || b % elem != 0)
+        ThrowInvalid(what + ": axis " + std::to_string(i) + " has byte stride " + std::to_string(b) +
+                     "; kvserve views need non-negative strides that are a multiple of the element size");
+      ref.strides[i] = b / elem;
+    }
+  }
+  if (cai.contains("stream") && !cai["stream"].is_none()) ref.producer_stream = cai["stream"].cast<intptr_t>();
+  py::object torch_device = py::getattr(object, "device", py::none());
+  if (py::hasattr(torch_device, "index") && !torch_device.attr("index").is_none())
+    ref.device_id = torch_device.attr("index").cast<int>();
+  return ref;
+}
+
 TensorRef FromCapsule(py::object capsule, std::optional<DType> dtype_override,
-                      const std::string& what) {
+                      const std::string& what, Memory memory) {
   if (!PyCapsule_IsValid(capsule.ptr(), kCapsuleName))
     ThrowInvalid(what + ": not a DLPack capsule named \"dltensor\" (a capsule can be consumed "
                         "only once)");
@@ -99,10 +169,8 @@ TensorRef FromCapsule(py::object capsule, std::optional<DType> dtype_override,
   TensorRef ref;
   ref.owner = std::shared_ptr<ConsumedCapsule>(new ConsumedCapsule{capsule, managed});
   const DLTensor& t = managed->dl_tensor;
-  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost)
-    ThrowNotSupported(what + ": DLPack device type " + std::to_string(t.device.device_type) +
-                      " (2 = CUDA) is not supported by this CPU-only build; move the tensor "
-                      "to the CPU");
+  CheckDevice(t.device.device_type, memory, what);
+  ref.device_id = t.device.device_id;
   std::optional<DType> dtype;
   if (t.dtype.lanes == 1) {
     if (t.dtype.code == kDLFloat && t.dtype.bits == 32) dtype = DType::kF32;
@@ -198,23 +266,122 @@ std::optional<DType> DTypeFromPython(py::handle dtype) {
 }
 
 TensorRef ImportTensor(py::handle object, bool writable, std::optional<DType> dtype_override,
-                       const std::string& what) {
+                       const std::string& what, Memory memory, intptr_t stream) {
   if (PyCapsule_CheckExact(object.ptr()))
-    return FromCapsule(py::reinterpret_borrow<py::object>(object), dtype_override, what);
-  if (PyObject_CheckBuffer(object.ptr())) return FromBuffer(object, writable, dtype_override, what);
+    return FromCapsule(py::reinterpret_borrow<py::object>(object), dtype_override, what, memory);
+  if (memory == Memory::kHost && PyObject_CheckBuffer(object.ptr()))
+    return FromBuffer(object, writable, dtype_override, what);
   if (py::hasattr(object, "__dlpack__")) {
     if (py::hasattr(object, "__dlpack_device__")) {
       py::tuple device = object.attr("__dlpack_device__")();
       const int type = device[0].cast<int>();
-      if (type != kDLCPU && type != kDLCUDAHost)
-        ThrowNotSupported(what + ": a tensor on DLPack device type " + std::to_string(type) +
-                          " (2 = CUDA) is not supported by this CPU-only build; move it to the "
-                          "CPU");
+      CheckDevice(type, memory, what);
+      if (type == kDLCUDA) {
+        // DLPack: 1 names the legacy default stream (0 is reserved).
+        const intptr_t s = stream == 0 ? 1 : stream;
+        return FromCapsule(object.attr("__dlpack__")(py::arg("stream") = s), dtype_override, what,
+                           memory);
+      }
     }
-    return FromCapsule(object.attr("__dlpack__")(), dtype_override, what);
+    return FromCapsule(object.attr("__dlpack__")(), dtype_override, what, memory);
   }
-  ThrowInvalid(what + ": expected a numpy array, a torch tensor, an object with __dlpack__ or "
-                      "a DLPack capsule; got " + TypeName(object));
+  if (memory == Memory::kCuda && py::hasattr(object, "__cuda_array_interface__"))
+    return FromCudaArrayInterface(object, writable, dtype_override, what);
+  if (memory == Memory::kCuda && PyObject_CheckBuffer(object.ptr()))
+    CheckDevice(kDLCPU, memory, what);
+  ThrowInvalid(what + ": expected " +
+               (memory == Memory::kCuda ? std::string("a CUDA tensor (torch, or an object with __dlpack__ or "
+                                                      "__cuda_array_interface__) or a DLPack capsule")
+                                        : std::string("a numpy array, a torch tensor, an object with "
+                                                      "__dlpack__ or a DLPack capsule")) +
+               "; got " + TypeName(object));
+}
+
+BytesRef ImportBytes(py::handle object, bool writable, const std::string& what, intptr_t stream) {
+  BytesRef ref;
+  auto contiguous = [&](const std::vector<int64_t>& shape, const std::vector<int64_t>& strides_bytes,
+                        int64_t elem) {
+    int64_t expect = elem;
+    for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+      if (shape[i] != 1 && strides_bytes[i] != expect)
+        ThrowInvalid(what + ": the buffer must be C-contiguous");
+      expect *= shape[i];
+    }
+    return expect;  // total bytes
+  };
+  if (!PyCapsule_CheckExact(object.ptr()) && PyObject_CheckBuffer(object.ptr())) {
+    auto* view = new Py_buffer;
+    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object.ptr(), view, flags) != 0) {
+      delete view;
+      py::error_already_set error;
+      ThrowInvalid(what + ": " + py::str(error.value()).cast<std::string>());
+    }
+    ref.owner = std::shared_ptr<void>(view, [](void* p) {
+      auto* v = static_cast<Py_buffer*>(p);
+      PyBuffer_Release(v);
+      delete v;
+    });
+    ref.data = static_cast<uint8_t*>(view->buf);
+    ref.bytes = static_cast<uint64_t>(view->len);
+    return ref;
+  }
+  py::object capsule;
+  if (PyCapsule_CheckExact(object.ptr())) {
+    capsule = py::reinterpret_borrow<py::object>(object);
+  } else if (py::hasattr(object, "__dlpack__")) {
+    int type = kDLCPU;
+    if (py::hasattr(object, "__dlpack_device__"))
+      type = py::tuple(object.attr("__dlpack_device__")())[0].cast<int>();
+    capsule = type == kDLCUDA ? object.attr("__dlpack__")(py::arg("stream") = stream == 0 ? 1 : stream)
+                              : object.attr("__dlpack__")();
+  } else if (py::hasattr(object, "__cuda_array_interface__")) {
+    py::dict cai = object.attr("__cuda_array_interface__");
+    py::tuple data = cai["data"];
+    if (writable && data[1].cast<bool>()) ThrowInvalid(what + ": the CUDA array is read-only");
+    const std::string typestr = cai["typestr"].cast<std::string>();
+    const int64_t elem = typestr.size() > 2 ? std::stoll(typestr.substr(2)) : 1;
+    std::vector<int64_t> shape, strides;
+    for (py::handle n : py::tuple(cai["shape"])) shape.push_back(n.cast<int64_t>());
+    strides.resize(shape.size());
+    if (!cai.contains("strides") || cai["strides"].is_none()) {
+      int64_t compact = elem;
+      for (int i = static_cast<int>(shape.size()) - 1; i >= 0; --i) {
+        strides[i] = compact;
+        compact *= shape[i];
+      }
+    } else {
+      py::tuple st = cai["strides"];
+      for (size_t i = 0; i < shape.size(); ++i) strides[i] = st[i].cast<int64_t>();
+    }
+    ref.data = reinterpret_cast<uint8_t*>(data[0].cast<uintptr_t>());
+    ref.bytes = static_cast<uint64_t>(contiguous(shape, strides, elem));
+    ref.device_type = kDLCUDA;
+    if (cai.contains("stream") && !cai["stream"].is_none()) ref.producer_stream = cai["stream"].cast<intptr_t>();
+    ref.owner = std::shared_ptr<void>(new py::object(py::reinterpret_borrow<py::object>(object)),
+                                      [](void* p) { delete static_cast<py::object*>(p); });
+    return ref;
+  } else {
+    ThrowInvalid(what + ": expected a bytes-like object, a CUDA buffer (torch tensor, __dlpack__ or "
+                        "__cuda_array_interface__) or a DLPack capsule; got " + TypeName(object));
+  }
+  if (!PyCapsule_IsValid(capsule.ptr(), kCapsuleName))
+    ThrowInvalid(what + ": not a DLPack capsule named \"dltensor\" (a capsule can be consumed only once)");
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), kCapsuleName));
+  ref.owner = std::shared_ptr<ConsumedCapsule>(new ConsumedCapsule{capsule, managed});
+  const DLTensor& t = managed->dl_tensor;
+  const int64_t elem = (int64_t{t.dtype.bits} * t.dtype.lanes + 7) / 8;
+  std::vector<int64_t> shape(t.shape, t.shape + t.ndim), strides(t.ndim);
+  int64_t compact = elem;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    strides[i] = t.strides != nullptr ? t.strides[i] * elem : compact;
+    compact *= t.shape[i];
+  }
+  ref.bytes = static_cast<uint64_t>(contiguous(shape, strides, elem));
+  ref.data = static_cast<uint8_t*>(t.data) + t.byte_offset;
+  ref.device_type = t.device.device_type;
+  ref.device_id = t.device.device_id;
+  return ref;
 }
 
 bool KvLayout::AnyStaged() const {
@@ -224,10 +391,10 @@ bool KvLayout::AnyStaged() const {
 }
 
 KvLayout ImportKv(py::handle kv, bool writable, std::optional<DType> dtype_override,
-                  const std::string& what) {
+                  const std::string& what, Memory memory, intptr_t stream) {
   KvLayout layout;
   if (!PyList_Check(kv.ptr()) && !PyTuple_Check(kv.ptr())) {
-    TensorRef ref = ImportTensor(kv, writable, dtype_override, what);
+    TensorRef ref = ImportTensor(kv, writable, dtype_override, what, memory, stream);
     if (ref.ndim() != 5 || ref.shape[1] != 2)
       ThrowInvalid(what + ": expected a 5-D tensor (layers, 2, kv_heads, tokens, head_dim) or "
                           "a sequence of per-layer (K, V) pairs; got a tensor with " +
@@ -258,7 +425,7 @@ KvLayout ImportKv(py::handle kv, bool writable, std::optional<DType> dtype_overr
     py::sequence kv_pair = py::reinterpret_borrow<py::sequence>(pair);
     for (int kind = 0; kind < 2; ++kind) {
       const std::string name = where + (kind == 0 ? ".K" : ".V");
-      layout.refs.push_back(ImportTensor(kv_pair[kind], writable, dtype_override, name));
+      layout.refs.push_back(ImportTensor(kv_pair[kind], writable, dtype_override, name, memory, stream));
       tensors.push_back(AsLayerTensor(layout.refs.back(), name));
     }
     layout.layer_pairs.emplace_back(static_cast<int>(2 * l), static_cast<int>(2 * l + 1));
@@ -274,6 +441,9 @@ KvLayout ImportKv(py::handle kv, bool writable, std::optional<DType> dtype_overr
   for (size_t i = 0; i < tensors.size(); ++i) {
     const std::string name =
         what + "[" + std::to_string(i / 2) + "]" + (i % 2 == 0 ? ".K" : ".V");
+    if (layout.refs[i].device_id != first.device_id)
+      ThrowInvalid(name + ": on CUDA device " + std::to_string(layout.refs[i].device_id) +
+                   ", layer 0's K on device " + std::to_string(first.device_id));
     if (layout.refs[i].dtype != layout.dtype)
       ThrowInvalid(name + ": dtype " + std::string(DTypeName(layout.refs[i].dtype)) +
                    " differs from layer 0's " + std::string(DTypeName(layout.dtype)));
@@ -313,6 +483,10 @@ KvLayout ImportKv(py::handle kv, bool writable, std::optional<DType> dtype_overr
     const TensorRef& k = layout.refs[2 * l];
     const TensorRef& v = layout.refs[2 * l + 1];
     std::optional<int64_t> kind = element_offset(k, v);
+    if (!kind && memory == Memory::kCuda) {  // CUDA views allow a negative kind stride
+      const auto diff = reinterpret_cast<intptr_t>(v.data) - reinterpret_cast<intptr_t>(k.data);
+      if (diff % elem == 0) kind = diff / elem;
+    }
     if (kind && same_strides(2 * l, 2 * l + 1)) {
       const LayerTensor& t = tensors[2 * l];
       layout.layer_views.push_back(MutableKvView{

@@ -9,8 +9,17 @@
 //      strides in bytes, converted to elements (read-only numpy arrays
 //      work; numpy's own __dlpack__ refuses them);
 //   3. an object with __dlpack__ / __dlpack_device__ (torch tensors).
-// Only CPU memory is accepted: a CUDA tensor is NotSupported until the CUDA
-// backend exists.
+// Host memory by default (a CUDA tensor is then NotSupported, naming the
+// CUDA entry points). With Memory::kCuda only CUDA device memory is
+// accepted, from
+//   1. a DLPack capsule of device type kDLCUDA;
+//   2. an object with __dlpack__ / __dlpack_device__ on a CUDA device
+//      (torch): __dlpack__(stream=...) is called with the stream the
+//      kvserve call runs on, so the producer orders its pending work before
+//      it (DLPack's stream contract);
+//   3. an object with __cuda_array_interface__ (CuPy, Numba; version 2 or
+//      3): its "stream", if any, is kept in TensorRef::producer_stream for
+//      the caller to wait on.
 //
 // KV inputs are then laid out as:
 //   * one 5-D tensor (layers, 2, kv_heads, tokens, head_dim), any strides:
@@ -40,8 +49,15 @@
 
 namespace kvserve::python {
 
+// Where imported memory must live.
+enum class Memory { kHost, kCuda };
+
 struct TensorRef {
   void* data = nullptr;
+  int device_id = 0;  // CUDA device ordinal (Memory::kCuda)
+  // __cuda_array_interface__'s "stream": the producer's stream the data is
+  // valid on (the consumer must wait on it); 0 when none was given.
+  intptr_t producer_stream = 0;
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;  // elements, non-negative
@@ -57,8 +73,31 @@ struct TensorRef {
 // outputs). `dtype_override`: the element type of 2-byte integer buffers
 // (numpy has no bfloat16, so bf16 caches arrive as uint16) and a check for
 // everything else. `what` names the argument in error messages.
+// `memory` and `stream` (the cudaStream_t the caller will use, as an
+// integer; 0 = legacy default) select and order CUDA imports, see above.
 TensorRef ImportTensor(pybind11::handle object, bool writable,
-                       std::optional<DType> dtype_override, const std::string& what);
+                       std::optional<DType> dtype_override, const std::string& what,
+                       Memory memory = Memory::kHost, intptr_t stream = 0);
+
+// A C-contiguous byte range of any element type (a frame buffer, a keep
+// mask), in host or device memory.
+struct BytesRef {
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  int device_type = 1;  // DLPack: 1 = CPU, 2 = CUDA, 3 = CUDA pinned host
+  int device_id = 0;
+  intptr_t producer_stream = 0;  // as TensorRef's
+  std::shared_ptr<void> owner;
+  bool on_device() const { return device_type == 2; }
+};
+
+// Imports `object` as bytes: a buffer-protocol object (host memory), a
+// DLPack capsule or an object with __dlpack__ (CPU, CUDA or CUDA pinned
+// host; __dlpack__ gets `stream` as ImportTensor's), or an object with
+// __cuda_array_interface__ (CUDA). Refuses memory that is not C-contiguous,
+// and read-only memory when `writable`.
+BytesRef ImportBytes(pybind11::handle object, bool writable, const std::string& what,
+                     intptr_t stream = 0);
 
 // One KV cache given from Python, as views the library can read or write.
 struct KvLayout {
@@ -77,8 +116,11 @@ struct KvLayout {
 };
 
 // Builds the layout of `kv`: a 5-D tensor or a sequence of (K, V) pairs.
+// With Memory::kCuda every tensor must be on one CUDA device, and a layer
+// whose V lies below its K gets a negative kind stride (the CUDA views
+// allow it) instead of being staged.
 KvLayout ImportKv(pybind11::handle kv, bool writable, std::optional<DType> dtype_override,
-                  const std::string& what);
+                  const std::string& what, Memory memory = Memory::kHost, intptr_t stream = 0);
 
 // Copies one staged layer between a (K, V) pair with arbitrary strides and a
 // contiguous [2][kv_heads][tokens][head_dim] buffer.

@@ -162,6 +162,7 @@ class TransformersDynamicCacheTest(unittest.TestCase):
         interval = _bootstrap_ratio(em_lossy, em_none)
         result = {
             "model": model_dir, "device": device, "transformers": transformers.__version__,
+            "codec": "cuda" if isinstance(frame_none, getattr(kvserve, "DeviceFrame", ())) else "cpu",
             "torch": torch.__version__, "cache_type": cache_type, "workload": "qa", "samples": len(samples),
             "none_token_identical": f"{identical}/{len(samples)}", "exact_match_none": mean_none,
             "lossy_profile": LOSSY_PROFILE, "lossy_compression_ratio_vs_f16": sum(ratios) / len(ratios),
@@ -178,6 +179,16 @@ class TransformersDynamicCacheTest(unittest.TestCase):
             with open(os.path.join(os.environ["KVSERVE_TEST_OUT"], "hf_results.json"), "w") as f:
                 json.dump(result, f, indent=2)
         self.assertGreater(mean_none, 0.5, "the shipped model should answer most qa samples uncompressed")
+        if device == "cuda" and kvserve.cuda_available():
+            self.assertEqual(result["codec"], "cuda", "a CUDA cache must be encoded by the CUDA codec")
+            # The one-call helper gives the same tokens through 'none'.
+            s = samples[0]
+            ids = torch.tensor([([bos] if bos is not None else []) + s["prompt_ids"]], device=device)
+            tokens, _ = hf.generate_through_frame(model, ids, "none", len(s["answer_ids"]))
+            with torch.no_grad():
+                out = model(input_ids=ids, use_cache=True)
+            self.assertEqual(tokens, _greedy(model, out.past_key_values, int(out.logits[0, -1].argmax()),
+                                             len(s["answer_ids"])))
         if "intervals_overlap" in result:
             self.assertTrue(result["intervals_overlap"], result)
 

@@ -1,4 +1,4 @@
-// Copyright kvserve authors. CreateCodec (declared in pipeline/stages.h).
+// Copyright kvserve authors. CreateCodec (declared in core/stages.h).
 #include <memory>
 #include <string>
 
@@ -6,7 +6,7 @@
 #include "codecs/pack.h"
 #include "codecs/rans.h"
 #include "codecs/zstd_codec.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::pipeline {
 

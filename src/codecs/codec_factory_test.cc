@@ -10,7 +10,7 @@
 #include "codecs/pack.h"
 #include "codecs/rans.h"
 #include "codecs/zstd_codec.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::codecs {
 namespace {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::codecs::testing {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::codecs {
 

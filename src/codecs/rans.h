@@ -13,7 +13,7 @@
 
 #include "codecs/pack.h"
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::codecs {
 

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
@@ -90,16 +91,76 @@ DeviceView MakeDeviceView(const void* data, DType dtype, const KvShape& shape, c
   return v;
 }
 
+// A device view of a paged cache (kvserve/paged.h). Its page pointers (as
+// element offsets from layer 0's K pages) and block table are copied into
+// the workspace's pages region, stream-ordered from host memory (the copy
+// is staged by the driver before this returns, so the view's host arrays
+// may change afterwards).
+template <typename View>
+Result<DeviceView> PagedDeviceView(const View& kv, const Plan& plan, void* workspace, Stream stream) {
+  KVSERVE_RETURN_IF_ERROR(kv.Validate());
+  if (!(kv.shape == plan.shape) || kv.dtype != plan.dtype)
+    return Status::InvalidArgument("paged KV view shape/dtype differ from the plan's");
+  if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
+    return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
+  const KvShape& s = kv.shape;
+  const int64_t es = static_cast<int64_t>(DTypeSize(kv.dtype));
+  const auto origin = reinterpret_cast<intptr_t>(kv.key_pages[0]);
+  const int32_t blocks = kv.TableBlocks();
+  std::vector<uint8_t> tables(16 * static_cast<size_t>(s.layers) + 4 * static_cast<size_t>(blocks));
+  bool aligned = true;
+  for (int l = 0; l < s.layers; ++l)
+    for (int kind = 0; kind < 2; ++kind) {
+      const auto p = reinterpret_cast<intptr_t>(kind == 0 ? kv.key_pages[l] : kv.value_pages[l]);
+      if (p % es != 0) return Status::InvalidArgument("paged KV view: page pointers must be aligned to the element size");
+      aligned = aligned && p % 16 == 0;
+      const int64_t base = (p - origin) / es;
+      std::memcpy(tables.data() + 8 * (2 * l + kind), &base, 8);
+    }
+  std::memcpy(tables.data() + 16 * s.layers, kv.block_table, 4 * static_cast<size_t>(blocks));
+  uint8_t* dst = static_cast<uint8_t*>(workspace) + plan.ws.pages;
+  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, tables.data(), tables.size(), cudaMemcpyHostToDevice, stream),
+                                     "copy the paged view's tables"));
+  DeviceView v{};
+  v.data = reinterpret_cast<uint8_t*>(origin);
+  v.head = kv.strides.head;
+  v.token = kv.strides.slot;
+  v.dim = 1;
+  v.block = kv.strides.block;
+  v.block_size = kv.block_size;
+  v.block_shift = (kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1;
+  v.page_base = reinterpret_cast<const int64_t*>(dst);
+  v.block_table = reinterpret_cast<const int32_t*>(dst + 16 * s.layers);
+  v.dtype = static_cast<int>(kv.dtype);
+  v.elem_bytes = static_cast<int>(es);
+  auto ok16 = [&](int64_t stride, int extent) { return extent <= 1 || (stride * es) % 16 == 0; };
+  v.vec16 = aligned && ok16(kv.strides.block, blocks) && ok16(kv.strides.slot, kv.block_size) &&
+            ok16(kv.strides.head, s.kv_heads);
+  return v;
+}
+
 Status CheckView(const void* data, DType dtype, const KvShape& shape, const KvStrides& strides,
                  const Plan& plan) {
   if (data == nullptr) return Status::InvalidArgument("KV view has no data");
   if (!(shape == plan.shape) || dtype != plan.dtype)
     return Status::InvalidArgument("KV view shape/dtype differ from the plan's");
-  if (strides.layer < 0 || strides.kind < 0 || strides.head < 0 || strides.token < 0 || strides.dim < 0)
-    return Status::InvalidArgument("KV view strides must be non-negative");
+  if (strides.layer < 0 || strides.head < 0 || strides.token < 0 || strides.dim < 0)
+    return Status::InvalidArgument("KV view strides must be non-negative (only the kind stride may be negative)");
   if (reinterpret_cast<uintptr_t>(data) % DTypeSize(dtype) != 0)
     return Status::InvalidArgument("KV view data must be aligned to its element size");
   return Status::Ok();
+}
+
+Result<ByteRange> StaticLayerRecordsOf(const Plan& plan, int layer) {
+  if (layer < 0 || layer >= plan.shape.layers)
+    return Status::InvalidArgument("layer " + std::to_string(layer) + " outside the plan's " +
+                                   std::to_string(plan.shape.layers) + " layers");
+  if (!plan.static_sizes) return Status::NotSupported("rans frames have no static record offsets");
+  const PlanRange r = LayerOfPlan(plan, layer);
+  if (r.record_end <= r.record_begin) return ByteRange{};
+  const RecordDesc& first = plan.records[r.record_begin];
+  const RecordDesc& last = plan.records[r.record_end - 1];
+  return ByteRange{first.static_offset, last.static_offset + last.static_len - first.static_offset};
 }
 
 Status ReadDeviceError(void* workspace, const Plan& plan, Stream stream) {
@@ -136,6 +197,7 @@ class EncoderImpl final : public Encoder {
   uint64_t MaxFrameBytes() const override { return plan_.max_frame_bytes; }
   bool FrameSizeIsStatic() const override { return plan_.static_sizes; }
   uint64_t HeaderBytes() const override { return plan_.header.size(); }
+  Result<ByteRange> StaticLayerRecords(int layer) const override { return StaticLayerRecordsOf(plan_, layer); }
   const Profile& profile() const override { return plan_.profile; }
 
   Status Encode(const KvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
@@ -145,6 +207,25 @@ class EncoderImpl final : public Encoder {
     KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), View(kv), WholePlan(plan_), stream));
     next_layer_ = plan_.shape.layers;
     return Finish(workspace, frame_bytes, stream);
+  }
+
+  Status EncodePaged(const PagedKvView& kv, void* workspace, uint8_t* frame, uint64_t* frame_bytes,
+                     Stream stream) override {
+    KVSERVE_ASSIGN_OR_RETURN(const DeviceView view, PagedDeviceView(kv, plan_, workspace, stream));
+    KVSERVE_RETURN_IF_ERROR(Begin(workspace, frame, stream));
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), view, WholePlan(plan_), stream));
+    next_layer_ = plan_.shape.layers;
+    return Finish(workspace, frame_bytes, stream);
+  }
+
+  Status EncodeLayerPaged(int layer, const PagedKvView& kv, void* workspace, uint8_t* frame,
+                          Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckLayerCall(layer, frame));
+    KVSERVE_RETURN_IF_ERROR(CheckBuffers(workspace, frame));
+    KVSERVE_ASSIGN_OR_RETURN(const DeviceView view, PagedDeviceView(kv, plan_, workspace, stream));
+    KVSERVE_RETURN_IF_ERROR(LaunchEncodeRange(Launch(workspace, frame), view, LayerOfPlan(plan_, layer), stream));
+    ++next_layer_;
+    return Status::Ok();
   }
 
   Status Begin(void* workspace, uint8_t* frame, Stream stream) override {
@@ -159,11 +240,7 @@ class EncoderImpl final : public Encoder {
 
   Status EncodeLayer(int layer, const KvView& kv, void* workspace, uint8_t* frame,
                      Stream stream) override {
-    if (!active_) return Status::InvalidArgument("EncodeLayer called before Begin");
-    if (layer != next_layer_)
-      return Status::InvalidArgument("the CUDA encoder takes layers in order: expected layer " +
-                                     std::to_string(next_layer_) + ", got " + std::to_string(layer));
-    if (frame != frame_) return Status::InvalidArgument("EncodeLayer: not the frame buffer given to Begin");
+    KVSERVE_RETURN_IF_ERROR(CheckLayerCall(layer, frame));
     KVSERVE_RETURN_IF_ERROR(CheckView(kv.data, kv.dtype, kv.shape, kv.strides, plan_));
     KVSERVE_RETURN_IF_ERROR(CheckBuffers(workspace, frame));
     KVSERVE_RETURN_IF_ERROR(
@@ -189,6 +266,14 @@ class EncoderImpl final : public Encoder {
   void set_timing(StageEvents* timing) { timing_ = timing; }
 
  private:
+  Status CheckLayerCall(int layer, const uint8_t* frame) const {
+    if (!active_) return Status::InvalidArgument("EncodeLayer called before Begin");
+    if (layer != next_layer_)
+      return Status::InvalidArgument("the CUDA encoder takes layers in order: expected layer " +
+                                     std::to_string(next_layer_) + ", got " + std::to_string(layer));
+    if (frame != frame_) return Status::InvalidArgument("EncodeLayer: not the frame buffer given to Begin");
+    return Status::Ok();
+  }
   Status CheckBuffers(void* workspace, uint8_t* frame) const {
     if (frame == nullptr || reinterpret_cast<uintptr_t>(frame) % 16 != 0)
       return Status::InvalidArgument("frame buffer must be a non-null, 16-byte aligned device pointer");
@@ -238,6 +323,7 @@ class DecoderImpl final : public Decoder {
   uint64_t WorkspaceBytes() const override { return plan_.ws.total; }
   uint64_t HeaderBytes() const override { return header_bytes_; }
   const FrameInfo& info() const override { return info_; }
+  Result<ByteRange> StaticLayerRecords(int layer) const override { return StaticLayerRecordsOf(plan_, layer); }
 
   Status Decode(const uint8_t* frame, uint64_t frame_bytes, const MutableKvView& out,
                 uint8_t* keep_mask, void* workspace, Stream stream) override {
@@ -251,12 +337,44 @@ class DecoderImpl final : public Decoder {
     return LaunchDecode(d, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), stream);
   }
 
+  Status DecodePaged(const uint8_t* frame, uint64_t frame_bytes, const MutablePagedKvView& out,
+                     uint8_t* keep_mask, void* workspace, Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckBytes(frame, workspace));
+    if (frame_bytes < header_bytes_) return Status::Corruption("frame shorter than its header");
+    KVSERVE_ASSIGN_OR_RETURN(const DeviceView view, PagedDeviceView(out.AsConst(), plan_, workspace, stream));
+    DecodeLaunch d = Launch(frame, frame_bytes, keep_mask, workspace);
+    d.records_start = header_bytes_;
+    d.static_base = 0;
+    d.range = WholePlan(plan_);
+    layer_errors_reset_ = false;
+    return LaunchDecode(d, view, stream);
+  }
+
+  Status DecodeLayerPaged(int layer, const uint8_t* records, uint64_t bytes, const MutablePagedKvView& out,
+                          uint8_t* keep_mask, void* workspace, Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckLayer(layer));
+    KVSERVE_RETURN_IF_ERROR(CheckBytes(records, workspace));
+    KVSERVE_ASSIGN_OR_RETURN(const DeviceView view, PagedDeviceView(out.AsConst(), plan_, workspace, stream));
+    return LaunchLayer(layer, records, bytes, view, keep_mask, workspace, stream);
+  }
+
   Status DecodeLayer(int layer, const uint8_t* records, uint64_t bytes, const MutableKvView& out,
                      uint8_t* keep_mask, void* workspace, Stream stream) override {
+    KVSERVE_RETURN_IF_ERROR(CheckLayer(layer));
+    KVSERVE_RETURN_IF_ERROR(CheckArgs(records, out, workspace));
+    return LaunchLayer(layer, records, bytes, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), keep_mask,
+                       workspace, stream);
+  }
+
+ private:
+  Status CheckLayer(int layer) const {
     if (layer < 0 || layer >= plan_.shape.layers)
       return Status::InvalidArgument("DecodeLayer: layer " + std::to_string(layer) + " outside the frame's " +
                                      std::to_string(plan_.shape.layers) + " layers");
-    KVSERVE_RETURN_IF_ERROR(CheckArgs(records, out, workspace));
+    return Status::Ok();
+  }
+  Status LaunchLayer(int layer, const uint8_t* records, uint64_t bytes, const DeviceView& view, uint8_t* keep_mask,
+                     void* workspace, Stream stream) {
     if (!layer_errors_reset_) {
       if (cudaMemsetAsync(static_cast<uint8_t*>(workspace) + plan_.ws.error, 0, 64, stream) != cudaSuccess)
         return Status::Internal("DecodeLayer: reset error block");
@@ -267,9 +385,10 @@ class DecoderImpl final : public Decoder {
     d.records_start = 0;
     d.static_base = static_cast<int64_t>(plan_.records[d.range.record_begin].static_offset);
     d.reset_errors = false;
-    return LaunchDecode(d, MakeDeviceView(out.data, out.dtype, out.shape, out.strides), stream);
+    return LaunchDecode(d, view, stream);
   }
 
+ public:
   Status Check(void* workspace, Stream stream) override {
     layer_errors_reset_ = false;
     return ReadDeviceError(workspace, plan_, stream);
@@ -280,6 +399,9 @@ class DecoderImpl final : public Decoder {
  private:
   Status CheckArgs(const uint8_t* bytes, const MutableKvView& out, void* workspace) const {
     KVSERVE_RETURN_IF_ERROR(CheckView(out.data, out.dtype, out.shape, out.strides, plan_));
+    return CheckBytes(bytes, workspace);
+  }
+  Status CheckBytes(const uint8_t* bytes, void* workspace) const {
     if (bytes == nullptr || reinterpret_cast<uintptr_t>(bytes) % 16 != 0)
       return Status::InvalidArgument("frame must be a 16-byte aligned device pointer");
     if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)

@@ -27,6 +27,7 @@
 #include "kvserve/cuda.h"
 #include "kvserve/kv.h"
 #include "kvserve/kv_file.h"
+#include "kvserve/paged.h"
 #include "kvserve/profile.h"
 #include "quantizers/grid_kernels.h"
 
@@ -186,7 +187,8 @@ struct HostCache {
   DType dtype;
   KvStrides strides;
   std::vector<uint8_t> bytes;  // the whole (possibly padded) buffer
-  KvView view() const { return KvView{bytes.data(), dtype, shape, strides}; }
+  size_t origin = 0;           // byte offset of element [0][0][0][0][0]
+  KvView view() const { return KvView{bytes.data() + origin, dtype, shape, strides}; }
 };
 
 HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int layout) {
@@ -218,11 +220,17 @@ HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int la
       c.strides.layer = 2 * H * D * T;
       total = L * c.strides.layer;
       break;
+    case 4:  // each layer's V before its K (negative kind stride)
+      c.strides = KvStrides::Contiguous(shape);
+      c.strides.kind = -H * T * D;
+      total = shape.NumElements();
+      break;
     default:
       c.strides = KvStrides::Contiguous(shape);
       total = shape.NumElements();
   }
   const size_t es = DTypeSize(dtype);
+  if (layout == 4) c.origin = static_cast<size_t>(H * T * D) * es;
   c.bytes.assign(static_cast<size_t>(total) * es, 0xA5);
   std::normal_distribution<float> normal(0.f, 1.f);
   const float magnitude = std::ldexp(1.0f, static_cast<int>(rng() % 8) - 3);
@@ -242,7 +250,7 @@ HostCache MakeCache(std::mt19937& rng, const KvShape& shape, DType dtype, int la
             if (rng() % 211 == 0) x = -0.0f;
             const int64_t e = l * c.strides.layer + k * c.strides.kind + h * c.strides.head +
                               t * c.strides.token + d * c.strides.dim;
-            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + e * es), dtype);
+            StoreFromFloat(x, reinterpret_cast<std::byte*>(c.bytes.data() + c.origin + e * es), dtype);
           }
       }
   return c;
@@ -278,7 +286,7 @@ GpuFrame GpuEncode(const Profile& p, const HostCache& cache, const HeadScores* s
   DeviceBuffer<uint64_t> size(8);
   (void)cudaMemcpy(in.ptr, cache.bytes.data(), cache.bytes.size(), cudaMemcpyHostToDevice);
   KvView dv = cache.view();
-  dv.data = in.ptr;
+  dv.data = in.ptr + cache.origin;
   cudaStream_t stream = nullptr;
   if (by_layer) {
     r.status = (*enc)->Begin(ws.ptr, frame.ptr, stream);
@@ -630,6 +638,195 @@ TEST(CudaDevice, DecodeLayerEqualsWholeFrame) {
     EXPECT_EQ((*dec)->DecodeLayer(shape.layers, dbad.ptr, bad.size(), view, mask.ptr, ws.ptr, nullptr).code(),
               StatusCode::kInvalidArgument);
   }
+}
+
+// StaticLayerRecords names exactly the bytes of each layer's records (pack
+// profiles), for the encoder and the decoder alike; rans has none.
+TEST(CudaDevice, StaticLayerRecordsAreTheLayersBytes) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(12);
+  const KvShape shape{3, 2, 200, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 5);
+  for (const char* spec : {"kivi-2", "none", "duo", "kivi-4"}) {
+    SCOPED_TRACE(spec);
+    const Profile p = *Profile::Parse(spec);
+    const std::vector<uint8_t> frame = CpuEncode(p, cache.view(), &scores);
+    auto enc = Encoder::Create(p, shape, DType::kBF16, &scores);
+    auto dec = Decoder::Create(frame);
+    ASSERT_TRUE(enc.ok() && dec.ok());
+    const auto ranges = LayerRanges(frame, (*dec)->HeaderBytes(), shape.layers);
+    for (int l = 0; l < shape.layers; ++l)
+      for (const Result<ByteRange>& r : {(*enc)->StaticLayerRecords(l), (*dec)->StaticLayerRecords(l)}) {
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_EQ(r->offset, ranges[l].first);
+        EXPECT_EQ(r->offset + r->bytes, ranges[l].second);
+      }
+    EXPECT_EQ((*enc)->StaticLayerRecords(shape.layers).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ((*dec)->StaticLayerRecords(-1).status().code(), StatusCode::kInvalidArgument);
+  }
+  auto rans = Encoder::Create(*Profile::Parse("kvserve-h2r"), shape, DType::kBF16);
+  ASSERT_TRUE(rans.ok());
+  EXPECT_EQ((*rans)->StaticLayerRecords(0).status().code(), StatusCode::kNotSupported);
+}
+
+// A cache whose every V lies below its K (per-layer tensors allocated V
+// first) is read through a negative kind stride, giving the contiguous
+// cache's frame; a negative head stride is still refused.
+TEST(CudaDevice, NegativeKindStrideEqualsContiguous) {
+  SKIP_WITHOUT_GPU();
+  const KvShape shape{2, 2, 150, 64};
+  for (const char* spec : {"kivi-2", "none", "kvserve-h2r"}) {
+    SCOPED_TRACE(spec);
+    std::mt19937 a(9), b(9);
+    const HostCache flat = MakeCache(a, shape, DType::kBF16, 0);
+    const HostCache swapped = MakeCache(b, shape, DType::kBF16, 4);
+    const Profile p = *Profile::Parse(spec);
+    const GpuFrame g = GpuEncode(p, swapped, nullptr);
+    ASSERT_TRUE(g.status.ok()) << g.status.ToString();
+    EXPECT_EQ(FirstDifference(g.bytes, CpuEncode(p, flat.view(), nullptr)), SIZE_MAX);
+  }
+  HostCache bad = [&] {
+    std::mt19937 c(9);
+    return MakeCache(c, shape, DType::kBF16, 0);
+  }();
+  bad.strides.head = -bad.strides.head;
+  EXPECT_EQ(GpuEncode(*Profile::Parse("kivi-2"), bad, nullptr).status.code(), StatusCode::kInvalidArgument);
+}
+
+// One request's KV in an engine's per-layer page caches (host memory): a
+// random block table over more blocks than it needs, other slots poisoned.
+struct HostPages {
+  std::vector<std::vector<uint8_t>> layers;
+  std::vector<void*> pointers;
+  std::vector<int32_t> table;
+  int32_t num_blocks = 0, block_size = 0;
+  PagedLayout layout = PagedLayout::kVllm;
+};
+
+HostPages MakePages(std::mt19937& rng, const KvShape& s, DType dtype, PagedLayout layout, int block_size) {
+  HostPages p;
+  p.layout = layout;
+  p.block_size = block_size;
+  const int32_t need = (s.tokens + block_size - 1) / block_size;
+  p.num_blocks = need + 3 + static_cast<int32_t>(rng() % 5);
+  const PagedLayerGeometry geo = *DescribePagedLayout(layout, p.num_blocks, block_size, s.kv_heads, s.head_dim);
+  std::vector<int32_t> ids(p.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  p.table.assign(ids.begin(), ids.begin() + need);
+  for (int l = 0; l < s.layers; ++l) {
+    p.layers.emplace_back(static_cast<size_t>(geo.layer_elements) * DTypeSize(dtype), 0xA5);
+    p.pointers.push_back(p.layers.back().data());
+  }
+  return p;
+}
+
+// Views of `pages` whose layer tensors start at `layer_data` (host or device).
+PagedKvLayers LayersOf(const HostPages& pages, DType dtype, const KvShape& s, const std::vector<void*>& layer_data) {
+  return *PagedKvLayers::Create(pages.layout, dtype, layer_data, pages.num_blocks, pages.block_size, s.kv_heads,
+                                s.head_dim);
+}
+
+// Device copies of a request's page caches.
+struct DevicePages {
+  std::vector<std::unique_ptr<DeviceBuffer<>>> buffers;
+  std::vector<void*> pointers;
+  explicit DevicePages(const HostPages& p) {
+    for (const auto& layer : p.layers) {
+      buffers.push_back(std::make_unique<DeviceBuffer<>>(layer.size()));
+      (void)cudaMemcpy(buffers.back()->ptr, layer.data(), layer.size(), cudaMemcpyHostToDevice);
+      pointers.push_back(buffers.back()->ptr);
+    }
+  }
+  void CopyBack(HostPages& p) const {
+    for (size_t l = 0; l < buffers.size(); ++l)
+      (void)cudaMemcpy(p.layers[l].data(), buffers[l]->ptr, p.layers[l].size(), cudaMemcpyDeviceToHost);
+  }
+};
+
+// Frames encoded from pages (vLLM's two layouts, FlashInfer NHD and HND;
+// random block tables; block sizes 16 and 32) equal the contiguous cache's
+// frame, whole and layer by layer; frames decoded into a receiver's pages
+// (another layout, block size and table) hold the contiguous decode's
+// values and mask.
+TEST(CudaDevice, PagedFramesEqualContiguousFrames) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(31);
+  const KvShape shape{2, 2, 300, 128};
+  const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
+  const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 7);
+  const PagedLayout layouts[] = {PagedLayout::kVllm, PagedLayout::kVllmBlockFirst, PagedLayout::kFlashInferNhd,
+                                 PagedLayout::kFlashInferHnd};
+  const char* specs[] = {"kivi-2", "none", "kvserve-h2r", "duo"};
+  int round = 0;
+  for (PagedLayout layout : layouts)
+    for (int block_size : {16, 32}) {
+      const char* spec = specs[round++ % 4];
+      SCOPED_TRACE(std::string(PagedLayoutName(layout)) + " block " + std::to_string(block_size) + " " + spec);
+      const Profile p = *Profile::Parse(spec);
+      const std::vector<uint8_t> want = CpuEncode(p, cache.view(), &scores);
+      HostPages sender = MakePages(rng, shape, DType::kBF16, layout, block_size);
+      const PagedKvLayers host_layers = LayersOf(sender, DType::kBF16, shape, sender.pointers);
+      ASSERT_TRUE(CopyToPages(cache.view(), *host_layers.MutableView(sender.table, shape.tokens)).ok());
+      DevicePages dev(sender);
+      const PagedKvLayers dev_layers = LayersOf(sender, DType::kBF16, shape, dev.pointers);
+      const PagedKvView view = *dev_layers.View(sender.table, shape.tokens);
+
+      auto enc = Encoder::Create(p, shape, DType::kBF16, &scores);
+      ASSERT_TRUE(enc.ok());
+      DeviceBuffer<> ws((*enc)->WorkspaceBytes()), frame((*enc)->MaxFrameBytes());
+      DeviceBuffer<uint64_t> size(8);
+      for (bool by_layer : {false, true}) {
+        if (by_layer) {
+          ASSERT_TRUE((*enc)->Begin(ws.ptr, frame.ptr, nullptr).ok());
+          for (int l = 0; l < shape.layers; ++l)
+            ASSERT_TRUE((*enc)->EncodeLayerPaged(l, view, ws.ptr, frame.ptr, nullptr).ok());
+          ASSERT_TRUE((*enc)->Finish(ws.ptr, size.ptr, nullptr).ok());
+        } else {
+          ASSERT_TRUE((*enc)->EncodePaged(view, ws.ptr, frame.ptr, size.ptr, nullptr).ok());
+        }
+        ASSERT_TRUE((*enc)->Check(ws.ptr, nullptr).ok());
+        uint64_t n = 0;
+        (void)cudaMemcpy(&n, size.ptr, 8, cudaMemcpyDeviceToHost);
+        std::vector<uint8_t> got(n);
+        (void)cudaMemcpy(got.data(), frame.ptr, n, cudaMemcpyDeviceToHost);
+        EXPECT_EQ(FirstDifference(got, want), SIZE_MAX) << (by_layer ? "layer by layer" : "whole");
+      }
+
+      // Receive into other pages: the next layout, the other block size, a new table.
+      const PagedLayout rlayout = layouts[(static_cast<int>(layout) + 1) % 4];
+      HostPages receiver = MakePages(rng, shape, DType::kBF16, rlayout, block_size == 16 ? 32 : 16);
+      DevicePages rdev(receiver);
+      const PagedKvLayers rdev_layers = LayersOf(receiver, DType::kBF16, shape, rdev.pointers);
+      const Decoded whole = CpuDecode(want, shape, DType::kBF16);
+      ASSERT_TRUE(whole.status.ok());
+      auto dec = Decoder::Create(want);
+      ASSERT_TRUE(dec.ok());
+      DeviceBuffer<> dws((*dec)->WorkspaceBytes()), dframe(want.size()), mask(whole.mask.size());
+      (void)cudaMemcpy(dframe.ptr, want.data(), want.size(), cudaMemcpyHostToDevice);
+      ASSERT_TRUE((*dec)->DecodePaged(dframe.ptr, want.size(), *rdev_layers.MutableView(receiver.table, shape.tokens),
+                                      mask.ptr, dws.ptr, nullptr).ok());
+      ASSERT_TRUE((*dec)->Check(dws.ptr, nullptr).ok());
+      rdev.CopyBack(receiver);
+      std::vector<uint8_t> values(whole.values.size()), m(whole.mask.size());
+      const PagedKvLayers rhost = LayersOf(receiver, DType::kBF16, shape, receiver.pointers);
+      ASSERT_TRUE(CopyFromPages(*rhost.View(receiver.table, shape.tokens),
+                                MutableKvView{values.data(), DType::kBF16, shape, KvStrides::Contiguous(shape)})
+                      .ok());
+      (void)cudaMemcpy(m.data(), mask.ptr, m.size(), cudaMemcpyDeviceToHost);
+      EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
+      EXPECT_EQ(m, whole.mask);
+    }
+  // A table naming a block past the cache is refused before any launch.
+  HostPages bad = MakePages(rng, shape, DType::kBF16, PagedLayout::kVllm, 16);
+  DevicePages bdev(bad);
+  bad.table[1] = bad.num_blocks;
+  const PagedKvLayers blayers = LayersOf(bad, DType::kBF16, shape, bdev.pointers);
+  PagedKvView bview = *blayers.View(bad.table, shape.tokens);
+  auto enc = Encoder::Create(*Profile::Parse("kivi-2"), shape, DType::kBF16);
+  DeviceBuffer<> ws((*enc)->WorkspaceBytes()), frame((*enc)->MaxFrameBytes());
+  EXPECT_EQ((*enc)->EncodePaged(bview, ws.ptr, frame.ptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {

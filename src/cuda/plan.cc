@@ -364,6 +364,9 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   ws.hist = at;
   ws.hist_bytes = rans && !for_decode ? hist_ws : 0;
   at = AlignUp(at + ws.hist_bytes, kWsAlign);
+  ws.pages = at;  // a paged view's tables (the block table has at most one entry per token)
+  at = AlignUp(at + 16 * static_cast<uint64_t>(plan.shape.layers) + 4 * static_cast<uint64_t>(plan.shape.tokens),
+               kWsAlign);
   ws.total = at;
   return plan;
 }

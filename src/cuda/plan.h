@@ -127,6 +127,7 @@ struct WorkspaceLayout {
   uint64_t hash_sums = 0;   // pack: XXH3 block terms of raw records (8 u64 per 1 KiB block)
   uint64_t hist = 0;        // rans encode: per-segment symbol counts (zeroed by Begin)
   uint64_t hist_bytes = 0;
+  uint64_t pages = 0;       // paged views: i64 page base per (layer, kind), then the i32 block table
   uint64_t total = 0;
 };
 

@@ -31,12 +31,22 @@ struct RowGeo {
 };
 
 // A strided KV view on the device (element strides, as KvStrides).
+// Paged views (kvserve/paged.h) set page_base: row (layer, kind, head,
+// token) then starts at element page_base[2 layer + kind] +
+// block_table[token / block_size] * block + (token % block_size) * token +
+// head * head of data (layer and kind strides unused).
 struct DeviceView {
   uint8_t* data;
   int64_t layer, kind, head, token, dim;
   int32_t dtype;       // DType
   int32_t elem_bytes;
   int32_t vec16;       // dim stride 1 and every row start 16-byte aligned
+  int32_t block_size;  // paged: token slots per block
+  int32_t block_shift; // paged: log2(block_size) when a power of two, else -1
+  int32_t pad0;
+  int64_t block;       // paged: element stride from block b to b + 1
+  const int64_t* page_base;   // paged: [2 * layers] element offsets from data; null otherwise
+  const int32_t* block_table; // paged: block ids in token order
 };
 
 KV_DEV float LoadElem(const uint8_t* p, int dtype) {
@@ -60,6 +70,12 @@ KV_DEV void StoreElem(uint8_t* p, int dtype, float v) {
 }
 
 KV_DEV int64_t RowElemOffset(const DeviceView& v, int layer, int kind, int head, int token) {
+  if (v.page_base != nullptr) {
+    const int b = v.block_shift >= 0 ? token >> v.block_shift : token / v.block_size;
+    const int slot = token - b * v.block_size;
+    return v.page_base[2 * layer + kind] + int64_t{v.block_table[b]} * v.block + int64_t{slot} * v.token +
+           int64_t{head} * v.head;
+  }
   return layer * v.layer + kind * v.kind + head * v.head + token * v.token;
 }
 

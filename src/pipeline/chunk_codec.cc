@@ -66,7 +66,7 @@ Status ReadSegment(const Codec& codec, ByteReader& r, size_t max_count, CodeSegm
 // Streams a chunk's rows out of a KV view through a row-local transform.
 class GatherSource final : public RowSource {
  public:
-  GatherSource(const Transform& transform, const ChunkInfo& info, const KvView& kv, int kind)
+  GatherSource(const Transform& transform, const ChunkInfo& info, const KvSource& kv, int kind)
       : transform_(transform), info_(info), kv_(kv), kind_(kind) {}
   void Read(int head, int token, int count, float* out) override {
     GatherRows(kv_, info_.layer, kind_, head, info_.token_begin + token, count, out);
@@ -76,7 +76,7 @@ class GatherSource final : public RowSource {
  private:
   const Transform& transform_;
   const ChunkInfo& info_;
-  const KvView& kv_;
+  const KvSource& kv_;
   int kind_;
 };
 
@@ -84,7 +84,7 @@ class GatherSource final : public RowSource {
 // a KV view.
 class ScatterSink final : public RowSink {
  public:
-  ScatterSink(const Transform& transform, const ChunkInfo& info, const MutableKvView& out,
+  ScatterSink(const Transform& transform, const ChunkInfo& info, const KvTarget& out,
               int kind, bool stream)
       : transform_(transform), info_(info), out_(out), kind_(kind), stream_(stream) {}
   void Write(int head, int token, int count, float* rows) override {
@@ -98,7 +98,7 @@ class ScatterSink final : public RowSink {
  private:
   const Transform& transform_;
   const ChunkInfo& info_;
-  const MutableKvView& out_;
+  const KvTarget& out_;
   int kind_;
   bool stream_;
 };
@@ -106,7 +106,7 @@ class ScatterSink final : public RowSink {
 // Appends a raw record's single segment for a codec that stores 256-level
 // symbols verbatim: the header, then the region's bytes gathered straight
 // into `out` (no intermediate copy).
-void AppendVerbatimRawSegment(const KvView& kv, const ChunkSlot& slot, size_t bytes,
+void AppendVerbatimRawSegment(const KvSource& kv, const ChunkSlot& slot, size_t bytes,
                               std::vector<uint8_t>* out) {
   ByteWriter w(out);
   w.PutU16(256);
@@ -119,14 +119,14 @@ void AppendVerbatimRawSegment(const KvView& kv, const ChunkSlot& slot, size_t by
 
 }  // namespace
 
-Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot,
+Status EncodeChunk(const Stages& stages, const KvSource& kv, const ChunkSlot& slot,
                    ChunkScratch& scratch, std::vector<uint8_t>* out, FrameStats* stats) {
   const size_t record_start = out->size();
   out->resize(record_start + kRecordHeaderBytes);
-  const size_t elements = ChunkElements(kv.shape, slot.tokens);
+  const size_t elements = ChunkElements(kv.shape(), slot.tokens);
   uint64_t payload = 0;
   if (slot.type == RecordType::kRaw) {
-    const size_t raw_bytes = elements * DTypeSize(kv.dtype);
+    const size_t raw_bytes = elements * DTypeSize(kv.dtype());
     if (stages.codec->StoresVerbatim(256) && raw_bytes <= UINT32_MAX) {
       AppendVerbatimRawSegment(kv, slot, raw_bytes, out);
       payload = raw_bytes;
@@ -142,9 +142,9 @@ Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot
     stats->raw_bytes += payload;
     stats->record_header_bytes += 10;
   } else {
-    const ChunkInfo info = MakeInfo(kv.shape, kv.dtype, slot);
+    const ChunkInfo info = MakeInfo(kv.shape(), kv.dtype(), slot);
     scratch.side.clear();
-    if (stages.transform->RowLocal(kv.shape.head_dim)) {
+    if (stages.transform->RowLocal(kv.shape().head_dim)) {
       // Gather, transform and quantise a tile at a time; no side bytes.
       GatherSource source(*stages.transform, info, kv, slot.kind);
       KVSERVE_RETURN_IF_ERROR(stages.quantizer->QuantizeRows(info, source, &scratch.quantized));
@@ -152,7 +152,7 @@ Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot
       scratch.values.resize(elements);
       GatherChunk(kv, slot.layer, slot.kind, slot.token_begin, slot.tokens,
                   scratch.values.data());
-      ChunkTensor x{scratch.values.data(), kv.shape.kv_heads, slot.tokens, kv.shape.head_dim};
+      ChunkTensor x{scratch.values.data(), kv.shape().kv_heads, slot.tokens, kv.shape().head_dim};
       ByteWriter side(&scratch.side);
       KVSERVE_RETURN_IF_ERROR(stages.transform->Forward(info, x, side));
       KVSERVE_RETURN_IF_ERROR(stages.quantizer->Quantize(info, x, &scratch.quantized));
@@ -187,17 +187,17 @@ Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot
 }
 
 Status DecodeChunk(const Stages& stages, std::span<const uint8_t> record, const ChunkSlot& slot,
-                   ChunkScratch& scratch, const MutableKvView& out, uint8_t* keep_mask) {
+                   ChunkScratch& scratch, const KvTarget& out, uint8_t* keep_mask) {
   ByteReader r(record.subspan(kRecordHeaderBytes,
                               record.size() - kRecordHeaderBytes - kRecordChecksumBytes));
-  const KvShape& shape = out.shape;
+  const KvShape& shape = out.shape();
   const size_t elements = ChunkElements(shape, slot.tokens);
   auto mask_row = [&](int h) {
     return keep_mask + ((static_cast<size_t>(slot.layer) * 2 + slot.kind) * shape.kv_heads + h) *
                            shape.tokens + slot.token_begin;
   };
   if (slot.type == RecordType::kRaw) {
-    const size_t raw_bytes = elements * DTypeSize(out.dtype);
+    const size_t raw_bytes = elements * DTypeSize(out.dtype());
     // Stores the region's source bytes (cache-bypassing for large outputs).
     auto store_raw = [&](const uint8_t* bytes) {
       const bool stream = PreferStreamingStores(out);
@@ -247,7 +247,7 @@ Status DecodeChunk(const Stages& stages, std::span<const uint8_t> record, const 
     symbols_left -= q.segments[s].symbols.size();
   }
   if (!r.done()) return Status::Corruption("trailing bytes in coded record");
-  const ChunkInfo info = MakeInfo(shape, out.dtype, slot);
+  const ChunkInfo info = MakeInfo(shape, out.dtype(), slot);
   if (side_bytes.empty() && stages.transform->RowLocal(shape.head_dim)) {
     // Dequantise, inverse-transform and store a tile at a time. (Side bytes
     // for a row-local transform are corrupt; the general path reports them.)

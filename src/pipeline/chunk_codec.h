@@ -11,7 +11,8 @@
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
 #include "pipeline/frame_format.h"
-#include "pipeline/stages.h"
+#include "pipeline/gather.h"
+#include "core/stages.h"
 
 namespace kvserve::pipeline {
 
@@ -35,16 +36,16 @@ struct ChunkScratch {
 // The quantizer's view of `slot` of a cache of `shape` and `dtype`.
 ChunkInfo MakeInfo(const KvShape& shape, DType dtype, const ChunkSlot& slot);
 
-// Encodes `slot` of `kv` into one complete record (header, body, checksum)
+// Encodes `slot` of `kv` (strided or paged) into one complete record (header, body, checksum)
 // appended to `out`, and adds its section sizes to `stats`.
-Status EncodeChunk(const Stages& stages, const KvView& kv, const ChunkSlot& slot,
+Status EncodeChunk(const Stages& stages, const KvSource& kv, const ChunkSlot& slot,
                    ChunkScratch& scratch, std::vector<uint8_t>* out, FrameStats* stats);
 
 // Decodes the record `record` (exactly one record incl. checksum, already
 // matched to `slot`) into `out`. `keep_mask`, if non-null, points at the
 // frame-level mask ([layer][kind][head][token]).
 Status DecodeChunk(const Stages& stages, std::span<const uint8_t> record, const ChunkSlot& slot,
-                   ChunkScratch& scratch, const MutableKvView& out, uint8_t* keep_mask);
+                   ChunkScratch& scratch, const KvTarget& out, uint8_t* keep_mask);
 
 // Verifies the checksum of `record` and accumulates section sizes into
 // `stats` without decoding values.

@@ -15,7 +15,8 @@
 #include "kvserve/codec.h"
 #include "pipeline/chunk_codec.h"
 #include "pipeline/frame_format.h"
-#include "pipeline/stages.h"
+#include "pipeline/gather.h"
+#include "core/stages.h"
 
 namespace kvserve {
 namespace {
@@ -96,6 +97,24 @@ class DecoderContextImpl final : public DecoderContext {
 
   Status Decode(std::span<const uint8_t> frame, const MutableKvView& out,
                 std::vector<uint8_t>* keep_mask) override {
+    return DecodeWhole(frame, out, keep_mask);
+  }
+  Status Decode(std::span<const uint8_t> frame, const MutablePagedKvView& out,
+                std::vector<uint8_t>* keep_mask) override {
+    return DecodeWhole(frame, out, keep_mask);
+  }
+
+  Result<size_t> DecodeRecord(std::span<const uint8_t> bytes, const MutableKvView& out,
+                              std::vector<uint8_t>* keep_mask) override {
+    return DecodeOneRecord(bytes, out, keep_mask);
+  }
+  Result<size_t> DecodeRecord(std::span<const uint8_t> bytes, const MutablePagedKvView& out,
+                              std::vector<uint8_t>* keep_mask) override {
+    return DecodeOneRecord(bytes, out, keep_mask);
+  }
+
+  Status DecodeWhole(std::span<const uint8_t> frame, const pipeline::KvTarget& out,
+                     std::vector<uint8_t>* keep_mask) {
     KVSERVE_ASSIGN_OR_RETURN(size_t pos, Start(frame));
     KVSERVE_RETURN_IF_ERROR(CheckOutput(out));
     KVSERVE_RETURN_IF_ERROR(CheckRecordRoom(parsed_, frame.size()));
@@ -157,8 +176,8 @@ class DecoderContextImpl final : public DecoderContext {
     return parsed_.header_bytes;
   }
 
-  Result<size_t> DecodeRecord(std::span<const uint8_t> bytes, const MutableKvView& out,
-                              std::vector<uint8_t>* keep_mask) override {
+  Result<size_t> DecodeOneRecord(std::span<const uint8_t> bytes, const pipeline::KvTarget& out,
+                                 std::vector<uint8_t>* keep_mask) {
     if (!started_) return Status::InvalidArgument("DecodeRecord called before Start");
     KVSERVE_RETURN_IF_ERROR(CheckOutput(out));
     size_t size = 0;
@@ -184,12 +203,12 @@ class DecoderContextImpl final : public DecoderContext {
  private:
   ThreadPool& pool() { return own_pool_ ? *own_pool_ : ThreadPool::Shared(); }
 
-  Status CheckOutput(const MutableKvView& out) const {
+  Status CheckOutput(const pipeline::KvTarget& out) const {
     KVSERVE_RETURN_IF_ERROR(out.Validate());
-    if (!(out.shape == info_.shape))
+    if (!(out.shape() == info_.shape))
       return Status::InvalidArgument("output view shape does not match the frame");
-    if (out.dtype != info_.dtype)
-      return Status::InvalidArgument("output view dtype " + std::string(DTypeName(out.dtype)) +
+    if (out.dtype() != info_.dtype)
+      return Status::InvalidArgument("output view dtype " + std::string(DTypeName(out.dtype())) +
                                      " does not match the frame's " +
                                      std::string(DTypeName(info_.dtype)));
     return Status::Ok();

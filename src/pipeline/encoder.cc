@@ -11,7 +11,8 @@
 #include "kvserve/codec.h"
 #include "pipeline/chunk_codec.h"
 #include "pipeline/frame_format.h"
-#include "pipeline/stages.h"
+#include "pipeline/gather.h"
+#include "core/stages.h"
 
 namespace kvserve {
 namespace {
@@ -33,13 +34,8 @@ class EncoderContextImpl final : public EncoderContext {
     return Status::Ok();
   }
 
-  Status Encode(const KvView& kv, ByteSink& sink) override {
-    KVSERVE_RETURN_IF_ERROR(kv.Validate());
-    KVSERVE_RETURN_IF_ERROR(Begin(kv.shape, kv.dtype, sink));
-    KVSERVE_RETURN_IF_ERROR(EncodeSlots(kv, 0, slots_.size()));
-    std::fill(layer_done_.begin(), layer_done_.end(), true);
-    return Finish();
-  }
+  Status Encode(const KvView& kv, ByteSink& sink) override { return EncodeWhole(kv, sink); }
+  Status Encode(const PagedKvView& kv, ByteSink& sink) override { return EncodeWhole(kv, sink); }
 
   Status Begin(const KvShape& shape, DType dtype, ByteSink& sink) override {
     active_ = false;
@@ -80,18 +76,9 @@ class EncoderContextImpl final : public EncoderContext {
     return Status::Ok();
   }
 
-  Status EncodeLayer(int layer, const KvView& kv) override {
-    if (!active_) return Status::InvalidArgument("EncodeLayer called before Begin");
-    if (layer < 0 || layer >= shape_.layers)
-      return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range");
-    if (!(kv.shape == shape_) || kv.dtype != dtype_)
-      return Status::InvalidArgument("EncodeLayer view does not match the shape given to Begin");
-    KVSERVE_RETURN_IF_ERROR(kv.Validate());
-    if (layer_done_[layer])
-      return Status::InvalidArgument("layer " + std::to_string(layer) + " encoded twice");
-    KVSERVE_RETURN_IF_ERROR(EncodeSlots(kv, layer * per_layer_, (layer + 1) * per_layer_));
-    layer_done_[layer] = true;
-    return Status::Ok();
+  Status EncodeLayer(int layer, const KvView& kv) override { return EncodeOneLayer(layer, kv); }
+  Status EncodeLayer(int layer, const PagedKvView& kv) override {
+    return EncodeOneLayer(layer, kv);
   }
 
   Status Finish() override {
@@ -109,13 +96,35 @@ class EncoderContextImpl final : public EncoderContext {
  private:
   ThreadPool& pool() { return own_pool_ ? *own_pool_ : ThreadPool::Shared(); }
 
+  Status EncodeWhole(const pipeline::KvSource& kv, ByteSink& sink) {
+    KVSERVE_RETURN_IF_ERROR(kv.Validate());
+    KVSERVE_RETURN_IF_ERROR(Begin(kv.shape(), kv.dtype(), sink));
+    KVSERVE_RETURN_IF_ERROR(EncodeSlots(kv, 0, slots_.size()));
+    std::fill(layer_done_.begin(), layer_done_.end(), true);
+    return Finish();
+  }
+
+  Status EncodeOneLayer(int layer, const pipeline::KvSource& kv) {
+    if (!active_) return Status::InvalidArgument("EncodeLayer called before Begin");
+    if (layer < 0 || layer >= shape_.layers)
+      return Status::InvalidArgument("layer " + std::to_string(layer) + " out of range");
+    if (!(kv.shape() == shape_) || kv.dtype() != dtype_)
+      return Status::InvalidArgument("EncodeLayer view does not match the shape given to Begin");
+    KVSERVE_RETURN_IF_ERROR(kv.Validate());
+    if (layer_done_[layer])
+      return Status::InvalidArgument("layer " + std::to_string(layer) + " encoded twice");
+    KVSERVE_RETURN_IF_ERROR(EncodeSlots(kv, layer * per_layer_, (layer + 1) * per_layer_));
+    layer_done_[layer] = true;
+    return Status::Ok();
+  }
+
   // Encodes slots [begin, end) in parallel and appends them in order. A
   // worker that finishes a record appends every record that is complete
   // and next in order (if no other worker is appending), so the copy into
   // the sink overlaps encoding and reads records while they are still in
   // cache; the caller appends whatever is left. Nothing at or after a
   // failed record is appended.
-  Status EncodeSlots(const KvView& kv, size_t begin, size_t end) {
+  Status EncodeSlots(const pipeline::KvSource& kv, size_t begin, size_t end) {
     const size_t n = end - begin;
     outputs_.resize(n);
     std::vector<FrameStats> stats(n);

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/checksum.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::pipeline {
 namespace {
@@ -55,7 +55,8 @@ int64_t SlotIndex(const KvShape& shape, int chunk_tokens, int coded_tokens, int 
   const int64_t raw = Blocks(int64_t{shape.tokens} - coded_tokens, chunk_tokens);
   int64_t index = int64_t{layer} * 2 * (coded + raw) + int64_t{kind} * (coded + raw);
   if (type == RecordType::kCoded) {
-    if (token_begin < 0 || token_begin >= coded_tokens || token_begin % chunk_tokens != 0) return -1;
+    if (token_begin < 0 || token_begin >= coded_tokens || token_begin % chunk_tokens != 0)
+      return -1;
     return index + token_begin / chunk_tokens;
   }
   const int64_t offset = int64_t{token_begin} - coded_tokens;
@@ -82,6 +83,30 @@ void WriteFrameHeader(const FrameHeader& h, std::vector<uint8_t>* out) {
   w.PutBytes(h.profile_spec.data(), h.profile_spec.size());
   w.PutBytes(h.state.data(), h.state.size());
   w.PutU64(Checksum64(out->data() + start, out->size() - start));
+}
+
+Result<size_t> FrameHeaderSize(std::span<const uint8_t> prefix) {
+  if (prefix.size() < kFrameFixedHeaderBytes) return size_t{0};
+  if (std::memcmp(prefix.data(), kFrameMagic, 4) != 0)
+    return Status::Corruption("bad frame magic (not a kvserve frame)");
+  // The profile and state lengths end the fixed header (docs/format.md §3).
+  ByteReader r(prefix.subspan(kFrameFixedHeaderBytes - 6));
+  uint16_t profile_len;
+  uint32_t state_len;
+  KVSERVE_RETURN_IF_ERROR(r.GetU16(&profile_len));
+  KVSERVE_RETURN_IF_ERROR(r.GetU32(&state_len));
+  if (profile_len > kMaxProfileBytes || state_len > kMaxStateBytes)
+    return Status::Corruption("profile or state length outside limits");
+  return kFrameFixedHeaderBytes + profile_len + state_len + kFrameChecksumBytes;
+}
+
+uint64_t RecordSize(std::span<const uint8_t> prefix) {
+  if (prefix.size() < kRecordHeaderBytes) return 0;
+  // The body length ends the record header (docs/format.md §5).
+  ByteReader r(prefix.subspan(kRecordHeaderBytes - 4));
+  uint32_t body_bytes = 0;
+  (void)r.GetU32(&body_bytes);
+  return uint64_t{kRecordHeaderBytes} + body_bytes + kRecordChecksumBytes;
 }
 
 Result<size_t> ReadFrameHeader(std::span<const uint8_t> bytes, FrameHeader* h) {
@@ -132,8 +157,8 @@ Result<size_t> ReadFrameHeader(std::span<const uint8_t> bytes, FrameHeader* h) {
   const uint8_t* p = bytes.data() + kFrameFixedHeaderBytes;
   h->profile_spec.assign(reinterpret_cast<const char*>(p), profile_len);
   h->state.assign(p + profile_len, p + profile_len + state_len);
-  if (int64_t{records} != RecordsPerLayer(h->shape, static_cast<int>(chunk),
-                                          static_cast<int>(coded)) * layers)
+  if (int64_t{records} !=
+      RecordsPerLayer(h->shape, static_cast<int>(chunk), static_cast<int>(coded)) * layers)
     return Status::Corruption("record count does not match the frame's chunk plan");
   return total;
 }

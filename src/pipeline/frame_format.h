@@ -88,6 +88,15 @@ void WriteFrameHeader(const FrameHeader& header, std::vector<uint8_t>* out);
 // Corruption on bad magic, version, checksum, or any field outside limits.
 Result<size_t> ReadFrameHeader(std::span<const uint8_t> bytes, FrameHeader* header);
 
+// The size of the frame header (fixed part, profile, state, checksum) at the
+// front of `prefix`, from its magic and length fields alone; 0 when `prefix`
+// is too short to tell. Corruption on bad magic or lengths outside limits.
+// What a stream splitter needs; ReadFrameHeader verifies the rest.
+Result<size_t> FrameHeaderSize(std::span<const uint8_t> prefix);
+// The size of the record (header, body, checksum) at the front of `prefix`;
+// 0 when `prefix` is shorter than a record header.
+uint64_t RecordSize(std::span<const uint8_t> prefix);
+
 void WriteRecordHeader(const RecordHeader& header, uint8_t out[kRecordHeaderBytes]);
 // Parses a record header; checks only the field ranges it can check alone.
 Status ReadRecordHeader(std::span<const uint8_t> bytes, RecordHeader* header);

@@ -13,7 +13,7 @@ bool HasF16C() { return CpuHasAvx2AndF16c(); }
 
 // Row conversions: n contiguous source elements <-> n floats.
 __attribute__((target("avx2,f16c"))) void HalfRowToFloatAvx2(const uint16_t* src, float* dst,
-                                                               int n) {
+                                                             int n) {
   int i = 0;
   for (; i + 8 <= n; i += 8) {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
@@ -67,8 +67,8 @@ __attribute__((target("avx2"))) void CopyBytes(void* dst, const void* src, size_
   std::memcpy(d + i, s + i, n - i);
 }
 
-__attribute__((target("avx2,f16c"))) void FloatRowToHalfAvx2(const float* src, uint16_t* dst,
-                                                              int n, bool stream) {
+__attribute__((target("avx2,f16c"))) void FloatRowToHalfAvx2(const float* src, uint16_t* dst, int n,
+                                                             bool stream) {
   const bool nt = stream && Aligned16(dst);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -133,18 +133,8 @@ void FloatToRow(const float* src, DType dtype, std::byte* dst, int n, bool strea
   }
 }
 
-}  // namespace
-
-bool PreferStreamingStores(const MutableKvView& out) {
-  return HasF16C() &&
-         out.shape.NumElements() * static_cast<int64_t>(DTypeSize(out.dtype)) >=
-             kStreamingStoreMinBytes;
-}
-
-void FinishStreamingStores() { _mm_sfence(); }
-
-void GatherRows(const KvView& kv, int layer, int kind, int head, int token, int count,
-                float* out) {
+void GatherRowsStrided(const KvView& kv, int layer, int kind, int head, int token, int count,
+                       float* out) {
   const int dim = kv.shape.head_dim;
   const std::byte* src = kv.At(layer, kind, head, token, 0);
   const int64_t token_bytes = kv.strides.token * static_cast<int64_t>(DTypeSize(kv.dtype));
@@ -159,8 +149,8 @@ void GatherRows(const KvView& kv, int layer, int kind, int head, int token, int 
   }
 }
 
-void ScatterRows(const float* in, const MutableKvView& out, int layer, int kind, int head,
-                 int token, int count, bool stream) {
+void ScatterRowsStrided(const float* in, const MutableKvView& out, int layer, int kind, int head,
+                        int token, int count, bool stream) {
   const int dim = out.shape.head_dim;
   std::byte* dst = out.At(layer, kind, head, token, 0);
   const int64_t token_bytes = out.strides.token * static_cast<int64_t>(DTypeSize(out.dtype));
@@ -175,7 +165,8 @@ void ScatterRows(const float* in, const MutableKvView& out, int layer, int kind,
   }
 }
 
-void ZeroRows(const MutableKvView& out, int layer, int kind, int head, int token, int count) {
+void ZeroRowsStrided(const MutableKvView& out, int layer, int kind, int head, int token,
+                     int count) {
   const size_t es = DTypeSize(out.dtype);
   const int dim = out.shape.head_dim;
   for (int t = 0; t < count; ++t) {
@@ -187,54 +178,113 @@ void ZeroRows(const MutableKvView& out, int layer, int kind, int head, int token
   }
 }
 
-void GatherChunk(const KvView& kv, int layer, int kind, int token_begin, int tokens, float* out) {
+// Copies head `head`'s rows [token, token + count) of (layer, kind) of `kv`,
+// as source-dtype bytes, densely into `out`.
+void GatherRawRowsStrided(const KvView& kv, int layer, int kind, int head, int token, int count,
+                          uint8_t* out) {
+  const size_t es = DTypeSize(kv.dtype);
   const int dim = kv.shape.head_dim;
-  for (int h = 0; h < kv.shape.kv_heads; ++h) {
+  for (int t = 0; t < count; ++t) {
+    uint8_t* row = out + static_cast<size_t>(t) * dim * es;
+    if (kv.strides.dim == 1) {
+      std::memcpy(row, kv.At(layer, kind, head, token + t, 0), es * dim);
+    } else {
+      for (int d = 0; d < dim; ++d)
+        std::memcpy(row + d * es, kv.At(layer, kind, head, token + t, d), es);
+    }
+  }
+}
+
+// Inverse of GatherRawRowsStrided; `stream` as for ScatterRows.
+void ScatterRawRowsStrided(const uint8_t* in, const MutableKvView& out, int layer, int kind,
+                           int head, int token, int count, bool stream) {
+  const size_t es = DTypeSize(out.dtype);
+  const int dim = out.shape.head_dim;
+  for (int t = 0; t < count; ++t) {
+    const uint8_t* row = in + static_cast<size_t>(t) * dim * es;
+    if (out.strides.dim == 1) {
+      CopyBytes(out.At(layer, kind, head, token + t, 0), row, es * dim, stream);
+    } else {
+      for (int d = 0; d < dim; ++d)
+        std::memcpy(out.At(layer, kind, head, token + t, d), row + d * es, es);
+    }
+  }
+}
+
+}  // namespace
+
+bool PreferStreamingStores(const KvTarget& out) {
+  return HasF16C() && out.shape().NumElements() * static_cast<int64_t>(DTypeSize(out.dtype())) >=
+                          kStreamingStoreMinBytes;
+}
+
+void FinishStreamingStores() { _mm_sfence(); }
+
+void GatherRows(const KvSource& kv, int layer, int kind, int head, int token, int count,
+                float* out) {
+  const size_t dim = static_cast<size_t>(kv.shape().head_dim);
+  kv.ForEachRun(layer, kind, token, count,
+                [&](const KvView& v, int l, int k, int t, int n, int at) {
+                  GatherRowsStrided(v, l, k, head, t, n, out + at * dim);
+                });
+}
+
+void ScatterRows(const float* in, const KvTarget& out, int layer, int kind, int head, int token,
+                 int count, bool stream) {
+  const size_t dim = static_cast<size_t>(out.shape().head_dim);
+  out.ForEachRun(layer, kind, token, count,
+                 [&](const MutableKvView& v, int l, int k, int t, int n, int at) {
+                   ScatterRowsStrided(in + at * dim, v, l, k, head, t, n, stream);
+                 });
+}
+
+void ZeroRows(const KvTarget& out, int layer, int kind, int head, int token, int count) {
+  out.ForEachRun(layer, kind, token, count,
+                 [&](const MutableKvView& v, int l, int k, int t, int n, int) {
+                   ZeroRowsStrided(v, l, k, head, t, n);
+                 });
+}
+
+void GatherChunk(const KvSource& kv, int layer, int kind, int token_begin, int tokens, float* out) {
+  const int dim = kv.shape().head_dim;
+  for (int h = 0; h < kv.shape().kv_heads; ++h) {
     GatherRows(kv, layer, kind, h, token_begin, tokens,
                out + static_cast<size_t>(h) * tokens * dim);
   }
 }
 
-void ScatterChunk(const float* in, const MutableKvView& out, int layer, int kind,
-                  int token_begin, int tokens) {
-  const int dim = out.shape.head_dim;
-  for (int h = 0; h < out.shape.kv_heads; ++h) {
+void ScatterChunk(const float* in, const KvTarget& out, int layer, int kind, int token_begin,
+                  int tokens) {
+  const int dim = out.shape().head_dim;
+  for (int h = 0; h < out.shape().kv_heads; ++h) {
     ScatterRows(in + static_cast<size_t>(h) * tokens * dim, out, layer, kind, h, token_begin,
                 tokens, /*stream=*/false);
   }
 }
 
-void GatherRawBytes(const KvView& kv, int layer, int kind, int token_begin, int tokens,
+void GatherRawBytes(const KvSource& kv, int layer, int kind, int token_begin, int tokens,
                     uint8_t* out) {
-  const size_t es = DTypeSize(kv.dtype);
-  const int dim = kv.shape.head_dim;
-  for (int h = 0; h < kv.shape.kv_heads; ++h)
-    for (int t = 0; t < tokens; ++t) {
-      uint8_t* row = out + (static_cast<size_t>(h) * tokens + t) * dim * es;
-      if (kv.strides.dim == 1) {
-        std::memcpy(row, kv.At(layer, kind, h, token_begin + t, 0), es * dim);
-      } else {
-        for (int d = 0; d < dim; ++d)
-          std::memcpy(row + d * es, kv.At(layer, kind, h, token_begin + t, d), es);
-      }
-    }
+  const size_t row_bytes = DTypeSize(kv.dtype()) * kv.shape().head_dim;
+  for (int h = 0; h < kv.shape().kv_heads; ++h) {
+    uint8_t* head_out = out + static_cast<size_t>(h) * tokens * row_bytes;
+    kv.ForEachRun(layer, kind, token_begin, tokens,
+                  [&](const KvView& v, int l, int k, int t, int n, int at) {
+                    GatherRawRowsStrided(v, l, k, h, t, n, head_out + at * row_bytes);
+                  });
+  }
 }
 
-void ScatterRawBytes(const uint8_t* in, const MutableKvView& out, int layer, int kind,
-                     int token_begin, int tokens, bool stream) {
-  const size_t es = DTypeSize(out.dtype);
-  const int dim = out.shape.head_dim;
+void ScatterRawBytes(const uint8_t* in, const KvTarget& out, int layer, int kind, int token_begin,
+                     int tokens, bool stream) {
+  const size_t row_bytes = DTypeSize(out.dtype()) * out.shape().head_dim;
   stream = stream && HasF16C();
-  for (int h = 0; h < out.shape.kv_heads; ++h)
-    for (int t = 0; t < tokens; ++t) {
-      const uint8_t* row = in + (static_cast<size_t>(h) * tokens + t) * dim * es;
-      if (out.strides.dim == 1) {
-        CopyBytes(out.At(layer, kind, h, token_begin + t, 0), row, es * dim, stream);
-      } else {
-        for (int d = 0; d < dim; ++d)
-          std::memcpy(out.At(layer, kind, h, token_begin + t, d), row + d * es, es);
-      }
-    }
+  for (int h = 0; h < out.shape().kv_heads; ++h) {
+    const uint8_t* head_in = in + static_cast<size_t>(h) * tokens * row_bytes;
+    out.ForEachRun(layer, kind, token_begin, tokens,
+                   [&](const MutableKvView& v, int l, int k, int t, int n, int at) {
+                     ScatterRawRowsStrided(head_in + at * row_bytes, v, l, k, h, t, n, stream);
+                   });
+  }
 }
 
 }  // namespace kvserve::pipeline

@@ -12,6 +12,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
+#include "pipeline/paged_test_util.h"
 
 namespace kvserve {
 namespace {
@@ -39,23 +40,7 @@ TestCache MakeCache(std::mt19937& rng, KvShape shape, DType dtype, bool head_maj
   } else {
     c.strides = KvStrides::Contiguous(shape);
   }
-  std::normal_distribution<float> normal(0.f, 1.f);
-  KvView v = c.view();
-  for (int l = 0; l < shape.layers; ++l)
-    for (int k = 0; k < 2; ++k)
-      for (int h = 0; h < shape.kv_heads; ++h) {
-        std::vector<float> mean(shape.head_dim), scale(shape.head_dim), prev(shape.head_dim, 0.f);
-        for (int d = 0; d < shape.head_dim; ++d) {
-          mean[d] = k == 0 ? normal(rng) * 2.f : 0.f;
-          scale[d] = (rng() % 16 == 0) ? 8.f : 1.f;
-        }
-        for (int t = 0; t < shape.tokens; ++t)
-          for (int d = 0; d < shape.head_dim; ++d) {
-            prev[d] = 0.7f * prev[d] + 0.3f * normal(rng);
-            float x = mean[d] + scale[d] * prev[d];
-            StoreFromFloat(x, const_cast<std::byte*>(v.At(l, k, h, t, d)), dtype);
-          }
-      }
+  testing::FillRandomKv(rng, MutableKvView{c.storage.data(), dtype, shape, c.strides});
   return c;
 }
 

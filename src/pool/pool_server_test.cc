@@ -1,4 +1,4 @@
-// The pool served over TCP on loopback: a client with the secret gets the
+// The pool served over TCP and UCX on loopback: a client with the secret gets the
 // same answers as the embedded pool; one without is refused; a dropped
 // connection fails the request clearly and the next request reconnects; a
 // restarted server is redialled; large Gets report goodput.
@@ -9,9 +9,12 @@
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
 #include "silent_flood.h"
+#include "transport/transport_test_util.h"
 
 namespace kvserve {
 namespace {
+
+class PoolServerTest : public ::testing::TestWithParam<transporttest::Kind> {};
 
 ConnectionOptions Conn(std::string secret) {
   ConnectionOptions o;
@@ -27,8 +30,8 @@ std::vector<uint8_t> RandomBytes(std::mt19937& rng, size_t n) {
   return v;
 }
 
-TEST(PoolServerTest, RemotePoolBehavesLikeTheEmbeddedOne) {
-  auto tcp = NewTcpTransport();
+TEST_P(PoolServerTest, RemotePoolBehavesLikeTheEmbeddedOne) {
+  auto tcp = transporttest::MakeTransport(GetParam());
   auto backing = NewMemoryPool({.budget_bytes = 64 << 20});
   auto server = PoolServer::Start(tcp.get(), backing.get(),
                                   {.listen_address = "127.0.0.1:0", .connection = Conn("pool-key")});
@@ -73,8 +76,8 @@ TEST(PoolServerTest, RemotePoolBehavesLikeTheEmbeddedOne) {
   EXPECT_GE(goodput.size(), 1u);  // the 1 MiB value
 }
 
-TEST(PoolServerTest, ClientWithoutTheSecretIsRefused) {
-  auto tcp = NewTcpTransport();
+TEST_P(PoolServerTest, ClientWithoutTheSecretIsRefused) {
+  auto tcp = transporttest::MakeTransport(GetParam());
   auto backing = NewMemoryPool();
   auto server = PoolServer::Start(tcp.get(), backing.get(),
                                   {.listen_address = "127.0.0.1:0", .connection = Conn("right")});
@@ -88,8 +91,8 @@ TEST(PoolServerTest, ClientWithoutTheSecretIsRefused) {
   EXPECT_EQ(backing->Stats()->entries, 0u);
 }
 
-TEST(PoolServerTest, DroppedConnectionsFailClearlyAndRecover) {
-  auto tcp = NewTcpTransport();
+TEST_P(PoolServerTest, DroppedConnectionsFailClearlyAndRecover) {
+  auto tcp = transporttest::MakeTransport(GetParam());
   FaultInjectingTransport faulty(tcp.get());
   auto backing = NewMemoryPool();
   auto server = PoolServer::Start(tcp.get(), backing.get(),
@@ -127,12 +130,16 @@ TEST(PoolServerTest, DroppedConnectionsFailClearlyAndRecover) {
   EXPECT_EQ(got, value);
 }
 
+INSTANTIATE_TEST_SUITE_P(Transports, PoolServerTest,
+                         ::testing::ValuesIn(transporttest::NetworkKinds()),
+                         transporttest::KindName);
+
 // Admission (docs/transport.md §3): 2,000 connections that never send a
 // byte, held open and reopened as the server drops them, do not keep an
 // authenticated client out. A client that dials afresh for every request
 // (a restarting prefill worker) with no reconnect attempts gets every
 // request served, for longer than the unauthenticated deadline.
-TEST(PoolServerTest, SilentConnectionFloodDoesNotKeepClientsOut) {
+TEST(PoolServerFloodTest, SilentConnectionFloodDoesNotKeepClientsOut) {
   ASSERT_GE(testing::RaiseFileLimit(8192), 8192u) << "RLIMIT_NOFILE";
   auto tcp = NewTcpTransport();
   auto backing = NewMemoryPool();

@@ -20,29 +20,13 @@
 #include <vector>
 
 #include "kvserve/pool.h"
+#include "pool/redis_keys.h"
 
 namespace kvserve {
 namespace {
 
-std::string Escape(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c == '%' || c == ':' || c < 0x21 || c > 0x7e) {
-      char buf[4];
-      std::snprintf(buf, sizeof(buf), "%%%02X", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
-std::string Hex(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016" PRIx64, v);
-  return buf;
-}
+using pool::RedisEscape;
+using pool::RedisHex;
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const { freeReplyObject(r); }
@@ -202,11 +186,11 @@ class RedisPool final : public KvPool {
   }
 
   std::string DataKey(const PoolKey& key) const {
-    return options_.key_prefix + ":v1:kv:" + Escape(key.model_id) + ":" + Hex(key.prefix_hash) +
-           ":" + Escape(key.profile);
+    return options_.key_prefix + ":v1:kv:" + RedisEscape(key.model_id) + ":" + RedisHex(key.prefix_hash) +
+           ":" + RedisEscape(key.profile);
   }
   std::string IndexKey(std::string_view model_id, uint64_t prefix_hash) const {
-    return options_.key_prefix + ":v1:idx:" + Escape(model_id) + ":" + Hex(prefix_hash);
+    return options_.key_prefix + ":v1:idx:" + RedisEscape(model_id) + ":" + RedisHex(prefix_hash);
   }
 
   Status ReplyError(const redisReply* r, std::string_view command) const {

@@ -2,7 +2,6 @@
 // compression ratio and codec throughput of a profile (by really encoding
 // and decoding it), and the reconstruction-fidelity proxy of quality.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "kvserve/kv_file.h"
@@ -10,11 +9,6 @@
 
 namespace kvserve {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 class KvCodecMeter final : public CodecMeter {
  public:
@@ -53,35 +47,16 @@ class ReconstructionProxyEvaluator final : public Evaluator {
 
 Result<KvMeasurement> MeasureOnKv(const Profile& profile, const KvView& kv,
                                   const HeadScores* head_scores, int repeats) {
-  KVSERVE_RETURN_IF_ERROR(kv.Validate());
-  EncodeOptions eo;
-  eo.threads = 1;
-  eo.head_scores = head_scores;
-  auto encoder = EncoderContext::Create(profile, eo);
-  if (!encoder.ok()) return encoder.status();
-  auto decoder = DecoderContext::Create(DecodeOptions{1});
-  if (!decoder.ok()) return decoder.status();
-  std::vector<uint8_t> frame;
-  KvCache out(kv.dtype, kv.shape);
-  double encode_seconds = 1e300, decode_seconds = 1e300;
-  for (int r = 0; r < std::max(repeats, 1); ++r) {
-    frame.clear();
-    VectorSink sink(&frame);
-    const double t0 = Now();
-    KVSERVE_RETURN_IF_ERROR((*encoder)->Encode(kv, sink));
-    const double t1 = Now();
-    KVSERVE_RETURN_IF_ERROR((*decoder)->Decode(frame, out.mutable_view()));
-    const double t2 = Now();
-    encode_seconds = std::min(encode_seconds, t1 - t0);
-    decode_seconds = std::min(decode_seconds, t2 - t1);
-  }
-  const double bytes = static_cast<double>(kv.LogicalBytes());
+  KVSERVE_ASSIGN_OR_RETURN(ProfileCostMeasurement cost,
+                           MeasureProfileCost(profile, kv,
+                                              {.threads = 1,
+                                               .repeats = std::max(repeats, 1),
+                                               .head_scores = head_scores,
+                                               .keep_output = true}));
   KvMeasurement m;
-  m.codec.compression_ratio = bytes / static_cast<double>(frame.size());
-  m.codec.encode_bytes_per_second = bytes / std::max(encode_seconds, 1e-9);
-  m.codec.decode_bytes_per_second = bytes / std::max(decode_seconds, 1e-9);
+  m.codec = cost.codec;
   // NMSE per kind over the whole cache.
-  const KvView decoded = out.view();
+  const KvView decoded = cost.decoded.view();
   double nmse_sum = 0.0;
   for (int kind = 0; kind < 2; ++kind) {
     double error = 0.0, energy = 0.0;

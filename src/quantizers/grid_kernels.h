@@ -27,7 +27,7 @@
 
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::quantizers {
 

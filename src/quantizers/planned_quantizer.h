@@ -18,7 +18,7 @@
 
 #include <vector>
 
-#include "pipeline/stages.h"
+#include "core/stages.h"
 #include "quantizers/grid_kernels.h"
 #include "quantizers/quantizers.h"
 

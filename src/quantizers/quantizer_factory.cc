@@ -1,7 +1,7 @@
 // Copyright kvserve authors. pipeline::CreateQuantizerFor{Encode,Decode}:
 // maps a Profile onto a QuantConfig.
 #include "kvserve/profile.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 #include "quantizers/quantizers.h"
 
 namespace kvserve::pipeline {

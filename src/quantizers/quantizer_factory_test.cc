@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "kvserve/profile.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::pipeline {
 namespace {

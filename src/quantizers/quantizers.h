@@ -30,7 +30,7 @@
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::quantizers {
 

@@ -3,7 +3,6 @@
 // tokens equal those of prefill + decode in one process (greedy and seeded
 // sampling). The roles run in child processes of this test binary
 // (PdRole.* cases, active only when the parent sets KVSERVE_PD_* variables).
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,10 +14,9 @@
 #include <random>
 #include <set>
 
+#include "core/spawn.h"
 #include "kvserve/runtime.h"
 #include "runtime/test_model_util.h"
-
-extern char** environ;
 
 namespace kvserve {
 namespace {
@@ -68,22 +66,12 @@ TEST(PdRole, Decode) {
 }
 
 int RunChild(const std::string& filter, const std::vector<std::string>& env) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return -1;
-  exe[n] = 0;
-  std::vector<std::string> args = {exe, "--gtest_filter=" + filter};
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_copy = env;
-  for (char** e = environ; *e; ++e) env_copy.push_back(*e);
-  for (auto& e : env_copy) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid;
-  if (posix_spawn(&pid, exe, nullptr, nullptr, argv.data(), envp.data()) != 0) return -1;
+  auto exe = SelfExecutable();
+  if (!exe.ok()) return -1;
+  auto pid = SpawnProcess({*exe, "--gtest_filter=" + filter}, env, /*stdout_to_null=*/false);
+  if (!pid.ok()) return -1;
   int status = 0;
-  waitpid(pid, &status, 0);
+  waitpid(*pid, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

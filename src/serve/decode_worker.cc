@@ -1,5 +1,6 @@
-// Copyright kvserve authors. The decode worker: receives streamed frames,
-// decodes each chunk record as it arrives, and on a GENERATE concatenates
+// Copyright kvserve authors. The decode worker: receives streamed frames
+// through the connector (kvserve/connector.h), which decodes each chunk
+// record as it arrives, and on a GENERATE concatenates
 // the KV of the frames it names along tokens (one frame on the normal path;
 // one per pool chunk when the prefill worker forwards a prefix hit), imports
 // it into the runtime, runs the rest of the prompt and generates
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/connector.h"
 #include "kvserve/serve.h"
 #include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
@@ -103,9 +105,6 @@ class DecodeWorker::Impl {
     KvCache kv;
     std::vector<uint8_t> keep_mask;
     uint64_t transfer_id = 0;
-    uint64_t records = 0;
-    double decode_seconds = 0;
-    bool refused = false;  // the handler refused the current frame
     std::vector<HeldFrame> held;
     uint64_t held_bytes = 0;
   };
@@ -115,15 +114,11 @@ class DecodeWorker::Impl {
     s.held_bytes = 0;
   }
 
-  Status OnHeader(Session& s, uint64_t transfer_id, std::span<const uint8_t> header) {
+  // Where a frame whose header arrived is decoded: s.kv, allocated once the
+  // header fits the model and the limits (an error refuses the frame).
+  Result<KvDestination> OnHeader(Session& s, uint64_t transfer_id, const FrameInfo& info) {
     s.transfer_id = transfer_id;
-    s.records = 0;
-    s.decode_seconds = 0;
-    s.keep_mask.clear();
     s.kv = KvCache();
-    KVSERVE_ASSIGN_OR_RETURN(size_t used, s.decoder->Start(header));
-    if (used != header.size()) return Status::Corruption("frame header: trailing bytes");
-    const FrameInfo& info = s.decoder->info();
     const ModelConfig& c = model_->config();
     if (info.shape.layers != c.layers || info.shape.kv_heads != c.kv_heads ||
         info.shape.head_dim != c.head_dim || info.shape.tokens <= 0)
@@ -139,21 +134,11 @@ class DecodeWorker::Impl {
       return Status::ResourceExhausted("frame declares " + std::to_string(bytes) + " KV bytes (" +
                                        std::to_string(s.held_bytes) +
                                        " already held), above the decode worker's limit");
-    // The KV is allocated when the first record arrives, not on the
-    // header's word: a header alone costs only its own bytes, and KvCache
-    // memory is committed by the OS as records are decoded into it.
-    return Status::Ok();
-  }
-
-  Status OnRecord(Session& s, std::span<const uint8_t> record) {
-    const double start = MonotonicSeconds();
-    if (s.kv.size_bytes() == 0) s.kv = KvCache(s.decoder->info().dtype, s.decoder->info().shape);
-    KVSERVE_ASSIGN_OR_RETURN(size_t used,
-                             s.decoder->DecodeRecord(record, s.kv.mutable_view(), &s.keep_mask));
-    s.decode_seconds += MonotonicSeconds() - start;
-    if (used != record.size()) return Status::Corruption("chunk record: trailing bytes");
-    ++s.records;
-    return Status::Ok();
+    // KvCache memory comes from calloc: the OS commits its pages as records
+    // are decoded into it, so a header alone costs only its own bytes, not
+    // the KV it declares.
+    s.kv = KvCache(info.dtype, info.shape);
+    return KvDestination(s.kv.mutable_view());
   }
 
   void ServeConnection(Connection& connection) {
@@ -164,16 +149,8 @@ class DecodeWorker::Impl {
       return;
     }
     s.decoder = std::move(*decoder);
-    FrameHandler handler;
-    handler.on_header = [&](uint64_t id, std::span<const uint8_t> header) {
-      Status st = OnHeader(s, id, header);
-      if (!st.ok()) s.refused = true;
-      return st;
-    };
-    handler.on_record = [&](std::span<const uint8_t> record) {
-      Status st = OnRecord(s, record);
-      if (!st.ok()) s.refused = true;
-      return st;
+    const KvDestinationCallback destination = [&](uint64_t id, const FrameInfo& info) {
+      return OnHeader(s, id, info);
     };
     Message message;
     while (!stopping_.load()) {
@@ -187,10 +164,11 @@ class DecodeWorker::Impl {
         return;
       }
       if (message.type == kMsgFrameBegin) {
-        s.refused = false;
-        auto frame = ReceiveFrameFrom(connection, message, handler);
-        if (!frame.ok() && !s.refused) return;  // connection broken, peer gone, or aborted transfer
-        if (!frame.ok() || s.records != s.decoder->info().chunk_count) {
+        bool refused = false;
+        auto frame = ReceiveKvFrom(connection, message, *s.decoder, destination,
+                                   {.keep_mask = &s.keep_mask, .refused = &refused});
+        if (!frame.ok() && !refused) return;  // connection broken, peer gone, or aborted transfer
+        if (!frame.ok()) {
           // Refused (and acknowledged as such) or incomplete: the sender
           // still sends the request's GENERATE, which no longer matches the
           // frames held and is answered with a refusal.
@@ -203,7 +181,7 @@ class DecodeWorker::Impl {
         held.transfer_id = s.transfer_id;
         held.kv = std::move(s.kv);
         held.keep_mask = std::move(s.keep_mask);
-        held.decode_seconds = s.decode_seconds;
+        held.decode_seconds = frame->decode_seconds;
         s.held_bytes += static_cast<uint64_t>(held.kv.view().LogicalBytes());
         s.held.push_back(std::move(held));
         s.kv = KvCache();

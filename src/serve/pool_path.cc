@@ -85,7 +85,7 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     if (!any) break;
   }
 
-  const double bandwidth = estimator_.Estimate(decode_peer_);
+  const double bandwidth = estimator_.Estimate(decode_->current_key());
   const ModelConfig& c = model_->config();
   const double bytes_per_token = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim;
   const double prompt_tokens = static_cast<double>(r.prompt.size());
@@ -143,11 +143,16 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   }
   const double fetch_start = MonotonicSeconds();
   ctx.pool_frames.clear();
+  // One batch (pipelined where the backend can): a request's chunk gets cost
+  // about one round trip, not one per chunk.
+  std::vector<PoolKey> keys;
+  for (size_t i = 0; i < best_chunks; ++i) keys.push_back({options_.model_id, hashes[i], best_spec});
+  std::vector<std::vector<uint8_t>> frames;
+  const std::vector<Status> fetched = options_.pool->GetMany(keys, &frames);
   for (size_t i = 0; i < best_chunks; ++i) {
-    std::vector<uint8_t> frame;
-    // Evicted meanwhile or pool down: use the chunks fetched so far.
-    if (!options_.pool->Get({options_.model_id, hashes[i], best_spec}, &frame).ok()) break;
-    ctx.pool_frames.push_back(std::move(frame));
+    // Evicted meanwhile, lost, or pool down: use the chunks fetched so far.
+    if (!fetched[i].ok()) break;
+    ctx.pool_frames.push_back(std::move(frames[i]));
   }
   t->pool_fetch_seconds = MonotonicSeconds() - fetch_start;
   if (ctx.pool_frames.empty()) return false;  // recompute

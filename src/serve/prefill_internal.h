@@ -13,10 +13,11 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/connector.h"
 #include "kvserve/serve.h"
-#include "transport/connection_server.h"
+#include "serve/decode_peers.h"
 #include "serve/frame_size_model.h"
-#include "serve/kv_streamer.h"
+#include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -76,7 +77,7 @@ class PrefillWorker::Impl {
                                                const std::string& spec,
                                                const std::vector<std::vector<uint8_t>>* frames,
                                                RequestTimings* t,
-                                               const Result<serve::StreamResult>* streamed = nullptr);
+                                               const Result<StreamResult>* streamed = nullptr);
   // The first transfer id of `attempt` of `request_id`: distinct per
   // request, attempt and frame (modulo 2^64; the decode worker only matches
   // them against the frames since the last GENERATE).
@@ -89,7 +90,7 @@ class PrefillWorker::Impl {
   // result in `*streamed`. Sets `*prefill_end` to the MonotonicSeconds()
   // when the model finished (the transfer may end later).
   Result<PrefillResult> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
-                                   std::optional<Result<serve::StreamResult>>* streamed,
+                                   std::optional<Result<StreamResult>>* streamed,
                                    double* prefill_end);
   // pool_path.cc: true (and ctx/t filled) when stored encodings of the
   // prompt's first chunks are fetched; false to recompute.
@@ -114,9 +115,7 @@ class PrefillWorker::Impl {
   std::atomic<bool> stopping_{false};
   std::mutex mu_;  // one request at a time; guards everything below
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
-  std::unique_ptr<Connection> decode_;
-  std::string decode_peer_ = "decode";
-  size_t decode_index_ = 0;
+  std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   double seconds_per_token_;
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/connector.h"
 #include "kvserve/profile.h"
 #include "kvserve/serve.h"
 #include "transport/connection_server.h"
-#include "serve/kv_streamer.h"
 #include "serve/prefill_internal.h"
 #include "serve/serve_protocol.h"
 
@@ -41,6 +41,7 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
       options_.controller.model.layers <= 0)
     options_.controller.model.layers = model_->config().layers;
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
+  decode_ = std::make_unique<serve::DecodePeers>(transport_, options_.decode_addresses, &estimator_);
   const ModelConfig& c = model_->config();
   frame_sizes_ = std::make_unique<serve::FrameSizeModel>(
       controller_->table(), KvShape{c.layers, c.kv_heads, 1, c.head_dim}, DType::kF32,
@@ -113,39 +114,17 @@ Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
 }
 
 Result<Connection*> PrefillWorker::Impl::DecodeConnection() {
-  if (decode_) return decode_.get();
   ConnectionOptions o = options_.decode_connection;
   o.shape_bytes_per_second = link_rate_;
-  o.goodput = [this](std::string_view peer, double bytes, double seconds) {
-    (void)estimator_.Observe(peer, bytes, seconds, MonotonicSeconds());
-  };
-  const std::string& address = options_.decode_addresses[decode_index_ % options_.decode_addresses.size()];
-  auto c = Connection::Dial(*transport_, address, o);
-  if (!c.ok()) {
-    ++decode_index_;  // the next attempt tries the next decode worker
-    return c.status().WithContext("decode worker " + address);
-  }
-  decode_ = std::move(*c);
-  decode_peer_ = decode_->peer_id();
-  return decode_.get();
+  return decode_->Current(o);
 }
 
-void PrefillWorker::Impl::DropDecodeConnection() {
-  if (decode_) decode_->Close();
-  decode_.reset();
-  ++decode_index_;
-}
+void PrefillWorker::Impl::DropDecodeConnection() { decode_->DropCurrent(); }
 
 Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeRequest& r,
                                                                  double kv_bytes) {
   Chosen chosen;
-  if (r.method == kMethodAdaptive) {
-    // Dial first: measurements are kept per decode worker (its id), and
-    // the decision needs the one this request goes to. A failure here is
-    // reported (and the next worker tried) by the transfer.
-    (void)DecodeConnection();
-  }
-  const kvserve::BandwidthEstimate measured = estimator_.Query(decode_peer_);
+  const kvserve::BandwidthEstimate measured = estimator_.Query(decode_->current_key());
   chosen.bandwidth = measured.bytes_per_second;
   if (r.method != kMethodAdaptive) {
     KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
@@ -179,7 +158,7 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
 Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     PrefillContext& ctx, const KvView& kv, const std::string& spec,
     const std::vector<std::vector<uint8_t>>* frames, RequestTimings* t,
-    const Result<serve::StreamResult>* streamed) {
+    const Result<StreamResult>* streamed) {
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     t->attempts = attempt;
@@ -191,8 +170,8 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     const uint64_t first_id = FirstTransferId(ctx.request->id, attempt);
     std::vector<uint64_t> transfer_ids;
     Status sent = Status::Ok();
-    serve::StreamResult total;
-    auto add = [&](const serve::StreamResult& r) {
+    StreamResult total;
+    auto add = [&](const StreamResult& r) {
       total.encode_seconds += r.encode_seconds;
       total.kv_seconds += r.kv_seconds;
       total.transfer.busy_seconds += r.transfer.busy_seconds;
@@ -205,14 +184,14 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     } else if (frames != nullptr) {
       for (size_t i = 0; i < frames->size(); ++i) transfer_ids.push_back(first_id + i);
       for (size_t i = 0; i < frames->size() && sent.ok(); ++i) {
-        auto one = serve::StreamFrame(**connection, (*frames)[i], transfer_ids[i]);
+        auto one = StreamFrame(**connection, (*frames)[i], transfer_ids[i]);
         if (one.ok()) add(*one);
         sent = one.status();
       }
     } else {
       transfer_ids.push_back(first_id);
       KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
-      auto one = serve::StreamKv(**connection, *encoder, kv, first_id);
+      auto one = StreamKv(**connection, *encoder, kv, first_id);
       if (one.ok()) add(*one);
       sent = one.status();
     }
@@ -260,6 +239,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       DropDecodeConnection();
       continue;
     }
+    if (result->status.ok()) decode_->ObserveGeneration(result->generation_seconds);
     if (!result->status.ok()) {
       last = result->status.WithContext("decode worker");
       if (!serve::IsRetryable(result->status)) return last;
@@ -273,7 +253,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
 
 Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
                                                       const std::string& spec,
-                                                      std::optional<Result<serve::StreamResult>>* streamed,
+                                                      std::optional<Result<StreamResult>>* streamed,
                                                       double* prefill_end_out) {
   const std::vector<int32_t>& prompt = ctx.request->prompt;
   auto plain = [&] {
@@ -289,7 +269,7 @@ Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
   const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
   Result<PrefillResult> prefill = Status::Internal("unset");
   double prefill_end = 0;
-  auto sent = serve::StreamKvWhileProducing(
+  auto sent = StreamKvWhileProducing(
       **connection, **encoder, shape, DType::kF32, FirstTransferId(ctx.request->id, 1),
       [&](const LayerReadyCallback& on_layer) {
         PrefillOptions options;
@@ -319,6 +299,10 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     return response;
   }
   RequestTimings& t = response.timings;
+  const ModelConfig& config = model_->config();
+  // N x M: this request's decode worker (bandwidth and load per peer).
+  decode_->Choose(4.0 * config.layers * 2 * config.kv_heads * config.head_dim *
+                  static_cast<double>(request.prompt.size()));
   PrefillContext ctx;
   ctx.request = &request;
   const ModelConfig& c = model_->config();
@@ -361,7 +345,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   t.predicted_kv_seconds = chosen->decision.predicted_seconds;
 
   const double prefill_start = MonotonicSeconds();
-  std::optional<Result<serve::StreamResult>> streamed;
+  std::optional<Result<StreamResult>> streamed;
   double prefill_end = 0;
   auto prefill = RunPrefill(ctx, chosen->spec, &streamed, &prefill_end);
   if (!prefill.ok()) {
@@ -389,7 +373,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     observation.codec_seconds = t.encode_seconds + t.decode_kv_seconds;
     observation.now_seconds = MonotonicSeconds();
     // The link this transfer measured (the estimator has its sample now).
-    observation.bandwidth = estimator_.Estimate(decode_peer_);
+    observation.bandwidth = estimator_.Estimate(decode_->current_key());
     (void)controller_->Observe(chosen->decision, observation);
     if (chosen->decision.action == ControllerAction::kSend)
       frame_sizes_->Observe(chosen->decision.profile, static_cast<int>(request.prompt.size()),
@@ -405,11 +389,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
 void PrefillWorker::Impl::SetLinkRate(double bytes_per_second) {
   std::lock_guard<std::mutex> lock(mu_);
   link_rate_ = bytes_per_second;
-  if (decode_) decode_->Close();
-  decode_.reset();
+  decode_->CloseAll();
 }
 
-double PrefillWorker::Impl::BandwidthEstimate() const { return estimator_.Estimate(decode_peer_); }
+double PrefillWorker::Impl::BandwidthEstimate() const {
+  return estimator_.Estimate(decode_->current_key());
+}
 
 Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport, const Model* model,
                                                             ProfileTable table,

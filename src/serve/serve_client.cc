@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "kvserve/serve.h"
+#include "serve/serve_exchange.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -38,18 +39,9 @@ Result<ServeResponse> ServeClient::Submit(const ServeRequest& request) {
       connection_ = std::move(*c);
     }
     const double start = MonotonicSeconds();
-    Status s = connection_->Send(kMsgServeRequest, 0, payload);
-    Message reply;
-    if (s.ok()) s = connection_->Receive(&reply, options_.response_timeout_seconds);
-    if (s.ok() && reply.type != kMsgServeResponse)
-      s = Status::Corruption("prefill worker answered with message type " + std::to_string(reply.type));
-    Result<ServeResponse> response = Status::Internal("unset");
-    if (s.ok()) {
-      response = serve::DecodeResponse(reply.payload);
-      if (!response.ok()) s = response.status();
-    }
-    if (!s.ok()) {
-      last = s.WithContext("prefill worker " + address);
+    auto response = serve::Exchange(*connection_, payload, options_.response_timeout_seconds);
+    if (!response.ok()) {
+      last = response.status().WithContext("prefill worker " + address);
       connection_->Close();
       connection_.reset();
       ++next_address_;

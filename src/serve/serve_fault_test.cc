@@ -29,6 +29,10 @@ extern char** environ;
 namespace kvserve {
 namespace {
 
+class ServeFaultTest : public servetest::OverTransports {};
+class ServeProcessTest : public servetest::OverTransports {};
+class ServeRedisTest : public servetest::OverTransports {};
+
 using servetest::Reference;
 using servetest::SmallModel;
 
@@ -74,16 +78,16 @@ void ExpectCorrectOrClearFailure(const ServeResponse& response, const ServeReque
   }
 }
 
-TEST(ServeFaultTest, DroppedConnectionIsRetriedOrFailsClearly) {
+TEST_P(ServeFaultTest, DroppedConnectionIsRetriedOrFailsClearly) {
   std::mt19937_64 rng(11);
   for (int64_t drop_at : {int64_t{2000}, int64_t{60000}, int64_t{250000}}) {
     SCOPED_TRACE("drop after " + std::to_string(drop_at) + " bytes");
-    auto tcp = NewTcpTransport();
+    auto tcp = transporttest::MakeTransport(GetParam());
     FaultInjectingTransport faulty(tcp.get());
     faulty.SetConnectPlan({.drop_after_bytes = drop_at});
     // Once: the retry on a fresh connection succeeds.
     FirstStreamsTransport once(&faulty, tcp.get(), 1);
-    servetest::ClusterOptions o;
+    servetest::ClusterOptions o = servetest::Over(GetParam());
     o.prefill_transport = &once;
     auto cluster = servetest::StartCluster(o);
     ASSERT_TRUE(cluster);
@@ -96,7 +100,7 @@ TEST(ServeFaultTest, DroppedConnectionIsRetriedOrFailsClearly) {
     EXPECT_EQ(response->timings.attempts, 2);
 
     // Always: the request fails, saying why and after how many attempts.
-    servetest::ClusterOptions always;
+    servetest::ClusterOptions always = servetest::Over(GetParam());
     always.prefill_transport = &faulty;
     auto broken = servetest::StartCluster(always);
     ASSERT_TRUE(broken);
@@ -110,17 +114,17 @@ TEST(ServeFaultTest, DroppedConnectionIsRetriedOrFailsClearly) {
   }
 }
 
-TEST(ServeFaultTest, CorruptedBytesOnTheWireAreNeverImported) {
+TEST_P(ServeFaultTest, CorruptedBytesOnTheWireAreNeverImported) {
   std::mt19937_64 rng(12);
   for (int trial = 0; trial < 4; ++trial) {
-    auto tcp = NewTcpTransport();
+    auto tcp = transporttest::MakeTransport(GetParam());
     FaultInjectingTransport faulty(tcp.get());
     // Somewhere inside the frame (the handshake is a few hundred bytes).
     const int64_t at = 1000 + static_cast<int64_t>(rng() % 250000);
     SCOPED_TRACE("corrupt byte " + std::to_string(at));
     faulty.SetConnectPlan({.corrupt_byte_at = at});
     FirstStreamsTransport once(&faulty, tcp.get(), 1);
-    servetest::ClusterOptions o;
+    servetest::ClusterOptions o = servetest::Over(GetParam());
     o.prefill_transport = &once;
     auto cluster = servetest::StartCluster(o);
     ASSERT_TRUE(cluster);
@@ -132,7 +136,7 @@ TEST(ServeFaultTest, CorruptedBytesOnTheWireAreNeverImported) {
     EXPECT_EQ(faulty.counters().corruptions, 1);
     EXPECT_EQ(response->timings.attempts, 2);
 
-    servetest::ClusterOptions always;
+    servetest::ClusterOptions always = servetest::Over(GetParam());
     always.prefill_transport = &faulty;
     auto broken = servetest::StartCluster(always);
     ASSERT_TRUE(broken);
@@ -144,12 +148,12 @@ TEST(ServeFaultTest, CorruptedBytesOnTheWireAreNeverImported) {
   }
 }
 
-TEST(ServeFaultTest, SlowConsumerStillGetsTheRightKv) {
+TEST_P(ServeFaultTest, SlowConsumerStillGetsTheRightKv) {
   std::mt19937_64 rng(13);
-  auto tcp = NewTcpTransport();
+  auto tcp = transporttest::MakeTransport(GetParam());
   FaultInjectingTransport slow(tcp.get());
   slow.SetAcceptPlan({.read_delay_seconds = 0.0005, .max_read_bytes = 4096});
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.decode_transport = &slow;
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
@@ -162,8 +166,8 @@ TEST(ServeFaultTest, SlowConsumerStillGetsTheRightKv) {
   }
 }
 
-TEST(ServeFaultTest, NoDecodeWorkerFailsClearly) {
-  servetest::ClusterOptions o;
+TEST_P(ServeFaultTest, NoDecodeWorkerFailsClearly) {
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.start_decode = false;
   o.extra_decode_addresses = {"127.0.0.1:1"};  // nothing listens there
   auto cluster = servetest::StartCluster(o);
@@ -177,14 +181,14 @@ TEST(ServeFaultTest, NoDecodeWorkerFailsClearly) {
       << response->status.ToString();
 }
 
-TEST(ServeFaultTest, LostPrefillWorkerIsRePrefilledElsewhere) {
-  auto first = servetest::StartCluster();
-  auto second = servetest::StartCluster();
+TEST_P(ServeFaultTest, LostPrefillWorkerIsRePrefilledElsewhere) {
+  auto first = servetest::StartCluster(servetest::Over(GetParam()));
+  auto second = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(first && second);
   ServeClientOptions co;
   co.prefill_addresses = {first->prefill->address(), second->prefill->address()};
   co.connection = servetest::Options("client-secret", "router");
-  ServeClient client(first->tcp.get(), co);
+  ServeClient client(first->transport.get(), co);
   std::mt19937_64 rng(17);
   ServeRequest r = LosslessRequest(rng, 5, 20, 80);
   auto response = client.Submit(r);  // served by the first
@@ -205,7 +209,10 @@ TEST(ServeFaultTest, LostPrefillWorkerIsRePrefilledElsewhere) {
 TEST(ServeRole, DecodeWorkerProcess) {
   const char* address_file = std::getenv("KVSERVE_SERVE_ADDRESS_FILE");
   if (address_file == nullptr) GTEST_SKIP() << "child role of ServeProcessTest";
-  auto tcp = NewTcpTransport();
+  const char* kind = std::getenv("KVSERVE_SERVE_KIND");
+  auto tcp = transporttest::MakeTransport(kind == nullptr ? transporttest::Kind::kTcp
+                                                          : static_cast<transporttest::Kind>(
+                                                                std::atoi(kind)));
   DecodeWorkerOptions d;
   d.connection = servetest::Options("pd-secret", "decode-child");
   auto worker = DecodeWorker::Start(tcp.get(), &SmallModel(), d);
@@ -231,26 +238,13 @@ struct Child {
   }
 };
 
-bool SpawnDecodeChild(const std::string& dir, int index, Child* child) {
-  char exe[4096];
-  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n <= 0) return false;
-  exe[n] = 0;
+bool SpawnDecodeChild(const std::string& dir, int index, transporttest::Kind kind, Child* child) {
   const std::string file = dir + "/decode" + std::to_string(index) + ".addr";
-  std::vector<std::string> args = {exe, "--gtest_filter=ServeRole.DecodeWorkerProcess"};
-  std::vector<std::string> env = {"KVSERVE_SERVE_ADDRESS_FILE=" + file};
-  for (char** e = environ; *e; ++e) env.push_back(*e);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  const int rc = posix_spawn(&child->pid, exe, &actions, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return false;
+  child->pid = transporttest::SpawnSelf(
+      "ServeRole.DecodeWorkerProcess",
+      {"KVSERVE_SERVE_ADDRESS_FILE=" + file,
+       "KVSERVE_SERVE_KIND=" + std::to_string(static_cast<int>(kind))});
+  if (child->pid <= 0) return false;
   for (int i = 0; i < 400; ++i) {  // up to 20 s
     std::ifstream in(file);
     if (in >> child->address) return true;
@@ -265,15 +259,15 @@ bool SpawnDecodeChild(const std::string& dir, int index, Child* child) {
 // request fails over to the second worker on its second attempt and
 // completes with exactly the single-process tokens; the next request goes
 // straight to the survivor.
-TEST(ServeProcessTest, DecodeWorkerKilledMidTransferFailsOver) {
+TEST_P(ServeProcessTest, DecodeWorkerKilledMidTransferFailsOver) {
   const std::string dir = servetest::TempDir("procs");
   Child first, second;
-  ASSERT_TRUE(SpawnDecodeChild(dir, 0, &first));
-  ASSERT_TRUE(SpawnDecodeChild(dir, 1, &second));
+  ASSERT_TRUE(SpawnDecodeChild(dir, 0, GetParam(), &first));
+  ASSERT_TRUE(SpawnDecodeChild(dir, 1, GetParam(), &second));
   std::mt19937_64 rng(15);
   ServeRequest r = LosslessRequest(rng, 77, 240, 300);
   const int64_t kv_bytes = int64_t{4} * 4 * 2 * 4 * 16 * static_cast<int64_t>(r.prompt.size());
-  auto tcp = NewTcpTransport();
+  auto tcp = transporttest::MakeTransport(GetParam());
   FaultInjectingTransport faulty(tcp.get());
   pid_t killed = -1;
   faulty.SetConnectPlan({.event_after_bytes = kv_bytes / 2, .on_event = [&] {
@@ -281,7 +275,7 @@ TEST(ServeProcessTest, DecodeWorkerKilledMidTransferFailsOver) {
                            first.Kill();
                          }});
   FirstStreamsTransport once(&faulty, tcp.get(), 1);  // the first dial: to the first worker
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.start_decode = false;
   o.extra_decode_addresses = {first.address, second.address};
   o.prefill_transport = &once;
@@ -319,7 +313,7 @@ int FreePort() {
   return port;
 }
 
-TEST(ServeRedisTest, RedisRestartedUnderThePoolEveryRequestCompletes) {
+TEST_P(ServeRedisTest, RedisRestartedUnderThePoolEveryRequestCompletes) {
   if (std::system("command -v redis-server >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "redis-server not installed";
   const std::string script = std::string(KVSERVE_SOURCE_DIR) + "/scripts/start_redis.sh";
@@ -346,7 +340,7 @@ TEST(ServeRedisTest, RedisRestartedUnderThePoolEveryRequestCompletes) {
   auto connected = NewRedisPool(ro);  // the script returned once redis answered
   ASSERT_TRUE(connected.ok()) << connected.status().ToString();
   std::unique_ptr<KvPool> pool = std::move(*connected);
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.pool = pool.get();
   o.pool_store_profiles = {"none"};
   auto cluster = servetest::StartCluster(o);
@@ -378,6 +372,10 @@ TEST(ServeRedisTest, RedisRestartedUnderThePoolEveryRequestCompletes) {
   (void)std::system(stop.c_str());
   std::filesystem::remove_all(dir);
 }
+
+KVSERVE_SERVE_OVER_TRANSPORTS(ServeFaultTest);
+KVSERVE_SERVE_OVER_TRANSPORTS(ServeProcessTest);
+KVSERVE_SERVE_OVER_TRANSPORTS(ServeRedisTest);
 
 }  // namespace
 }  // namespace kvserve

@@ -16,11 +16,14 @@
 namespace kvserve {
 namespace {
 
+class ServePdTest : public servetest::OverTransports {};
+class ServePoolTest : public servetest::OverTransports {};
+
 using servetest::Reference;
 using servetest::SmallModel;
 
-TEST(ServePdTest, LosslessOverTcpMatchesOneProcess) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServePdTest, LosslessOverTcpMatchesOneProcess) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(101);
   std::set<int32_t> distinct;
@@ -55,8 +58,8 @@ TEST(ServePdTest, LosslessOverTcpMatchesOneProcess) {
   EXPECT_EQ(cluster->decode->completed(), 6);
 }
 
-TEST(ServePdTest, AdaptiveRequestsMeetTheirQualityFloor) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServePdTest, AdaptiveRequestsMeetTheirQualityFloor) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   const ProfileTable table = servetest::TestTable();
   std::mt19937_64 rng(202);
@@ -83,8 +86,8 @@ TEST(ServePdTest, AdaptiveRequestsMeetTheirQualityFloor) {
   EXPECT_FALSE(used.empty());
 }
 
-TEST(ServePdTest, LossyProfilesServeEveryRequest) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServePdTest, LossyProfilesServeEveryRequest) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(303);
   for (const char* method : {"kivi-2", "cachegen", "kivi-4"}) {
@@ -103,8 +106,8 @@ TEST(ServePdTest, LossyProfilesServeEveryRequest) {
   }
 }
 
-TEST(ServePdTest, BadRequestsFailClearly) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServePdTest, BadRequestsFailClearly) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   ServeRequest r;
   r.id = 7;
@@ -124,9 +127,9 @@ TEST(ServePdTest, BadRequestsFailClearly) {
   EXPECT_FALSE(response->status.ok());
 }
 
-TEST(ServePoolTest, PrefixHitsGenerateWhatRecomputingDoes) {
+TEST_P(ServePoolTest, PrefixHitsGenerateWhatRecomputingDoes) {
   auto pool = NewMemoryPool();
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.pool = pool.get();
   o.pool_store_profiles = {"none", "kivi-4"};
   auto cluster = servetest::StartCluster(o);
@@ -160,6 +163,9 @@ TEST(ServePoolTest, PrefixHitsGenerateWhatRecomputingDoes) {
     }
   }
 }
+
+KVSERVE_SERVE_OVER_TRANSPORTS(ServePdTest);
+KVSERVE_SERVE_OVER_TRANSPORTS(ServePoolTest);
 
 }  // namespace
 }  // namespace kvserve

@@ -18,6 +18,8 @@
 namespace kvserve {
 namespace {
 
+class ServePrefixChunkTest : public servetest::OverTransports {};
+
 using servetest::Reference;
 using servetest::SmallModel;
 
@@ -39,9 +41,9 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
-TEST(ServePrefixChunkTest, SharedFirstChunksGiveAPartialHitThatGeneratesWhatRecomputingDoes) {
+TEST_P(ServePrefixChunkTest, SharedFirstChunksGiveAPartialHitThatGeneratesWhatRecomputingDoes) {
   auto pool = NewMemoryPool();
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.pool = pool.get();
   o.pool_store_profiles = {"none"};
   auto cluster = servetest::StartCluster(o);
@@ -75,9 +77,9 @@ TEST(ServePrefixChunkTest, SharedFirstChunksGiveAPartialHitThatGeneratesWhatReco
   }
 }
 
-TEST(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
+TEST_P(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
   auto pool = NewMemoryPool();
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.pool = pool.get();
   o.pool_store_profiles = {"none", "kivi-4"};
   auto cluster = servetest::StartCluster(o);
@@ -108,9 +110,9 @@ TEST(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
   EXPECT_EQ(stats->entries, 2 * chunks);
 }
 
-TEST(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
+TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
   auto pool = NewMemoryPool();
-  servetest::ClusterOptions o;
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.pool = pool.get();
   o.pool_store_profiles = {"none"};
   auto cluster = servetest::StartCluster(o);
@@ -184,8 +186,8 @@ std::vector<std::vector<uint8_t>> ChunkFrames(const KvState& kv, int chunk, int 
   return frames;
 }
 
-TEST(ServePrefixChunkTest, GenerateMustNameExactlyTheFramesReceived) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServePrefixChunkTest, GenerateMustNameExactlyTheFramesReceived) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(808);
   const int chunk = 16;
@@ -196,7 +198,7 @@ TEST(ServePrefixChunkTest, GenerateMustNameExactlyTheFramesReceived) {
     auto prefill = SmallModel().Prefill(r.prompt);
     ASSERT_TRUE(prefill.ok());
     const auto frames = ChunkFrames(prefill->kv, chunk, 2, "none");
-    Peer peer = Dial(*cluster->tcp, cluster->decode->address());
+    Peer peer = Dial(*cluster->transport, cluster->decode->address());
     ASSERT_TRUE(peer.connection);
     serve::GenerateMessage g;
     g.request_id = round;
@@ -228,8 +230,8 @@ TEST(ServePrefixChunkTest, GenerateMustNameExactlyTheFramesReceived) {
   }
 }
 
-TEST(ServePrefixChunkTest, HeldFramesAreBoundedByTheDecodeWorkersKvLimit) {
-  auto tcp = NewTcpTransport();
+TEST_P(ServePrefixChunkTest, HeldFramesAreBoundedByTheDecodeWorkersKvLimit) {
+  auto tcp = transporttest::MakeTransport(GetParam());
   DecodeWorkerOptions d;
   d.connection = servetest::Options("pd-secret", "decode-0");
   const int chunk = 16;
@@ -301,6 +303,8 @@ TEST(ServeProtocolTest, ResponseCarriesThePrefixChunkCount) {
     EXPECT_TRUE(decoded->timings.prefix_hit);
   }
 }
+
+KVSERVE_SERVE_OVER_TRANSPORTS(ServePrefixChunkTest);
 
 }  // namespace
 }  // namespace kvserve

@@ -25,6 +25,8 @@
 namespace kvserve {
 namespace {
 
+class ServeSecurityTest : public servetest::OverTransports {};
+
 using servetest::Reference;
 using servetest::SmallModel;
 
@@ -84,8 +86,8 @@ void ExpectStillServes(servetest::Cluster& cluster, std::mt19937_64& rng) {
   EXPECT_EQ(response->tokens, Reference(SmallModel(), r));
 }
 
-TEST(ServeSecurityTest, PeersWithoutTheSecretAreRefused) {
-  servetest::ClusterOptions o;
+TEST_P(ServeSecurityTest, PeersWithoutTheSecretAreRefused) {
+  servetest::ClusterOptions o = servetest::Over(GetParam());
   o.prefill_secret = "not-the-decode-secret";
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
@@ -101,27 +103,27 @@ TEST(ServeSecurityTest, PeersWithoutTheSecretAreRefused) {
   EXPECT_EQ(cluster->decode->completed(), 0);
 
   // A client without the prefill worker's secret.
-  auto good = servetest::StartCluster();
+  auto good = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(good);
   ServeClientOptions co;
   co.prefill_addresses = {good->prefill->address()};
   co.connection = servetest::Options("wrong-client-secret", "intruder");
-  ServeClient intruder(good->tcp.get(), co);
+  ServeClient intruder(good->transport.get(), co);
   response = intruder.Submit(r);
   ASSERT_TRUE(response.ok());
   EXPECT_EQ(response->status.code(), StatusCode::kPermissionDenied) << response->status.ToString();
   ExpectStillServes(*good, rng);
 }
 
-TEST(ServeSecurityTest, HugeDeclaredLengthAndRandomBytesAreRejectedWithBoundedMemory) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServeSecurityTest, HugeDeclaredLengthAndRandomBytesAreRejectedWithBoundedMemory) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(22);
   const uint64_t rss_before = RssBytes();
   for (const std::string& address : {cluster->decode->address(), cluster->prefill->address()}) {
     const std::string secret = address == cluster->decode->address() ? "pd-secret" : "client-secret";
     // An authenticated peer declaring a 2^40-byte message.
-    RawPeer peer = DialRaw(*cluster->tcp, address, secret);
+    RawPeer peer = DialRaw(*cluster->transport, address, secret);
     ASSERT_TRUE(peer.connection);
     transport::MessageHeader h;
     h.type = kMsgFrameBegin;
@@ -137,11 +139,11 @@ TEST(ServeSecurityTest, HugeDeclaredLengthAndRandomBytesAreRejectedWithBoundedMe
       std::shared_ptr<Stream> stream;
       RawPeer p2;
       if (authenticated) {
-        p2 = DialRaw(*cluster->tcp, address, secret);
+        p2 = DialRaw(*cluster->transport, address, secret);
         ASSERT_TRUE(p2.connection);
         stream = p2.stream;
       } else {
-        auto s = cluster->tcp->Connect(address, 5);
+        auto s = cluster->transport->Connect(address, 5);
         ASSERT_TRUE(s.ok());
         stream = std::shared_ptr<Stream>(std::move(*s));
       }
@@ -182,8 +184,8 @@ constexpr bool kUnderTsan = false;
 // for the worker's own model (within its 4 GiB limit), alone and then with
 // one 1 KiB record: the worker's peak RSS grows by far less than what was
 // declared; it refuses the incomplete frames and keeps serving.
-TEST(ServeSecurityTest, HostileFrameHeaderCostsOnlyWhatArrives) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServeSecurityTest, HostileFrameHeaderCostsOnlyWhatArrives) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(24);
   ExpectStillServes(*cluster, rng);  // everything a request needs is loaded
@@ -193,7 +195,7 @@ TEST(ServeSecurityTest, HostileFrameHeaderCostsOnlyWhatArrives) {
                       c.head_dim};
   const std::vector<uint8_t> header = testing::HostileHeader(shape);
   ASSERT_LE(header.size(), 100u);
-  RawPeer peer = DialRaw(*cluster->tcp, cluster->decode->address(), "pd-secret");
+  RawPeer peer = DialRaw(*cluster->transport, cluster->decode->address(), "pd-secret");
   ASSERT_TRUE(peer.connection);
   const uint64_t peak_before = PeakRssBytes();
   for (int records = 0; records <= 1; ++records) {
@@ -235,7 +237,7 @@ TEST(ServeSecurityTest, HostileFrameHeaderCostsOnlyWhatArrives) {
 // restart; SetLinkRate closes its decode connection) has every request
 // served on its first attempt, with the right tokens, for longer than the
 // unauthenticated deadline.
-TEST(ServeSecurityTest, SilentConnectionFloodDoesNotKeepPrefillWorkersOut) {
+TEST(ServeFloodTest, SilentConnectionFloodDoesNotKeepPrefillWorkersOut) {
   ASSERT_GE(testing::RaiseFileLimit(8192), 8192u) << "RLIMIT_NOFILE";
   auto cluster = servetest::StartCluster();
   ASSERT_TRUE(cluster);
@@ -266,8 +268,8 @@ TEST(ServeSecurityTest, SilentConnectionFloodDoesNotKeepPrefillWorkersOut) {
 // refused by the decode worker; a GENERATE for it is answered with
 // Corruption, never with tokens; the same connection then serves a good
 // frame correctly.
-TEST(ServeSecurityTest, MalformedRecordsAreRefusedAndNeverGeneratedFrom) {
-  auto cluster = servetest::StartCluster();
+TEST_P(ServeSecurityTest, MalformedRecordsAreRefusedAndNeverGeneratedFrom) {
+  auto cluster = servetest::StartCluster(servetest::Over(GetParam()));
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(23);
   for (const char* preset : {"none", "kivi-2"}) {
@@ -286,7 +288,7 @@ TEST(ServeSecurityTest, MalformedRecordsAreRefusedAndNeverGeneratedFrom) {
     ASSERT_TRUE(info.ok());
     ASSERT_GT(info->chunks.size(), 2u);
     const uint64_t header_bytes = info->chunks[0].offset;
-    RawPeer peer = DialRaw(*cluster->tcp, cluster->decode->address(), "pd-secret");
+    RawPeer peer = DialRaw(*cluster->transport, cluster->decode->address(), "pd-secret");
     ASSERT_TRUE(peer.connection);
 
     serve::GenerateMessage g;
@@ -338,6 +340,8 @@ TEST(ServeSecurityTest, MalformedRecordsAreRefusedAndNeverGeneratedFrom) {
   }
   EXPECT_GE(cluster->decode->refused_frames(), 6);
 }
+
+KVSERVE_SERVE_OVER_TRANSPORTS(ServeSecurityTest);
 
 }  // namespace
 }  // namespace kvserve

@@ -17,8 +17,11 @@
 #include "kvserve/controller.h"
 #include "kvserve/runtime.h"
 #include "kvserve/serve.h"
+#include "transport/transport_test_util.h"
 
 namespace kvserve::servetest {
+
+using transporttest::Kind;
 
 inline std::string TempDir(const std::string& tag) {
   static std::mt19937_64 rng(std::random_device{}());
@@ -103,17 +106,27 @@ inline ConnectionOptions Options(const std::string& secret, const std::string& i
   return o;
 }
 
+// The serve tests run over every network transport.
+class OverTransports : public ::testing::TestWithParam<Kind> {};
+
+#define KVSERVE_SERVE_OVER_TRANSPORTS(suite)                                              \
+  INSTANTIATE_TEST_SUITE_P(Transports, suite,                                            \
+                           ::testing::ValuesIn(::kvserve::transporttest::NetworkKinds()), \
+                           ::kvserve::transporttest::KindName)
+
 // A decode worker and a prefill worker on 127.0.0.1 over `decode_transport`
 // (the decode worker listens on it) and `prefill_transport` (the prefill
-// worker dials through it), and a client.
+// worker dials through it), and a client; both default to the cluster's own
+// transport of the options' kind (TCP or UCX).
 struct Cluster {
   std::unique_ptr<DecodeWorker> decode;
   std::unique_ptr<PrefillWorker> prefill;
   std::unique_ptr<ServeClient> client;
-  std::unique_ptr<Transport> tcp = NewTcpTransport();
+  std::unique_ptr<Transport> transport;
 };
 
 struct ClusterOptions {
+  Kind kind = Kind::kTcp;                  // the cluster's own transport
   Transport* decode_transport = nullptr;   // default: the cluster's TCP
   Transport* prefill_transport = nullptr;  // default: the cluster's TCP
   std::string decode_secret = "pd-secret";
@@ -134,10 +147,18 @@ struct ClusterOptions {
   bool bandit = true;
 };
 
+inline ClusterOptions Over(Kind kind) {
+  ClusterOptions o;
+  o.kind = kind;
+  return o;
+}
+
 inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   auto c = std::make_unique<Cluster>();
-  Transport* decode_transport = o.decode_transport ? o.decode_transport : c->tcp.get();
-  Transport* prefill_transport = o.prefill_transport ? o.prefill_transport : c->tcp.get();
+  c->transport = transporttest::MakeTransport(o.kind);
+  if (!c->transport) return nullptr;
+  Transport* decode_transport = o.decode_transport ? o.decode_transport : c->transport.get();
+  Transport* prefill_transport = o.prefill_transport ? o.prefill_transport : c->transport.get();
   std::vector<std::string> decode_addresses;
   if (o.start_decode) {
     DecodeWorkerOptions d;
@@ -168,7 +189,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   ServeClientOptions co;
   co.prefill_addresses = {c->prefill->address()};
   co.connection = Options("client-secret", "router");
-  c->client = std::make_unique<ServeClient>(c->tcp.get(), co);
+  c->client = std::make_unique<ServeClient>(c->transport.get(), co);
   return c;
 }
 

@@ -9,7 +9,7 @@
 #define KVSERVE_TRANSFORMS_AFFINE_H_
 
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::transforms {
 

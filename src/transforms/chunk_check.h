@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::transforms {
 

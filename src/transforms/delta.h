@@ -5,7 +5,7 @@
 #define KVSERVE_TRANSFORMS_DELTA_H_
 
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::transforms {
 

@@ -8,7 +8,7 @@
 
 #include "kvserve/kv.h"
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::transforms {
 

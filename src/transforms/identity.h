@@ -3,7 +3,7 @@
 #define KVSERVE_TRANSFORMS_IDENTITY_H_
 
 #include "kvserve/status.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::transforms {
 

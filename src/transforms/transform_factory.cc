@@ -1,9 +1,9 @@
-// Copyright kvserve authors. CreateTransform (declared in pipeline/stages.h).
+// Copyright kvserve authors. CreateTransform (declared in core/stages.h).
 #include <memory>
 #include <string>
 
 #include "kvserve/profile.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 #include "transforms/affine.h"
 #include "transforms/delta.h"
 #include "transforms/hadamard.h"

@@ -4,7 +4,7 @@
 #include <memory>
 
 #include "kvserve/profile.h"
-#include "pipeline/stages.h"
+#include "core/stages.h"
 #include "transforms/affine.h"
 #include "transforms/delta.h"
 #include "transforms/hadamard.h"

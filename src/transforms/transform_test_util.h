@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/stages.h"
+#include "core/stages.h"
 
 namespace kvserve::transforms::testing {
 

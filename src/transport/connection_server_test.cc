@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "core/checksum.h"
 #include "silent_flood.h"
 #include "transport/poll_wait.h"
+#include "transport/transport_test_util.h"
 #include "transport/wire.h"
 
 namespace kvserve::transport {
@@ -161,6 +163,50 @@ TEST(AdmissionTest, PeerStallingAfterHelloDoesNotBlockOthers) {
   EXPECT_EQ(server->counters().authenticated, 10);
   EXPECT_EQ(server->counters().deadline_drops, 32);
 }
+
+// Threads of this process (/proc/self/task).
+int ThreadCount() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// UCX peers are admitted like TCP ones: 24 UCX streams (bootstrapped, so
+// past the transport's own handshake) that never send a byte wait on the
+// gate thread through their PollHandle(), not on a thread each; a client
+// with the secret is served meanwhile; the silent ones are dropped at
+// their deadline.
+class UcxAdmissionTest : public ::testing::TestWithParam<transporttest::Kind> {};
+
+TEST_P(UcxAdmissionTest, SilentUcxPeersHoldNoThreadAndAreDroppedAtTheDeadline) {
+  auto transport = transporttest::MakeTransport(GetParam());
+  ASSERT_TRUE(transport);
+  auto server = StartEcho(*transport, {.unauthenticated_deadline_seconds = 2.0});
+  ASSERT_TRUE(server);
+  std::mt19937 rng(8);
+  ASSERT_TRUE(EchoOnce(*transport, server->address(), rng).ok());  // warm: engine threads exist
+  const int threads_before = ThreadCount();
+  constexpr int kSilent = 24;
+  std::vector<std::unique_ptr<Stream>> silent;
+  for (int i = 0; i < kSilent; ++i) {
+    auto s = transport->Connect(server->address(), 5);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    silent.push_back(std::move(*s));
+  }
+  for (int i = 0; i < 100 && server->counters().accepted < kSilent + 1; ++i) SleepSeconds(0.02);
+  ASSERT_EQ(server->counters().accepted, kSilent + 1);
+  EXPECT_LT(ThreadCount(), threads_before + kSilent / 2)
+      << "silent UCX peers each hold a handshake thread";
+  ASSERT_TRUE(EchoOnce(*transport, server->address(), rng).ok());
+  for (int i = 0; i < 250 && server->counters().deadline_drops < kSilent; ++i) SleepSeconds(0.02);
+  EXPECT_EQ(server->counters().deadline_drops, kSilent);
+  EXPECT_EQ(server->counters().authenticated, 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxAdmissionTest,
+                         ::testing::Values(transporttest::Kind::kUcxTcp,
+                                           transporttest::Kind::kUcxSm),
+                         transporttest::KindName);
 
 TEST(AdmissionTest, AuthenticatedPeerBeyondMaxConnectionsIsToldTheServerIsBusy) {
   auto tcp = NewTcpTransport();

@@ -12,21 +12,15 @@
 #include <vector>
 
 #include "kvserve/transport.h"
+#include "transport/transport_test_util.h"
 #include "transport/wire.h"
 
 namespace kvserve {
 namespace {
 
-enum class Kind { kLoopback, kTcp };
-
-std::unique_ptr<Transport> MakeTransport(Kind kind, size_t buffer_bytes = 1 << 20) {
-  if (kind == Kind::kTcp) return NewTcpTransport();
-  LoopbackTransportOptions o;
-  o.buffer_bytes = buffer_bytes;
-  return NewLoopbackTransport(o);
-}
-
-std::string ListenAddress(Kind kind) { return kind == Kind::kTcp ? "127.0.0.1:0" : "server"; }
+using transporttest::Kind;
+using transporttest::ListenAddress;
+using transporttest::MakeTransport;
 
 ConnectionOptions Options(std::string secret, std::string id) {
   ConnectionOptions o;
@@ -266,27 +260,26 @@ TEST_P(ConnectionTest, InjectedFaultsBecomeClearErrors) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, ConnectionTest,
-                         ::testing::Values(Kind::kLoopback, Kind::kTcp),
-                         [](const auto& info) {
-                           return info.param == Kind::kTcp ? std::string("Tcp")
-                                                           : std::string("Loopback");
-                         });
+INSTANTIATE_TEST_SUITE_P(Transports, ConnectionTest, ::testing::ValuesIn(transporttest::AllKinds()),
+                         transporttest::KindName);
 
 // A slow consumer (reads delayed and capped through the fault wrapper)
-// bounds how far the sender can run ahead: the loopback pipe holds at most
-// its capacity, so the sender blocks instead of buffering.
-TEST(BackPressureTest, SlowConsumerBlocksTheSender) {
+// bounds how far the sender can run ahead: the loopback pipe and the UCX
+// receive window hold at most their capacity, so the sender blocks instead
+// of buffering. (TCP's bound is the kernel's socket buffers.)
+class BackPressureTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(BackPressureTest, SlowConsumerBlocksTheSender) {
   constexpr size_t kCapacity = 64 * 1024;
   constexpr size_t kMessage = 16 * 1024;
   constexpr int kCount = 48;
-  auto base = MakeTransport(Kind::kLoopback, kCapacity);
+  auto base = MakeTransport(GetParam(), kCapacity);
   FaultInjectingTransport faulty(base.get());
   FaultPlan slow;
   slow.read_delay_seconds = 0.0005;
   slow.max_read_bytes = 4096;
   faulty.SetAcceptPlan(slow);
-  Pair p = Connect(faulty, Kind::kLoopback, Options("k", "a"), Options("k", "b"));
+  Pair p = Connect(faulty, GetParam(), Options("k", "a"), Options("k", "b"));
   ASSERT_TRUE(p.client.ok() && p.server.ok());
   std::atomic<int> sent{0};
   std::thread sender([&] {
@@ -303,12 +296,20 @@ TEST(BackPressureTest, SlowConsumerBlocksTheSender) {
     ASSERT_TRUE((*p.server)->Receive(&m, 5).ok());
   }
   sender.join();
-  // Pipe capacity plus the message being written and the one being read.
+  // Capacity plus the message being written and the one being read.
   EXPECT_LE(max_ahead, static_cast<int>(kCapacity / kMessage) + 2);
 }
 
-TEST(TcpTransportTest, AddressesAreValidated) {
-  auto t = NewTcpTransport();
+INSTANTIATE_TEST_SUITE_P(Buffered, BackPressureTest,
+                         ::testing::Values(Kind::kLoopback, Kind::kUcxTcp, Kind::kUcxSm),
+                         transporttest::KindName);
+
+// TCP and UCX (whose addresses are its TCP bootstrap's) validate addresses
+// alike and report a refused connection as Unavailable.
+class AddressTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(AddressTest, AddressesAreValidated) {
+  auto t = MakeTransport(GetParam());
   EXPECT_EQ(t->Connect("nonsense", 1).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(t->Listen("127.0.0.1:99999").status().code(), StatusCode::kInvalidArgument);
   auto l = t->Listen("127.0.0.1:0");
@@ -322,6 +323,10 @@ TEST(TcpTransportTest, AddressesAreValidated) {
     EXPECT_EQ((*v6)->Address().rfind("[::1]:", 0), 0u);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Network, AddressTest,
+                         ::testing::ValuesIn(transporttest::NetworkKinds()),
+                         transporttest::KindName);
 
 }  // namespace
 }  // namespace kvserve

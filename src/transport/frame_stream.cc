@@ -7,23 +7,10 @@
 #include <vector>
 
 #include "kvserve/transport.h"
+#include "pipeline/frame_format.h"
 #include "transport/wire.h"
 
 namespace kvserve {
-
-namespace {
-
-// Frame layout constants from docs/format.md §3 and §5 (the transport splits
-// frames without depending on the pipeline library).
-constexpr size_t kFrameFixedHeader = 42;
-constexpr size_t kFrameHeaderChecksum = 8;
-constexpr uint32_t kMaxProfileBytes = 4096;
-constexpr uint32_t kMaxStateBytes = 1u << 20;
-constexpr size_t kRecordHeader = 20;
-constexpr size_t kRecordChecksum = 4;
-constexpr uint8_t kFrameMagic[4] = {'K', 'V', 'S', 'F'};
-
-}  // namespace
 
 // Splits a frame's byte stream into the header and whole records.
 class FrameSender::Splitter final : public ByteSink {
@@ -61,7 +48,9 @@ class FrameSender::Splitter final : public ByteSink {
       // Slow path: accumulate until the unit's size is known and complete.
       KVSERVE_ASSIGN_OR_RETURN(size_t need, UnitSize(buffer_));
       size_t want = need > 0 ? need - buffer_.size()
-                             : (header_done_ ? kRecordHeader : kFrameFixedHeader) - buffer_.size();
+                             : (header_done_ ? pipeline::kRecordHeaderBytes
+                                             : pipeline::kFrameFixedHeaderBytes) -
+                                   buffer_.size();
       size_t take = std::min(want, bytes.size());
       buffer_.insert(buffer_.end(), bytes.begin(), bytes.begin() + take);
       bytes = bytes.subspan(take);
@@ -78,18 +67,12 @@ class FrameSender::Splitter final : public ByteSink {
   // prefix is too short to tell.
   Result<size_t> UnitSize(std::span<const uint8_t> prefix) const {
     if (!header_done_) {
-      if (prefix.size() < kFrameFixedHeader) return size_t{0};
-      if (!std::equal(kFrameMagic, kFrameMagic + 4, prefix.begin()))
-        return Status::Corruption("frame stream: bad frame magic");
-      uint32_t profile_len = transport::GetU16(prefix.data() + 36);
-      uint32_t state_len = transport::GetU32(prefix.data() + 38);
-      if (profile_len > kMaxProfileBytes || state_len > kMaxStateBytes)
-        return Status::Corruption("frame stream: header lengths out of range");
-      return kFrameFixedHeader + profile_len + state_len + kFrameHeaderChecksum;
+      auto size = pipeline::FrameHeaderSize(prefix);
+      if (!size.ok()) return size.status().WithContext("frame stream");
+      return *size;
     }
-    if (prefix.size() < kRecordHeader) return size_t{0};
-    uint64_t size = kRecordHeader + uint64_t{transport::GetU32(prefix.data() + 16)} +
-                    kRecordChecksum;
+    const uint64_t size = pipeline::RecordSize(prefix);
+    if (size == 0) return size_t{0};
     if (size > sender_->connection_->options().max_message_bytes)
       return Status::Corruption("frame stream: record of " + std::to_string(size) +
                                 " bytes exceeds the message limit");
@@ -166,9 +149,10 @@ Result<TransferStats> FrameSender::Finish() {
   const double now = MonotonicSeconds();
   if (ack.type != kMsgFrameAck)
     return Status::Corruption("expected a frame ack, got message type " + std::to_string(ack.type));
-  KVSERVE_RETURN_IF_ERROR(transport::DecodeStatus(ack.payload).WithContext(
-      "receiver " + connection_->peer_id() + " rejected transfer " +
-      std::to_string(stats_.transfer_id)));
+  KVSERVE_RETURN_IF_ERROR(transport::DecodeStatus(ack.payload)
+                              .WithContext("receiver " + connection_->peer_id() +
+                                           " rejected transfer " +
+                                           std::to_string(stats_.transfer_id)));
   // The drain to the ack is transfer time too (the socket buffers
   // emptying), plus about one round trip. It starts at the last write, or
   // at this call when the caller waited before finishing (e.g. for the
@@ -230,9 +214,8 @@ Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& be
       continue;
     }
     if (m.type == kMsgFrameAbort) {
-      return transport::DecodeStatus(m.payload).WithContext("transfer " +
-                                                           std::to_string(stats.transfer_id) +
-                                                           " aborted by sender");
+      return transport::DecodeStatus(m.payload).WithContext(
+          "transfer " + std::to_string(stats.transfer_id) + " aborted by sender");
     }
     if (m.type == kMsgFrameEnd && m.payload.size() == 16) {
       uint64_t records = transport::GetU64(m.payload.data());

@@ -16,9 +16,12 @@
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
 #include "kvserve/transport.h"
+#include "transport/transport_test_util.h"
 
 namespace kvserve {
 namespace {
+
+using transporttest::Kind;
 
 KvCache RandomCache(std::mt19937& rng, KvShape shape) {
   KvCache cache(DType::kF32, shape);
@@ -34,19 +37,22 @@ struct Goodput {
 };
 
 struct Link {
-  std::unique_ptr<Transport> transport = NewLoopbackTransport({.buffer_bytes = 256 * 1024});
+  std::unique_ptr<Transport> transport;
   std::unique_ptr<FaultInjectingTransport> faulty;
   std::unique_ptr<Connection> sender, receiver;
 };
 
-Link MakeLink(Goodput* goodput, FaultPlan plan = {}) {
+// A sender and a receiver connection over `kind` (256 KiB of buffering:
+// loopback pipe capacity, UCX window), through a fault-injecting wrapper.
+Link MakeLink(Kind kind, Goodput* goodput, FaultPlan plan = {}) {
   Link link;
+  link.transport = transporttest::MakeTransport(kind, 256 * 1024);
   link.faulty = std::make_unique<FaultInjectingTransport>(link.transport.get());
   link.faulty->SetConnectPlan(plan);
   ConnectionOptions o;
   o.secret = "pd-secret";
   o.io_timeout_seconds = 5;
-  auto listener = link.faulty->Listen("decode");
+  auto listener = link.faulty->Listen(kind == Kind::kLoopback ? "decode" : "127.0.0.1:0");
   EXPECT_TRUE(listener.ok());
   ConnectionOptions server_options = o;
   server_options.local_id = "decode-0";
@@ -60,7 +66,7 @@ Link MakeLink(Goodput* goodput, FaultPlan plan = {}) {
     std::lock_guard<std::mutex> lock(goodput->mu);
     goodput->samples.emplace_back(std::string(peer), bytes, seconds);
   };
-  auto c = Connection::Dial(*link.faulty, "decode", o);
+  auto c = Connection::Dial(*link.faulty, (*listener)->Address(), o);
   t.join();
   EXPECT_TRUE(c.ok()) << c.status().ToString();
   if (c.ok()) link.sender = std::move(*c);
@@ -91,7 +97,9 @@ struct StreamingDecoder {
   }
 };
 
-TEST(FrameStreamTest, LayerwiseStreamDecodesLikeOneShot) {
+class FrameStreamTest : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(FrameStreamTest, LayerwiseStreamDecodesLikeOneShot) {
   std::mt19937 rng(5);
   const KvShape shape{4, 2, 96, 64};
   KvCache cache = RandomCache(rng, shape);
@@ -109,7 +117,7 @@ TEST(FrameStreamTest, LayerwiseStreamDecodesLikeOneShot) {
     ASSERT_TRUE((*dec)->Decode(frame, expected.mutable_view()).ok());
 
     Goodput goodput;
-    Link link = MakeLink(&goodput);
+    Link link = MakeLink(GetParam(), &goodput);
     ASSERT_TRUE(link.sender && link.receiver);
     StreamingDecoder sd;
     Result<TransferStats> received = Status::Internal("unset");
@@ -140,7 +148,7 @@ TEST(FrameStreamTest, LayerwiseStreamDecodesLikeOneShot) {
 
 // Splits a frame at random points (the sink must not care how Append is
 // chunked) and corrupts one record body before sending.
-TEST(FrameStreamTest, CorruptedRecordIsRefusedAndRetrySucceeds) {
+TEST_P(FrameStreamTest, CorruptedRecordIsRefusedAndRetrySucceeds) {
   std::mt19937 rng(9);
   const KvShape shape{3, 2, 64, 64};
   KvCache cache = RandomCache(rng, shape);
@@ -153,7 +161,7 @@ TEST(FrameStreamTest, CorruptedRecordIsRefusedAndRetrySucceeds) {
   ASSERT_TRUE(info.ok());
 
   Goodput goodput;
-  Link link = MakeLink(&goodput);
+  Link link = MakeLink(GetParam(), &goodput);
   FrameSender sender(link.sender.get());
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::vector<uint8_t> bytes = frame;
@@ -184,7 +192,7 @@ TEST(FrameStreamTest, CorruptedRecordIsRefusedAndRetrySucceeds) {
   }
 }
 
-TEST(FrameStreamTest, DroppedConnectionFailsBothSides) {
+TEST_P(FrameStreamTest, DroppedConnectionFailsBothSides) {
   std::mt19937 rng(13);
   const KvShape shape{2, 2, 64, 64};
   KvCache cache = RandomCache(rng, shape);
@@ -196,7 +204,7 @@ TEST(FrameStreamTest, DroppedConnectionFailsBothSides) {
     Goodput goodput;
     FaultPlan plan;
     plan.drop_after_bytes = 200 + cut;  // handshake bytes, then part of the frame
-    Link link = MakeLink(&goodput, plan);
+    Link link = MakeLink(GetParam(), &goodput, plan);
     StreamingDecoder sd;
     Result<TransferStats> received = Status::Internal("unset");
     std::thread receiver([&] { received = ReceiveFrame(*link.receiver, sd.Handler(), 5); });
@@ -211,9 +219,9 @@ TEST(FrameStreamTest, DroppedConnectionFailsBothSides) {
   }
 }
 
-TEST(FrameStreamTest, SenderAbortReachesReceiver) {
+TEST_P(FrameStreamTest, SenderAbortReachesReceiver) {
   Goodput goodput;
-  Link link = MakeLink(&goodput);
+  Link link = MakeLink(GetParam(), &goodput);
   Result<TransferStats> received = Status::Internal("unset");
   std::thread receiver([&] { received = ReceiveFrame(*link.receiver, {}, 5); });
   FrameSender sender(link.sender.get());
@@ -225,6 +233,9 @@ TEST(FrameStreamTest, SenderAbortReachesReceiver) {
   EXPECT_NE(received.status().message().find("aborted by sender"), std::string::npos);
   EXPECT_NE(received.status().message().find("encoder failed"), std::string::npos);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, FrameStreamTest,
+                         ::testing::ValuesIn(transporttest::AllKinds()), transporttest::KindName);
 
 }  // namespace
 }  // namespace kvserve

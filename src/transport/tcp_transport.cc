@@ -15,6 +15,7 @@
 
 #include "kvserve/transport.h"
 #include "transport/poll_wait.h"
+#include "transport/tcp_internal.h"
 
 namespace kvserve {
 namespace {
@@ -265,5 +266,12 @@ class TcpTransport final : public Transport {
 std::unique_ptr<Transport> NewTcpTransport(TcpTransportOptions options) {
   return std::make_unique<TcpTransport>(options);
 }
+
+namespace transport {
+int TcpStreamFd(const Stream& stream) {
+  auto* tcp = dynamic_cast<const TcpStream*>(&stream);
+  return tcp == nullptr ? -1 : tcp->PollHandle();
+}
+}  // namespace transport
 
 }  // namespace kvserve

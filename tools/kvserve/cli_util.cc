@@ -85,10 +85,6 @@ std::vector<std::string> SplitProfileList(const std::vector<std::string>& items)
   return out;
 }
 
-bool NeedsHeadScores(const Profile& profile) {
-  return profile.quantizer() == QuantizerType::kMixHQ || profile.quantizer() == QuantizerType::kDuo;
-}
-
 Result<std::unique_ptr<HeadScores>> LoadHeadScoresFor(const Profile& profile,
                                                       const std::string& path,
                                                       const KvShape& shape) {
@@ -108,31 +104,17 @@ Result<std::unique_ptr<HeadScores>> LoadHeadScoresFor(const Profile& profile,
   return std::make_unique<HeadScores>(std::move(scores));
 }
 
-std::string HumanBytes(uint64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int unit = 0;
-  while (v >= 1024.0 && unit < 4) v /= 1024.0, ++unit;
-  if (unit == 0) return fmt::format("{} B", bytes);
-  return fmt::format("{:.2f} {}", v, kUnits[unit]);
+std::string& DataDirFlag() {
+  static std::string flag;
+  return flag;
 }
 
-double GBPerSecond(uint64_t bytes, double seconds) {
-  return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0.0;
-}
+Result<std::string> DataDirectory() { return lab::FindDataDirectory(DataDirFlag()); }
 
-double RoundTripRate(double encode_rate, double decode_rate) {
-  if (encode_rate <= 0 || decode_rate <= 0) return 0.0;
-  return 1.0 / (1.0 / encode_rate + 1.0 / decode_rate);
-}
-
-std::string ShapeString(const KvShape& s) {
-  return fmt::format("{}x{}x{}x{}", s.layers, s.kv_heads, s.tokens, s.head_dim);
-}
-
-int ResolveThreads(int threads) {
-  if (threads > 0) return threads;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+Result<std::string> DefaultDataFile(const std::string& path, bool user_set) {
+  if (user_set) return path;
+  KVSERVE_ASSIGN_OR_RETURN(std::string dir, DataDirectory());
+  return lab::DataPath(dir, path);
 }
 
 }  // namespace kvserve::cli

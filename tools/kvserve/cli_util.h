@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -14,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "experiments/lab.h"
 #include "kvserve/codec.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
@@ -40,31 +40,29 @@ Result<Profile> ResolveProfile(std::string_view spec);
 // Splits each item on commas outside parentheses ("kivi-2,kivi(k=2,v=4)"
 // -> "kivi-2", "kivi(k=2,v=4)") and trims spaces; empty pieces are dropped.
 std::vector<std::string> SplitProfileList(const std::vector<std::string>& items);
-// True when the profile's quantizer reads per-head retrieval scores.
-bool NeedsHeadScores(const Profile& profile);
 // Loads `path` if non-empty. If the profile needs scores and none are given,
 // InvalidArgument with a hint on how to get a score file.
 Result<std::unique_ptr<HeadScores>> LoadHeadScoresFor(const Profile& profile,
                                                       const std::string& path,
                                                       const KvShape& shape);
 
-// "1.50 GiB", "12.0 KiB", "17 B".
-std::string HumanBytes(uint64_t bytes);
-// GB/s (1e9 bytes per second) of `bytes` processed in `seconds`.
-double GBPerSecond(uint64_t bytes, double seconds);
-// Round-trip throughput s_p = 1/(1/enc + 1/dec) of two rates.
-double RoundTripRate(double encode_rate, double decode_rate);
-// "32x8x4096x128" (layers x kv_heads x tokens x head_dim).
-std::string ShapeString(const KvShape& shape);
+// The global --data-dir option (main.cc binds it; "" when not given).
+std::string& DataDirFlag();
+// Where the default data files are: lab::FindDataDirectory(DataDirFlag()),
+// i.e. --data-dir, $KVSERVE_DATA_DIR, the current directory, the install
+// prefix, the source tree; NotFound saying how to point at them.
+Result<std::string> DataDirectory();
+// `path` when the user gave it (`user_set`), else <data directory>/`path`.
+Result<std::string> DefaultDataFile(const std::string& path, bool user_set);
 
-// Monotonic wall clock in seconds.
-inline double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Resolves a thread-count option (0 = hardware concurrency).
-int ResolveThreads(int threads);
+// Shared with the lab (experiments/lab.h).
+using lab::GBPerSecond;
+using lab::HumanBytes;
+using lab::NeedsHeadScores;
+using lab::NowSeconds;
+using lab::ResolveThreads;
+using lab::RoundTripRate;
+using lab::ShapeString;
 
 }  // namespace kvserve::cli
 

@@ -16,7 +16,7 @@
 #include "command.h"
 #include "kvserve/codec.h"
 #include "kvserve/kv_file.h"
-#include "measure.h"
+#include "kvserve/profiler.h"
 
 namespace kvserve::cli {
 namespace {
@@ -114,12 +114,13 @@ int RunEval(const EvalArgs& a) {
     if (!profile.ok()) return ReportError("eval", profile.status());
     auto scores = LoadHeadScoresFor(*profile, a.head_scores, view.shape);
     if (!scores.ok()) return ReportError("eval", scores.status());
-    MeasureOptions mo;
-    mo.threads = threads;
-    mo.repeat = a.repeat;
-    mo.head_scores = scores->get();
-    mo.progress = [&](const std::string& phase) { Progress("eval", "{}: {}", spec, phase); };
-    auto run = RunCodec(view, *profile, mo);
+    auto run = MeasureProfileCost(
+        *profile, view,
+        {.threads = threads,
+         .repeats = a.repeat,
+         .head_scores = scores->get(),
+         .keep_output = true,
+         .progress = [&](const std::string& phase) { Progress("eval", "{}: {}", spec, phase); }});
     if (!run.ok()) return ReportError("eval", run.status().WithContext(spec));
     Progress("eval", "{}: comparing", spec);
     uint64_t kept_rows = 0;
@@ -132,7 +133,7 @@ int RunEval(const EvalArgs& a) {
     }
     Row r;
     r.name = spec;
-    r.cr = static_cast<double>(run->input_bytes) / run->frame.size();
+    r.cr = run->codec.compression_ratio;
     r.enc = GBPerSecond(run->input_bytes, run->encode_seconds);
     r.dec = GBPerSecond(run->input_bytes, run->decode_seconds);
     r.sp = RoundTripRate(r.enc, r.dec);
@@ -146,7 +147,7 @@ int RunEval(const EvalArgs& a) {
     nlohmann::json j{{"name", spec},
                      {"profile", profile->ToString()},
                      {"input_bytes", run->input_bytes},
-                     {"frame_bytes", run->frame.size()},
+                     {"frame_bytes", run->frame_bytes},
                      {"compression_ratio", r.cr},
                      {"encode_gbps", r.enc},
                      {"decode_gbps", r.dec},

@@ -9,6 +9,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/model_directory.h"
 #include "kvserve/runtime.h"
 #include "prompt_input.h"
 
@@ -25,7 +26,16 @@ struct GenerateArgs {
   bool ignore_eos = false;
 };
 
-int RunGenerate(const GenerateArgs& a) {
+int RunGenerate(GenerateArgs a) {
+  if (a.model.empty()) {
+    // The shipped model of the data directory.
+    auto data = DataDirectory();
+    if (!data.ok()) return ReportError("generate", data.status().WithContext("no --model"));
+    a.model = lab::DefaultModelDirectory(lab::DataPath(*data, "models"));
+    if (a.model.empty())
+      return ReportError("generate", Status::NotFound("no --model, and no model under " +
+                                                      lab::DataPath(*data, "models")));
+  }
   const double start = NowSeconds();
   auto model = Model::Load(a.model, RuntimeOptions{a.threads});
   if (!model.ok()) return ReportError("generate", model.status());
@@ -94,7 +104,8 @@ RunFn SetupGenerate(CLI::App& sub) {
       "generation_config.json's eos ids (else config.json's). "
       "--export-kv writes the KV state after prefill; --import-kv decodes from a state written "
       "by another process, so a prefill worker and a decode worker can be separate processes.");
-  sub.add_option("-m,--model", a->model, "model directory")->required();
+  sub.add_option("-m,--model", a->model,
+                 "model directory (default: the first model under <data>/models/)");
   a->prompt.AddOptions(sub);
   sub.add_option("-n,--max-new-tokens", a->max_new_tokens, "tokens to generate")->capture_default_str();
   sub.add_option("--temperature", a->sampling.temperature, "0 = greedy")->capture_default_str();

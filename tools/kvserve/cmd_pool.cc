@@ -18,7 +18,9 @@
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
+#include "pool_cli.h"
 #include "serve_cli.h"
+#include "transport_cli.h"
 
 namespace kvserve::cli {
 namespace {
@@ -30,13 +32,10 @@ struct PoolArgs {
   std::string secret_file;
   double timeout_seconds = 30;
   uint64_t max_message_mb = 1024;
-  // serve.
+  TransportFlags transport;
+  // serve (store.backend: memory | redis | redis-cluster).
   std::string listen = "127.0.0.1:7400";
-  uint64_t budget_mb = 1024;
-  std::string backend = "memory";
-  std::string redis_host = "127.0.0.1";
-  int redis_port = 6379;
-  std::string redis_prefix = "kvserve";
+  PoolBackendFlags store{.backend = "memory"};
   double duration_seconds = 0;
   // client.
   std::string server = "127.0.0.1:7400";
@@ -44,7 +43,9 @@ struct PoolArgs {
   std::string hash_hex;
   std::string profile = "none";
   std::string file;
-  // bench.
+  // bench (bench_backend: server | memory | redis | redis-cluster).
+  std::string bench_backend = "server";
+  std::string sizes_mb;
   uint64_t bench_mb = 64;
   int count = 3;
   double shape_gbps = 0;
@@ -52,17 +53,7 @@ struct PoolArgs {
 };
 
 Result<std::string> LoadSecret(const PoolArgs& a) {
-  if (!a.secret_file.empty()) {
-    KVSERVE_ASSIGN_OR_RETURN(auto bytes, ReadBinaryFile(a.secret_file));
-    std::string s(bytes.begin(), bytes.end());
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    if (s.empty()) return Status::InvalidArgument("secret file " + a.secret_file + " is empty");
-    return s;
-  }
-  if (const char* env = std::getenv("KVSERVE_SECRET"); env != nullptr && *env != '\0')
-    return std::string(env);
-  Progress(kCommand, "warning: no --secret-file or KVSERVE_SECRET: peers are not authenticated");
-  return std::string();
+  return LoadServeSecret(kCommand, a.secret_file);
 }
 
 Result<ConnectionOptions> ConnOptions(const PoolArgs& a, std::string local_id) {
@@ -84,36 +75,25 @@ Result<uint64_t> ParseHash(const std::string& hex) {
 int RunServe(const PoolArgs& a) {
   auto options = ConnOptions(a, "kvserve-pool");
   if (!options.ok()) return ReportError(kCommand, options.status());
-  std::unique_ptr<KvPool> pool;
-  if (a.backend == "memory") {
-    pool = NewMemoryPool({.budget_bytes = a.budget_mb << 20});
-  } else if (a.backend == "redis") {
-    RedisPoolOptions ro;
-    ro.host = a.redis_host;
-    ro.port = a.redis_port;
-    ro.key_prefix = a.redis_prefix;
-    auto r = NewRedisPool(ro);
-    if (!r.ok()) return ReportError(kCommand, r.status());
-    pool = std::move(*r);
-  } else {
-    return ReportError(kCommand, Status::InvalidArgument("--backend must be memory or redis"));
-  }
+  auto pool = OpenPoolBackend(a.store);
+  if (!pool.ok()) return ReportError(kCommand, pool.status());
   // Block the stop signals before threads start so only sigwait sees them.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  auto tcp = NewTcpTransport();
+  auto transport = MakeTransport(a.transport, options->secret);
+  if (!transport.ok()) return ReportError(kCommand, transport.status());
   PoolServerOptions so;
   so.listen_address = a.listen;
   so.connection = *options;
   RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(so.admission.max_unauthenticated) +
                                    static_cast<uint64_t>(so.admission.max_connections) + 256);
-  auto server = PoolServer::Start(tcp.get(), pool.get(), so);
+  auto server = PoolServer::Start(transport->get(), pool->get(), so);
   if (!server.ok()) return ReportError(kCommand, server.status());
-  Progress(kCommand, "serving a {} pool on {} (budget {} MiB); Ctrl-C stops", a.backend,
-           (*server)->address(), a.budget_mb);
+  Progress(kCommand, "serving a {} pool on {} over {}; Ctrl-C stops", a.store.backend,
+           (*server)->address(), a.transport.kind);
   std::fflush(stdout);
   if (a.duration_seconds > 0) {
     timespec ts{static_cast<time_t>(a.duration_seconds),
@@ -125,7 +105,7 @@ int RunServe(const PoolArgs& a) {
     sigwait(&signals, &sig);
   }
   (*server)->Stop();
-  auto stats = pool->Stats();
+  auto stats = (*pool)->Stats();
   if (stats.ok())
     Progress(kCommand, "stopped: {} entries, {}, {} hits, {} misses, {} evictions, {} refused peers",
              stats->entries, HumanBytes(stats->bytes), stats->hits, stats->misses,
@@ -145,8 +125,11 @@ Result<std::unique_ptr<KvPool>> Client(const PoolArgs& a, Transport* tcp,
 }
 
 int RunClient(const std::string& op, const PoolArgs& a) {
-  auto tcp = NewTcpTransport();
-  auto pool = Client(a, tcp.get());
+  auto secret = LoadSecret(a);
+  if (!secret.ok()) return ReportError(kCommand, secret.status());
+  auto tcp = MakeTransport(a.transport, *secret);
+  if (!tcp.ok()) return ReportError(kCommand, tcp.status());
+  auto pool = Client(a, tcp->get());
   if (!pool.ok()) return ReportError(kCommand, pool.status());
   if (op == "stats") {
     auto s = (*pool)->Stats();
@@ -187,47 +170,75 @@ int RunClient(const std::string& op, const PoolArgs& a) {
   return ReportError(kCommand, Status::InvalidArgument("unknown operation " + op));
 }
 
-// Puts and gets a random value `count` times; prints the goodput of each
-// direction (bytes / request-to-reply seconds), the numbers the netns test
-// compares with the tc rate.
+// Puts and gets a random value `count` times per size; prints the goodput
+// of each direction (bytes / request-to-reply seconds), the numbers the
+// netns test compares with the tc rate and scripts/pool_cluster_bench.sh
+// compares with redis-benchmark. --backend server goes through a `pool
+// serve`; memory / redis / redis-cluster open that backend in this process.
 int RunBench(const PoolArgs& a) {
-  auto tcp = NewTcpTransport();
-  auto pool = Client(a, tcp.get());
+  std::unique_ptr<Transport> transport;
+  Result<std::unique_ptr<KvPool>> pool = Status::Internal("unset");
+  if (a.bench_backend == "server") {
+    auto secret = LoadSecret(a);
+    if (!secret.ok()) return ReportError(kCommand, secret.status());
+    auto t = MakeTransport(a.transport, *secret);
+    if (!t.ok()) return ReportError(kCommand, t.status());
+    transport = std::move(*t);
+    pool = Client(a, transport.get());
+  } else {
+    PoolBackendFlags store = a.store;
+    store.backend = a.bench_backend;
+    pool = OpenPoolBackend(store);
+  }
   if (!pool.ok()) return ReportError(kCommand, pool.status());
-  std::vector<uint8_t> value(a.bench_mb << 20);
+  std::vector<uint64_t> sizes;
+  for (const std::string& s : SplitList(a.sizes_mb)) sizes.push_back(std::stoull(s) << 20);
+  if (sizes.empty()) sizes.push_back(a.bench_mb << 20);
+  std::vector<uint8_t> value(*std::max_element(sizes.begin(), sizes.end()));
   std::mt19937_64 rng(1);
   for (size_t i = 0; i + 8 <= value.size(); i += 8) {
     uint64_t r = rng();
     std::memcpy(value.data() + i, &r, 8);
   }
-  std::vector<double> put_gbps, get_gbps;
-  std::vector<uint8_t> got;
-  for (int i = 0; i < a.count; ++i) {
-    PoolKey key{"bench", static_cast<uint64_t>(i), "none"};
-    double t0 = NowSeconds();
-    Status s = (*pool)->Put(key, value);
-    double t1 = NowSeconds();
-    if (s.ok()) s = (*pool)->Get(key, &got);
-    double t2 = NowSeconds();
-    if (s.ok()) s = (*pool)->Delete(key);
-    if (!s.ok()) return ReportError(kCommand, s);
-    put_gbps.push_back(BytesPerSecondToGbps(value.size() / (t1 - t0)));
-    get_gbps.push_back(BytesPerSecondToGbps(value.size() / (t2 - t1)));
-    Progress(kCommand, "round {}: put {:.3f} Gbps, get {:.3f} Gbps", i, put_gbps.back(),
-             get_gbps.back());
-  }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  if (a.json) {
-    fmt::print("{{\"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, \"put_gbps\": {:.4f}, "
-               "\"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, \"get_gbps_max\": {:.4f}}}\n",
-               value.size(), a.count, a.shape_gbps, median(put_gbps), median(get_gbps),
-               *std::max_element(put_gbps.begin(), put_gbps.end()),
-               *std::max_element(get_gbps.begin(), get_gbps.end()));
-  } else {
-    fmt::print("put_gbps {:.4f}\nget_gbps {:.4f}\n", median(put_gbps), median(get_gbps));
+  for (uint64_t bytes : sizes) {
+    const std::span<const uint8_t> frame(value.data(), bytes);
+    std::vector<double> put_gbps, get_gbps;
+    std::vector<uint8_t> got;
+    for (int i = 0; i < a.count; ++i) {
+      PoolKey key{"bench", static_cast<uint64_t>(i), "none"};
+      double t0 = NowSeconds();
+      Status s = (*pool)->Put(key, frame);
+      double t1 = NowSeconds();
+      if (s.ok()) s = (*pool)->Get(key, &got);
+      double t2 = NowSeconds();
+      if (s.ok() && (got.size() != bytes || std::memcmp(got.data(), frame.data(), bytes) != 0))
+        s = Status::Corruption("the pool returned other bytes than were stored");
+      if (s.ok()) s = (*pool)->Delete(key);
+      if (!s.ok()) return ReportError(kCommand, s);
+      put_gbps.push_back(BytesPerSecondToGbps(bytes / (t1 - t0)));
+      get_gbps.push_back(BytesPerSecondToGbps(bytes / (t2 - t1)));
+      if (!a.json)
+        Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps", bytes >> 20, i,
+                 put_gbps.back(), get_gbps.back());
+    }
+    if (a.json) {
+      // Gbps (1e9 bit/s) and GB/s (1e9 byte/s) of the medians and maxima.
+      fmt::print("{{\"backend\": \"{}\", \"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, "
+                 "\"put_gbps\": {:.4f}, \"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, "
+                 "\"get_gbps_max\": {:.4f}, \"put_GBps\": {:.4f}, \"get_GBps\": {:.4f}}}\n",
+                 a.bench_backend, bytes, a.count, a.shape_gbps, median(put_gbps),
+                 median(get_gbps), *std::max_element(put_gbps.begin(), put_gbps.end()),
+                 *std::max_element(get_gbps.begin(), get_gbps.end()), median(put_gbps) / 8,
+                 median(get_gbps) / 8);
+    } else {
+      fmt::print("{} MiB: put_gbps {:.4f} get_gbps {:.4f}\n", bytes >> 20, median(put_gbps),
+                 median(get_gbps));
+    }
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -241,21 +252,19 @@ RunFn SetupPool(CLI::App& sub) {
       "KVSERVE_SECRET. docs/transport.md describes the protocol.");
   sub.require_subcommand(1);
   auto common = [a](CLI::App* c) {
-    c->add_option("--secret-file", a->secret_file, "File holding the shared secret");
-    c->add_option("--timeout", a->timeout_seconds, "I/O idle timeout, seconds")->capture_default_str();
+    AddConnectionFlags(c, &a->transport, &a->secret_file, &a->timeout_seconds);
     c->add_option("--max-message-mb", a->max_message_mb, "Largest message accepted, MiB")
         ->capture_default_str();
   };
   auto serve = sub.add_subcommand("serve", "Run a pool server until SIGINT/SIGTERM");
   common(serve);
   serve->add_option("--listen", a->listen, "host:port to listen on")->capture_default_str();
-  serve->add_option("--budget-mb", a->budget_mb, "Byte budget of the memory backend, MiB")
+  serve->add_option("--budget-mb", a->store.budget_mb, "Byte budget of the memory backend, MiB")
       ->capture_default_str();
-  serve->add_option("--backend", a->backend, "memory or redis")->capture_default_str();
-  serve->add_option("--redis-host", a->redis_host, "Redis host")->capture_default_str();
-  serve->add_option("--redis-port", a->redis_port, "Redis port")->capture_default_str();
-  serve->add_option("--redis-prefix", a->redis_prefix, "Key namespace in Redis")
+  serve->add_option("--backend", a->store.backend, "memory | redis | redis-cluster")
+      ->check(CLI::IsMember({"memory", "redis", "redis-cluster"}))
       ->capture_default_str();
+  AddRedisFlags(serve, &a->store);
   serve->add_option("--duration", a->duration_seconds, "Stop after this many seconds (0: never)");
   std::vector<std::pair<std::string, CLI::App*>> ops;
   for (const char* op : {"put", "get", "delete", "lookup", "stats"}) {
@@ -276,11 +285,18 @@ RunFn SetupPool(CLI::App& sub) {
   auto bench = sub.add_subcommand("bench", "Measure put/get goodput to a pool server");
   common(bench);
   bench->add_option("--server", a->server, "Pool server host:port")->capture_default_str();
+  bench->add_option("--backend", a->bench_backend,
+                    "server (a `pool serve` at --server) or a backend opened here: memory | "
+                    "redis | redis-cluster")
+      ->check(CLI::IsMember({"server", "memory", "redis", "redis-cluster"}))
+      ->capture_default_str();
+  AddRedisFlags(bench, &a->store);
   bench->add_option("--mb", a->bench_mb, "Value size, MiB")->capture_default_str();
+  bench->add_option("--sizes-mb", a->sizes_mb, "Value sizes, MiB, comma-separated (overrides --mb)");
   bench->add_option("--count", a->count, "Rounds (the median is printed)")->capture_default_str();
   bench->add_option("--shape-gbps", a->shape_gbps,
                     "Token-bucket shaping of what this client sends, Gbps (0: off)");
-  bench->add_flag("--json", a->json, "One JSON line");
+  bench->add_flag("--json", a->json, "One JSON line per size");
   return [a, serve, bench, ops]() -> int {
     if (serve->parsed()) return RunServe(*a);
     if (bench->parsed()) return RunBench(*a);

@@ -1,696 +1,79 @@
 // Copyright kvserve authors. `kvserve profile`: the offline profiler (paper
-// §5.2). Searches the strategy space for the profiles that maximise the
-// compression ratio under a quality floor on one workload, stores every
-// evaluation in a results database (resumable), and writes the Pareto
-// profile table the controller reads. Also generates recorded ground truth
-// (--generate-ground-truth) and the ablation / comparison report (--report).
-//
-// Quality: with --model DIR and an eval workload, the task evaluator
-// (TaskEvaluator over kvserve quality's QualityEvaluator); with synthetic or
-// --kv caches, the reconstruction proxy, and every output says so.
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
-#include <algorithm>
+// §5.2; experiments/profiling.h runs it). Writes the Pareto profile table
+// the controller reads (--out), recorded ground truth
+// (--generate-ground-truth) or the ablation / comparison report (--report).
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
 #include "command.h"
-#include "kvserve/kv_file.h"
-#include "kvserve/profiler.h"
+#include "experiments/profiling.h"
 
 namespace kvserve::cli {
 namespace {
 
 constexpr std::string_view kCommand = "profile";
 
-struct ProfileArgs {
-  std::string model = "synthetic";
-  std::string workload;
-  double quality_min = 0.97;
-  int budget = 80;
+struct ProfileCommand {
+  lab::ProfileRunOptions o;
   std::string out;
-  std::string space = "configs/strategy_space.json";
-  std::string db = "kvserve-profile.db";
-  std::string kv;
-  std::string head_scores;
-  std::vector<std::string> ground_truth;
-  std::string searcher = "bayes";
-  uint64_t seed = 1;
   std::string generate_ground_truth;
   std::string report;
-  std::string tables_dir;
-  std::string unseen = "synth-unseen";
-  int seeds = 10;
-  // Task mode (--model is a model directory).
-  int samples = 100;
-  uint64_t sample_seed = 0;
-  std::string cache_dir = ".cache/kvserve-quality";
-  std::string eval_dir = "data/eval";
-  std::string mix = "qa,math,code,prose";
-  int codec_kv_tokens = 1024;
-  int threads = 0;
+  CLI::Option* space_option = nullptr;
+  CLI::Option* eval_dir_option = nullptr;
 };
 
-// The KV cache (and head scores) quality and CR are measured on.
-struct KvSource {
-  KvCache kv;
-  HeadScores scores;
-  std::string description;
-  std::string sample_set;
-};
-
-Result<KvSource> LoadKvSource(const ProfileArgs& a, const std::string& workload) {
-  KvSource s;
-  if (!a.kv.empty()) {
-    KvFileMetadata meta;
-    auto kv = LoadKvFile(a.kv, &meta);
-    if (!kv.ok()) return kv.status();
-    s.kv = std::move(*kv);
-    s.description = "KV file " + a.kv + (meta["synthetic"] == "true" ? " (synthetic)" : "");
-    s.sample_set = "kv:" + a.kv;
-  } else {
-    auto options = SynthWorkloadOptions(workload);
-    if (!options.ok()) {
-      return Status::InvalidArgument(
-          options.status().message() +
-          "; the task evaluator is not built yet: pass --kv FILE (e.g. from `kvserve kv-dump`) "
-          "or --ground-truth FILE");
-    }
-    auto kv = SynthesizeKv(*options);
-    if (!kv.ok()) return kv.status();
-    s.kv = std::move(*kv);
-    s.description = fmt::format("synthetic KV ({}: {} bf16, seed {})", workload,
-                                ShapeString(options->shape), options->seed);
-    s.sample_set = fmt::format("synth:{}:seed={}", workload, options->seed);
-  }
-  if (!a.head_scores.empty()) {
-    auto scores = HeadScores::Load(a.head_scores);
-    if (!scores.ok()) return scores.status();
-    s.scores = std::move(*scores);
-  } else {
-    s.scores = SynthesizeHeadScores(s.kv.shape().layers, s.kv.shape().kv_heads, 1);
-  }
-  return s;
-}
-
-Status WriteText(const std::string& path, const std::string& text) {
-  return WriteBinaryFile(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
-}
-
-// The table JSON with provenance fields (ignored by ProfileTable::FromJson).
-std::string LabelledTableJson(const ProfileTable& table, const std::string& quality_kind,
-                              const std::string& provenance) {
-  nlohmann::json doc = nlohmann::json::parse(table.ToJson());
-  nlohmann::ordered_json out;
-  out["format"] = doc["format"];
-  out["version"] = doc["version"];
-  out["quality_kind"] = quality_kind;
-  out["comment"] = provenance;
-  out["workloads"] = doc["workloads"];
-  out["profiles"] = doc["profiles"];
-  return out.dump(2) + "\n";
-}
-
-struct SearchOutcome {
-  SearchTrace trace;
-  std::vector<Candidate> candidates;
-  int reused = 0;
-};
-
-// Runs one search with live progress and returns the trace.
-Result<SearchOutcome> RunSearch(const ProfileArgs& a, std::vector<Candidate> candidates,
-                                Evaluator& inner, ResultsDb* db, const std::string& workload,
-                                const std::string& sample_set, bool verbose) {
-  SearchOutcome out;
-  out.candidates = std::move(candidates);
-  std::unique_ptr<Evaluator> cached;
-  Evaluator* evaluator = &inner;
-  if (db != nullptr) {
-    cached = MakeCachingEvaluator(&inner, db, {a.model, workload, "", sample_set, ""}, &out.reused);
-    evaluator = cached.get();
-  }
-  std::unique_ptr<Searcher> searcher;
-  if (a.searcher == "bayes") {
-    searcher = MakeBayesSearcher();
-  } else if (a.searcher == "random") {
-    searcher = MakeRandomSearcher();
-  } else if (a.searcher == "exhaustive") {
-    searcher = MakeExhaustiveSearcher();
-  } else {
-    return Status::InvalidArgument("--searcher must be bayes, random or exhaustive");
-  }
-  SearchProblem problem{out.candidates, a.quality_min, a.budget, a.seed};
-  const double start = NowSeconds();
-  ProgressFn progress;
-  if (verbose) {
-    progress = [&](const SearchProgress& p) {
-      Progress(kCommand,
-               "iter {:>3}/{}  q={:.4f} {}  best feasible CR {:.2f}  evaluations saved {}  "
-               "remaining {}  {:.1f} s  {}",
-               p.iteration, a.budget, p.quality, p.feasible ? "feasible  " : "infeasible",
-               p.best_feasible_cr, out.reused, p.remaining, NowSeconds() - start,
-               out.candidates[p.candidate].profile.ToString());
-    };
-  }
-  auto trace = searcher->Search(problem, *evaluator, progress);
-  if (!trace.ok()) return trace.status();
-  out.trace = std::move(*trace);
-  return out;
-}
-
-// Candidates with measured codec metrics, cached in the database.
-Result<std::vector<Candidate>> MeasureCandidates(const ProfileArgs& a, const StrategySpace& space,
-                                                 const KvView& kv, const HeadScores* scores,
-                                                 const std::string& sample_set, ResultsDb* db,
-                                                 const std::string& workload) {
-  auto meter = MakeKvCodecMeter(kv, scores, 1);
-  std::vector<Candidate> out;
-  int measured = 0, stored = 0;
-  const double start = NowSeconds();
-  for (const Profile& p : space.profiles()) {
-    EvaluationKey key{a.model, workload, p.ToString(), sample_set, "codec"};
-    auto row = db->Get(key);
-    if (row.ok() && row->codec) {
-      out.push_back({p, *row->codec});
-      ++stored;
-      continue;
-    }
-    auto m = meter->Measure(p);
-    if (!m.ok()) return m.status().WithContext(p.ToString());
-    KVSERVE_RETURN_IF_ERROR(db->PutCodec(key, *m));
-    out.push_back({p, *m});
-    if (++measured % 250 == 0) {
-      Progress(kCommand, "codec metrics: {} measured, {} from the database, {} / {} ({:.0f} s)",
-               measured, stored, out.size(), space.size(), NowSeconds() - start);
-    }
-  }
-  Progress(kCommand, "codec metrics: {} measured, {} from the database", measured, stored);
-  return out;
-}
-
-std::vector<TableEntry> FeasibleEntries(const SearchOutcome& s, const std::string& workload) {
-  std::vector<TableEntry> entries;
-  for (const SearchObservation& o : s.trace.observations) {
-    TableEntry e;
-    e.profile = s.candidates[o.candidate].profile;
-    e.codec = s.candidates[o.candidate].codec;
-    e.quality[workload] = o.quality.quality;
-    entries.push_back(std::move(e));
-  }
-  return entries;
-}
-
-int RunGenerate(const ProfileArgs& a) {
-  auto space = StrategySpace::Load(a.space);
+int RunProfileCommand(ProfileCommand& a) {
+  auto space = DefaultDataFile(a.o.space.empty() ? "configs/strategy_space.json" : a.o.space,
+                               a.space_option->count() > 0);
   if (!space.ok()) return ReportError(kCommand, space.status());
-  auto source = LoadKvSource(a, a.workload);
-  if (!source.ok()) return ReportError(kCommand, source.status());
-  Progress(kCommand, "ground truth for {}: {} configurations on {}; quality = {}", a.workload,
-           space->size(), source->description, kReconstructionProxyLabel);
-  const double start = NowSeconds();
-  auto truth = GenerateGroundTruth(
-      *space, source->kv.view(), &source->scores, a.workload,
-      fmt::format("{}; space {}; threads 1; command: kvserve profile --generate-ground-truth",
-                  source->description, a.space),
-      [&](int done, int total) {
-        if (done % 250 == 0 || done == total) {
-          Progress(kCommand, "{} / {} ({:.0f} s)", done, total, NowSeconds() - start);
-        }
-      });
-  if (!truth.ok()) return ReportError(kCommand, truth.status());
-  if (Status s = WriteText(a.generate_ground_truth, truth->ToJson()); !s.ok()) {
-    return ReportError(kCommand, s);
+  a.o.space = *space;
+  if (a.eval_dir_option->count() > 0) {
+    // as given
+  } else if (auto data = DataDirectory(); data.ok()) {
+    a.o.eval_dir = lab::DataPath(*data, "data/eval");
+  } else {
+    a.o.eval_dir = "data/eval";
   }
-  const int best = truth->BestFeasible(a.quality_min);
-  Progress(kCommand, "wrote {}; best at quality >= {}: {} (CR {:.3f})", a.generate_ground_truth,
-           a.quality_min, best >= 0 ? truth->rows[best].spec : "none",
-           best >= 0 ? truth->rows[best].codec.compression_ratio : 0.0);
-  return 0;
-}
-
-
-// --- Task mode: --model is a model directory and --workload an eval set (or
-// "unified": the equal mix of --mix). Quality is the task evaluator's.
-
-bool IsModelDir(const std::string& model) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(std::filesystem::path(model) / "config.json", ec);
-}
-
-std::vector<std::string> SplitWords(const std::string& list) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : list + ",") {
-    if (c == ',' || c == ' ') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
+  const lab::Progress progress = [](const std::string& line) { Progress(kCommand, "{}", line); };
+  if (!a.generate_ground_truth.empty()) {
+    auto truth = lab::GenerateGroundTruthRun(a.o, progress);
+    if (!truth.ok()) return ReportError(kCommand, truth.status());
+    if (Status s = lab::WriteTextFile(a.generate_ground_truth, truth->ToJson()); !s.ok())
+      return ReportError(kCommand, s);
+    Progress(kCommand, "wrote {}", a.generate_ground_truth);
+    return 0;
   }
-  return out;
-}
-
-// One workload of a task search: its evaluator, caching wrapper and the real
-// KV its cheap metrics are measured on.
-struct TaskPart {
-  std::string workload;
-  std::unique_ptr<TaskEvaluator> evaluator;
-  std::unique_ptr<Evaluator> cached;  // results database in front of `evaluator`
-  std::vector<Candidate> candidates;
-  std::string codec_kv;
-};
-
-int RunTaskProfile(const ProfileArgs& a) {
-  if (a.workload.empty() || a.out.empty()) {
-    return ReportError(kCommand, Status::InvalidArgument("--workload and --out are required"));
-  }
-  auto db = ResultsDb::Open(a.db);
-  if (!db.ok()) return ReportError(kCommand, db.status());
-  auto space = StrategySpace::Load(a.space);
-  if (!space.ok()) return ReportError(kCommand, space.status());
-  auto quality = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
-  if (!quality.ok()) return ReportError(kCommand, quality.status());
-  const ModelConfig& config = (*quality)->model().config();
-
-  // Head scores for mixhq/duo: --head-scores, else <model>/head_scores.json.
-  std::string scores_path = a.head_scores;
-  if (scores_path.empty()) {
-    const auto fallback = std::filesystem::path(a.model) / "head_scores.json";
+  if (!a.report.empty()) {
+    auto report = lab::RunProfilingReport(a.o, progress);
+    if (!report.ok()) return ReportError(kCommand, report.status());
+    const std::filesystem::path dir(a.o.tables_dir.empty() ? "." : a.o.tables_dir);
     std::error_code ec;
-    if (std::filesystem::is_regular_file(fallback, ec)) scores_path = fallback.string();
-  }
-  std::optional<HeadScores> scores;
-  if (!scores_path.empty()) {
-    auto s = HeadScores::Load(scores_path);
-    if (!s.ok()) return ReportError(kCommand, s.status());
-    if (s->layers != config.layers || s->kv_heads != config.kv_heads) {
-      return ReportError(kCommand, Status::InvalidArgument(fmt::format(
-                                       "head scores {} are for {} x {} heads, the model has {} x {}",
-                                       scores_path, s->layers, s->kv_heads, config.layers,
-                                       config.kv_heads)));
+    std::filesystem::create_directories(dir, ec);
+    for (const auto& [workload, json] : report->tables) {
+      const std::string path = (dir / (workload + ".json")).string();
+      if (Status s = lab::WriteTextFile(path, json); !s.ok()) return ReportError(kCommand, s);
     }
-    scores = std::move(*s);
+    if (Status s = lab::WriteTextFile(a.report, report->markdown); !s.ok())
+      return ReportError(kCommand, s);
+    Progress(kCommand, "wrote {} and {} tables in {}", a.report, report->tables.size(),
+             dir.string());
+    return 0;
   }
-  std::vector<Profile> profiles;
-  int dropped = 0;
-  for (const Profile& p : space->profiles()) {
-    if (!scores && NeedsHeadScores(p)) {
-      ++dropped;
-      continue;
-    }
-    profiles.push_back(p);
-  }
-  if (dropped > 0) {
-    Progress(kCommand, "no head scores ({}/head_scores.json or --head-scores): {} mixhq/duo "
-             "configurations left out", a.model, dropped);
-  }
-  auto usable = StrategySpace::FromProfiles(profiles);
-  if (!usable.ok()) return ReportError(kCommand, usable.status());
-
-  const bool unified = a.workload == "unified";
-  const std::vector<std::string> names = unified ? SplitWords(a.mix) : std::vector{a.workload};
-  if (names.empty()) return ReportError(kCommand, Status::InvalidArgument("--mix is empty"));
-  TaskEvaluatorOptions options;
-  options.samples = a.samples;
-  options.seed = a.sample_seed;
-  options.cache_dir = a.cache_dir;
-  options.head_scores = scores ? &*scores : nullptr;
-  std::vector<TaskPart> parts;
-  for (const std::string& w : names) {
-    auto path = ResolveWorkloadPath(w, a.eval_dir);
-    if (!path.ok()) return ReportError(kCommand, path.status());
-    auto samples = LoadWorkload(*path);
-    if (!samples.ok()) return ReportError(kCommand, samples.status());
-    TaskPart part;
-    part.workload = w;
-    auto ev = TaskEvaluator::Create(quality->get(), w, std::move(*samples), options);
-    if (!ev.ok()) return ReportError(kCommand, ev.status());
-    part.evaluator = std::move(*ev);
-    auto kv = part.evaluator->CodecKv(a.codec_kv_tokens, &part.codec_kv);
-    if (!kv.ok()) return ReportError(kCommand, kv.status());
-    Progress(kCommand, "workload {}: {} ({} samples scored per evaluation); codec metrics on {}", w,
-             *path, part.evaluator->samples_scored(), part.codec_kv);
-    const std::string codec_set = fmt::format("realkv:{}:tokens={}", part.evaluator->sample_set(),
-                                              kv->shape().tokens);
-    auto c = MeasureCandidates(a, *usable, kv->view(), options.head_scores, codec_set, db->get(), w);
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    part.candidates = std::move(*c);
-    part.cached = MakeCachingEvaluator(part.evaluator.get(), db->get(),
-                                       {a.model, w, "", part.evaluator->sample_set(), ""});
-    parts.push_back(std::move(part));
-  }
-  // Candidates: a unified search sees the mean codec metrics of its parts.
-  std::vector<Candidate> candidates = parts.front().candidates;
-  if (unified) {
-    for (size_t i = 0; i < candidates.size(); ++i) {
-      CodecMetrics m{};
-      for (const TaskPart& p : parts) {
-        m.compression_ratio += p.candidates[i].codec.compression_ratio / parts.size();
-        m.encode_bytes_per_second += p.candidates[i].codec.encode_bytes_per_second / parts.size();
-        m.decode_bytes_per_second += p.candidates[i].codec.decode_bytes_per_second / parts.size();
-      }
-      candidates[i].codec = m;
-    }
-  }
-  std::vector<Evaluator*> cached_parts;
-  for (TaskPart& p : parts) cached_parts.push_back(p.cached.get());
-  MixedEvaluator mixed(cached_parts);
-  // A single workload goes straight to its evaluator (RunSearch caches it);
-  // the mix reads every part through the database, so evaluations shared
-  // with the per-workload searches are never paid twice.
-  Evaluator& evaluator = unified ? static_cast<Evaluator&>(mixed) : *parts.front().evaluator;
-  const std::string sample_set =
-      (unified ? "mix=" + a.mix + ";" : std::string()) + parts.front().evaluator->sample_set();
-  const std::string quality_kind = fmt::format(
-      "task: relative quality vs none (exact-match ratio; perplexity ratio for perplexity "
-      "workloads) on {} samples per workload (seed {}), model {}, 95% paired bootstrap CI",
-      parts.front().evaluator->samples_scored(), a.sample_seed, a.model);
-  Progress(kCommand, "quality evaluator: {}", evaluator.name());
-  Progress(kCommand, "{} search, workload {}, quality >= {}, budget {}, seed {}, db {}",
-           a.searcher, a.workload, a.quality_min, a.budget, a.seed, a.db);
-  auto outcome = RunSearch(a, std::move(candidates), evaluator, db->get(), a.workload, sample_set,
-                           true);
-  if (!outcome.ok()) return ReportError(kCommand, outcome.status());
-  const SearchTrace& trace = outcome->trace;
-  Progress(kCommand, "stopped: {}; {} evaluations ({} from the database), {} feasible",
-           trace.stop_reason, trace.observations.size(), outcome->reused, trace.Feasible().size());
-  if (trace.best_feasible < 0) {
-    return ReportError(kCommand, Status::NotFound("no feasible profile found"));
-  }
-  const Candidate& best = outcome->candidates[trace.best_feasible];
-  Progress(kCommand, "best feasible: {} (CR {:.3f})", best.profile.ToString(),
-           best.codec.compression_ratio);
-  std::vector<TableEntry> entries = FeasibleEntries(*outcome, a.workload);
-  if (unified) {
-    // Every row also carries each part's quality (answered by the database).
-    for (TableEntry& e : entries) {
-      for (TaskPart& p : parts) {
-        auto q = p.cached->Evaluate(e.profile);
-        if (!q.ok()) return ReportError(kCommand, q.status());
-        e.quality[p.workload] = q->quality;
-      }
-    }
-  }
-  auto table = BuildParetoTable(entries, a.workload, a.quality_min);
-  if (!table.ok()) return ReportError(kCommand, table.status());
-  std::string kv_text;
-  for (const TaskPart& p : parts) kv_text += (kv_text.empty() ? "" : "; ") + p.codec_kv;
-  const std::string provenance = fmt::format(
-      "kvserve profile --model {} --workload {}{}: {} search, quality >= {}, budget {}, seed {}; "
-      "{} evaluations; quality: {} ({}). CR and codec throughputs: CPU, 1 thread, measured on "
-      "real prefilled KV ({}).",
-      a.model, a.workload, unified ? " --mix " + a.mix : "", a.searcher, a.quality_min, a.budget,
-      a.seed, trace.observations.size(), evaluator.name(), quality_kind, kv_text);
-  if (Status s = WriteText(a.out, LabelledTableJson(*table, quality_kind, provenance)); !s.ok()) {
-    return ReportError(kCommand, s);
-  }
-  Progress(kCommand, "wrote {} ({} Pareto profiles)", a.out, table->size() - 1);
-  return 0;
-}
-
-int RunProfile(const ProfileArgs& a) {
-  if (!a.generate_ground_truth.empty()) return RunGenerate(a);
-  if (a.kv.empty() && a.ground_truth.empty() && IsModelDir(a.model)) return RunTaskProfile(a);
-  if (a.workload.empty() || a.out.empty()) {
+  if (a.o.workload.empty() || a.out.empty())
     return ReportError(kCommand, Status::InvalidArgument("--workload and --out are required"));
-  }
-  auto db = ResultsDb::Open(a.db);
-  if (!db.ok()) return ReportError(kCommand, db.status());
-
-  std::vector<GroundTruth> truths;
-  for (const std::string& path : a.ground_truth) {
-    auto t = GroundTruth::Load(path);
-    if (!t.ok()) return ReportError(kCommand, t.status());
-    truths.push_back(std::move(*t));
-  }
-  std::vector<Candidate> candidates;
-  std::vector<std::unique_ptr<Evaluator>> owned_parts;  // before `evaluator`: it points at them
-  std::unique_ptr<Evaluator> evaluator;
-  std::string quality_kind, sample_set, source_text;
-  std::optional<KvSource> source;
-  if (!truths.empty()) {
-    auto c = truths.front().Candidates();
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    candidates = std::move(*c);
-    quality_kind = truths.front().quality_kind;
-    if (truths.size() == 1) {
-      evaluator = truths.front().MakeEvaluator();
-      sample_set = "ground-truth:" + truths.front().workload;
-    } else {
-      // Mixed workload: average quality; codec metrics averaged too.
-      for (const GroundTruth& t : truths) owned_parts.push_back(t.MakeEvaluator());
-      std::vector<Evaluator*> parts;
-      for (auto& p : owned_parts) parts.push_back(p.get());
-      evaluator = std::make_unique<MixedEvaluator>(std::move(parts));
-      sample_set = "ground-truth-mix";
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        CodecMetrics m{};
-        for (const GroundTruth& t : truths) {
-          if (t.rows.size() != candidates.size() || t.rows[i].spec != truths.front().rows[i].spec) {
-            return ReportError(kCommand,
-                               Status::InvalidArgument("ground truths cover different spaces"));
-          }
-          m.compression_ratio += t.rows[i].codec.compression_ratio / truths.size();
-          m.encode_bytes_per_second += t.rows[i].codec.encode_bytes_per_second / truths.size();
-          m.decode_bytes_per_second += t.rows[i].codec.decode_bytes_per_second / truths.size();
-        }
-        candidates[i].codec = m;
-      }
-    }
-    source_text = "recorded ground truth " + fmt::format("{}", fmt::join(a.ground_truth, ", "));
-  } else {
-    auto space = StrategySpace::Load(a.space);
-    if (!space.ok()) return ReportError(kCommand, space.status());
-    auto s = LoadKvSource(a, a.workload);
-    if (!s.ok()) return ReportError(kCommand, s.status());
-    source = std::move(*s);
-    Progress(kCommand, "space {}: {} configurations; KV: {}", a.space, space->size(),
-             source->description);
-    auto c = MeasureCandidates(a, *space, source->kv.view(), &source->scores, source->sample_set,
-                               db->get(), a.workload);
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    candidates = std::move(*c);
-    evaluator = MakeReconstructionProxyEvaluator(source->kv.view(), &source->scores);
-    quality_kind = std::string(kReconstructionProxyLabel);
-    sample_set = source->sample_set;
-    source_text = source->description;
-  }
-  if (evaluator->is_proxy()) {
-    Progress(kCommand, "quality evaluator: {} ({}) -- NOT task quality", evaluator->name(),
-             quality_kind);
-  }
-  Progress(kCommand, "{} search, workload {}, quality >= {}, budget {}, seed {}, db {}",
-           a.searcher, a.workload, a.quality_min, a.budget, a.seed, a.db);
-  auto outcome = RunSearch(a, std::move(candidates), *evaluator, db->get(), a.workload,
-                           sample_set, true);
-  if (!outcome.ok()) return ReportError(kCommand, outcome.status());
-  const SearchTrace& trace = outcome->trace;
-  Progress(kCommand, "stopped: {}; {} evaluations ({} from the database), {} feasible",
-           trace.stop_reason, trace.observations.size(), outcome->reused, trace.Feasible().size());
-  if (trace.best_feasible < 0) {
-    return ReportError(kCommand, Status::NotFound("no feasible profile found"));
-  }
-  const Candidate& best = outcome->candidates[trace.best_feasible];
-  Progress(kCommand, "best feasible: {} (CR {:.3f})", best.profile.ToString(),
-           best.codec.compression_ratio);
-  std::vector<TableEntry> entries = FeasibleEntries(*outcome, a.workload);
-  auto table = BuildParetoTable(entries, a.workload, a.quality_min);
-  if (!table.ok()) return ReportError(kCommand, table.status());
-  const std::string provenance = fmt::format(
-      "kvserve profile: {} search, quality >= {}, budget {}, seed {}; {} evaluations; source: {}. "
-      "Quality: {}. Codec throughputs: CPU, 1 thread.",
-      a.searcher, a.quality_min, a.budget, a.seed, trace.observations.size(), source_text,
-      quality_kind);
-  if (Status s = WriteText(a.out, LabelledTableJson(*table, quality_kind, provenance)); !s.ok()) {
+  auto result = lab::RunProfileSearch(a.o, progress);
+  if (!result.ok()) return ReportError(kCommand, result.status());
+  if (Status s = lab::WriteTextFile(a.out, result->table_json); !s.ok())
     return ReportError(kCommand, s);
-  }
-  Progress(kCommand, "wrote {} ({} Pareto profiles)", a.out, table->size() - 1);
-  return 0;
-}
-
-// --report: ablation over seeds, per-workload and unified tables, and the
-// comparison with kivi-2 and cachegen (the analog of the paper's Table 1).
-int RunReport(const ProfileArgs& a) {
-  std::vector<GroundTruth> truths;
-  for (const std::string& path : a.ground_truth) {
-    auto t = GroundTruth::Load(path);
-    if (!t.ok()) return ReportError(kCommand, t.status());
-    truths.push_back(std::move(*t));
-  }
-  if (truths.empty()) {
-    return ReportError(kCommand, Status::InvalidArgument("--report needs --ground-truth files"));
-  }
-  const double start = NowSeconds();
-  std::string md;
-  md += fmt::format(
-      "Generated by `scripts/profiling_report.sh` (`kvserve profile --report`), quality floor "
-      "{}, budget {}, seeds 1..{}. Quality is **{}** on synthetic KV caches (not task "
-      "accuracy); CR and codec speed are measured by encoding those caches.\n\n",
-      a.quality_min, a.budget, a.seeds, truths.front().quality_kind);
-  md += "### Ground truth\n\n| workload | configurations | feasible | optimum (max CR feasible) | CR |\n"
-        "| --- | --- | --- | --- | --- |\n";
-  for (const GroundTruth& t : truths) {
-    int feasible = 0;
-    for (const auto& r : t.rows) feasible += r.quality >= a.quality_min;
-    const int best = t.BestFeasible(a.quality_min);
-    md += fmt::format("| {} | {} | {} | `{}` | {:.3f} |\n", t.workload, t.rows.size(), feasible,
-                      best >= 0 ? t.rows[best].spec : "-",
-                      best >= 0 ? t.rows[best].codec.compression_ratio : 0.0);
-  }
-  Progress(kCommand, "ablation: {} workloads x {} seeds", truths.size(), a.seeds);
-  const auto variants = StandardAblationVariants();
-  auto cells = RunAblation(truths, variants, a.quality_min, a.budget, a.seeds);
-  if (!cells.ok()) return ReportError(kCommand, cells.status());
-  md += "\n### Ablation (paper Fig. 16 left)\n\n" + AblationMarkdown(*cells, a.budget);
-  Progress(kCommand, "ablation done ({:.0f} s)", NowSeconds() - start);
-
-  // Per-workload (aware) and unified tables from the full engine, seed 1.
-  std::vector<std::vector<TableEntry>> all_entries;
-  std::map<std::string, std::string> chosen;  // workload -> max-CR feasible spec
-  std::vector<std::string> workloads;
-  std::filesystem::create_directories(a.tables_dir.empty() ? "." : a.tables_dir);
-  auto table_path = [&](const std::string& w) {
-    return (std::filesystem::path(a.tables_dir.empty() ? "." : a.tables_dir) / (w + ".json"))
-        .string();
-  };
-  ProfileArgs search_args = a;
-  search_args.seed = 1;
-  for (const GroundTruth& t : truths) {
-    auto c = t.Candidates();
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    auto e = t.MakeEvaluator();
-    auto s = RunSearch(search_args, std::move(*c), *e, nullptr, t.workload, "", false);
-    if (!s.ok()) return ReportError(kCommand, s.status());
-    auto entries = FeasibleEntries(*s, t.workload);
-    auto table = BuildParetoTable(entries, t.workload, a.quality_min);
-    if (!table.ok()) return ReportError(kCommand, table.status());
-    chosen[t.workload] = s->candidates[s->trace.best_feasible].profile.ToString();
-    const std::string provenance = fmt::format(
-        "kvserve profile --report: full engine, seed 1, quality >= {}, budget {}, {} evaluations "
-        "on recorded ground truth ({}). Quality: {}.",
-        a.quality_min, a.budget, s->trace.observations.size(), t.source, t.quality_kind);
-    if (Status st = WriteText(table_path(t.workload),
-                              LabelledTableJson(*table, t.quality_kind, provenance));
-        !st.ok()) {
-      return ReportError(kCommand, st);
-    }
-    workloads.push_back(t.workload);
-  }
-  // Unified: search the mixed workload (mean quality over the truths).
-  {
-    auto c = truths.front().Candidates();
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    std::vector<std::unique_ptr<Evaluator>> owned_parts;
-    std::vector<Evaluator*> parts;
-    for (const GroundTruth& t : truths) {
-      owned_parts.push_back(t.MakeEvaluator());
-      parts.push_back(owned_parts.back().get());
-    }
-    for (size_t i = 0; i < c->size(); ++i) {
-      CodecMetrics m{};
-      for (const GroundTruth& t : truths) {
-        m.compression_ratio += t.rows[i].codec.compression_ratio / truths.size();
-        m.encode_bytes_per_second += t.rows[i].codec.encode_bytes_per_second / truths.size();
-        m.decode_bytes_per_second += t.rows[i].codec.decode_bytes_per_second / truths.size();
-      }
-      (*c)[i].codec = m;
-    }
-    MixedEvaluator mixed(std::move(parts));
-    auto s = RunSearch(search_args, std::move(*c), mixed, nullptr, "unified", "", false);
-    if (!s.ok()) return ReportError(kCommand, s.status());
-    std::vector<TableEntry> entries;
-    for (const SearchObservation& o : s->trace.observations) {
-      TableEntry e;
-      e.profile = s->candidates[o.candidate].profile;
-      e.codec = s->candidates[o.candidate].codec;
-      e.quality["unified"] = o.quality.quality;
-      for (const GroundTruth& t : truths) e.quality[t.workload] = t.rows[o.candidate].quality;
-      entries.push_back(std::move(e));
-    }
-    auto table = BuildParetoTable(entries, "unified", a.quality_min);
-    if (!table.ok()) return ReportError(kCommand, table.status());
-    chosen["unified"] = s->candidates[s->trace.best_feasible].profile.ToString();
-    const std::string provenance = fmt::format(
-        "kvserve profile --report: full engine on the equal mix of {} (mean quality), seed 1, "
-        "quality >= {}, budget {}, {} evaluations. Quality: {}.",
-        fmt::join(workloads, ", "), a.quality_min, a.budget, s->trace.observations.size(),
-        truths.front().quality_kind);
-    if (Status st = WriteText(table_path("unified"),
-                              LabelledTableJson(*table, truths.front().quality_kind, provenance));
-        !st.ok()) {
-      return ReportError(kCommand, st);
-    }
-  }
-
-  // Table 1 analog.
-  md += "\n### Max-CR profile at quality >= " + fmt::format("{}", a.quality_min) +
-        " vs baselines (analog of paper Table 1; proxy quality)\n\n"
-        "| workload | profile | which | quality | CR | CR / kivi-2 CR |\n"
-        "| --- | --- | --- | --- | --- | --- |\n";
-  auto row_of = [](const GroundTruth& t, const std::string& spec) -> const GroundTruthRow* {
-    for (const auto& r : t.rows) {
-      if (r.spec == spec) return &r;
-    }
-    return nullptr;
-  };
-  auto canonical = [](const char* preset) { return Profile::Parse(preset)->ToString(); };
-  for (const GroundTruth& t : truths) {
-    const GroundTruthRow* kivi = row_of(t, canonical("kivi-2"));
-    const double kivi_cr = kivi ? kivi->codec.compression_ratio : 0.0;
-    auto add = [&](const std::string& label, const std::string& spec) {
-      const GroundTruthRow* r = row_of(t, spec);
-      if (r == nullptr) return;
-      md += fmt::format("| {} | `{}` | {} | {:.4f} | {:.2f} | {:.2f} |\n", t.workload, spec, label,
-                        r->quality, r->codec.compression_ratio,
-                        kivi_cr > 0 ? r->codec.compression_ratio / kivi_cr : 0.0);
-    };
-    add("kvserve-aware (engine, seed 1)", chosen[t.workload]);
-    add("kvserve-unified", chosen["unified"]);
-    add("kivi-2", canonical("kivi-2"));
-    add("cachegen", canonical("cachegen"));
-  }
-  // Unseen workload: measured directly with the proxy evaluator.
-  if (!a.unseen.empty()) {
-    auto options = SynthWorkloadOptions(a.unseen);
-    if (!options.ok()) return ReportError(kCommand, options.status());
-    auto kv = SynthesizeKv(*options);
-    if (!kv.ok()) return ReportError(kCommand, kv.status());
-    const HeadScores scores = SynthesizeHeadScores(kv->shape().layers, kv->shape().kv_heads, 1);
-    auto kivi = MeasureOnKv(*Profile::Parse("kivi-2"), kv->view(), &scores);
-    if (!kivi.ok()) return ReportError(kCommand, kivi.status());
-    auto add = [&](const std::string& label, const std::string& spec) -> Status {
-      auto m = MeasureOnKv(*Profile::Parse(spec), kv->view(), &scores);
-      if (!m.ok()) return m.status();
-      md += fmt::format("| {} (unseen) | `{}` | {} | {:.4f} | {:.2f} | {:.2f} |\n", a.unseen, spec,
-                        label, m->proxy_quality, m->codec.compression_ratio,
-                        m->codec.compression_ratio / kivi->codec.compression_ratio);
-      return Status::Ok();
-    };
-    for (const auto& [label, spec] :
-         std::vector<std::pair<std::string, std::string>>{
-             {"kvserve-unified", chosen["unified"]},
-             {"kvserve-aware (" + workloads.front() + " profile)", chosen[workloads.front()]},
-             {"kivi-2", canonical("kivi-2")},
-             {"cachegen", canonical("cachegen")}}) {
-      if (Status s = add(label, spec); !s.ok()) return ReportError(kCommand, s);
-    }
-  }
-  md += fmt::format("\nProfile tables: `{}/<workload>.json` and `{}/unified.json`.\n",
-                    a.tables_dir.empty() ? "." : a.tables_dir,
-                    a.tables_dir.empty() ? "." : a.tables_dir);
-  if (Status s = WriteText(a.report, md); !s.ok()) return ReportError(kCommand, s);
-  Progress(kCommand, "wrote {} ({:.0f} s)", a.report, NowSeconds() - start);
+  Progress(kCommand, "wrote {} ({} Pareto profiles)", a.out, result->table.size() - 1);
   return 0;
 }
 
 RunFn SetupProfile(CLI::App& sub) {
-  auto a = std::make_shared<ProfileArgs>();
+  auto a = std::make_shared<ProfileCommand>();
   sub.description(
       "Offline profiler (paper §5.2): Bayesian search of the strategy space for the profiles "
       "with the highest compression ratio at quality >= --quality-min on a workload; every "
@@ -699,54 +82,56 @@ RunFn SetupProfile(CLI::App& sub) {
       "and an eval workload, quality is task quality relative to uncompressed (kvserve "
       "quality's evaluator); otherwise it is the reconstruction proxy of a KV cache (labelled "
       "as such everywhere). docs/profiling.md explains the engine and the outputs.");
-  sub.add_option("--model", a->model,
+  sub.add_option("--model", a->o.model,
                  "model directory (task quality through the real prefill/decode path) or a name "
                  "(key of the results database for proxy runs)");
-  sub.add_option("--workload", a->workload,
+  sub.add_option("--workload", a->o.workload,
                  "workload. With --model DIR (a model directory): an eval set name or file "
                  "(data/eval/<name>.jsonl; task quality), or 'unified' (the mix of --mix). "
                  "Otherwise, without --kv/--ground-truth: synth-smooth, synth-outlier or "
                  "synth-unseen (synthetic KV, proxy quality)");
-  sub.add_option("--quality-min", a->quality_min, "quality floor (relative to uncompressed)");
-  sub.add_option("--budget", a->budget, "maximum evaluations")->check(CLI::Range(1, 1000000));
+  sub.add_option("--quality-min", a->o.quality_min, "quality floor (relative to uncompressed)");
+  sub.add_option("--budget", a->o.budget, "maximum evaluations")->check(CLI::Range(1, 1000000));
   sub.add_option("--out", a->out, "profile table JSON to write");
-  sub.add_option("--space", a->space, "strategy space JSON");
-  sub.add_option("--db", a->db, "SQLite results database (created if missing)");
-  sub.add_option("--kv", a->kv, "KV file to measure CR and proxy quality on");
-  sub.add_option("--head-scores", a->head_scores, "head scores JSON for mixhq/duo");
-  sub.add_option("--ground-truth", a->ground_truth,
+  a->space_option = sub.add_option(
+      "--space", a->o.space, "strategy space JSON (default: <data>/configs/strategy_space.json)");
+  sub.add_option("--db", a->o.db, "SQLite results database (created if missing)");
+  sub.add_option("--kv", a->o.kv, "KV file to measure CR and proxy quality on");
+  sub.add_option("--head-scores", a->o.head_scores, "head scores JSON for mixhq/duo");
+  sub.add_option("--ground-truth", a->o.ground_truth,
                  "recorded ground truth JSON (repeat for a mixed/unified workload)");
-  sub.add_option("--searcher", a->searcher, "bayes | random | exhaustive");
-  sub.add_option("--seed", a->seed, "search seed");
+  sub.add_option("--searcher", a->o.searcher, "bayes | random | exhaustive");
+  sub.add_option("--seed", a->o.seed, "search seed");
   sub.add_option("--generate-ground-truth", a->generate_ground_truth,
                  "measure every configuration of --space on the workload's KV and write the "
                  "ground truth JSON here (no search)");
   sub.add_option("--report", a->report,
                  "write the ablation and baseline comparison (Markdown) here, from --ground-truth "
                  "files");
-  sub.add_option("--tables-dir", a->tables_dir, "with --report: where the profile tables go");
-  sub.add_option("--unseen", a->unseen, "with --report: synthetic workload never profiled");
-  sub.add_option("--samples", a->samples,
+  sub.add_option("--tables-dir", a->o.tables_dir, "with --report: where the profile tables go");
+  sub.add_option("--unseen", a->o.unseen, "with --report: synthetic workload never profiled");
+  sub.add_option("--samples", a->o.samples,
                  "task mode: eval samples per workload and evaluation (random subset; 0 = all)")
       ->capture_default_str();
-  sub.add_option("--sample-seed", a->sample_seed, "task mode: subset and bootstrap seed")
+  sub.add_option("--sample-seed", a->o.sample_seed, "task mode: subset and bootstrap seed")
       ->capture_default_str();
-  sub.add_option("--cache-dir", a->cache_dir, "task mode: prefill KV cache directory ('' = none)")
+  sub.add_option("--cache-dir", a->o.cache_dir, "task mode: prefill KV cache directory ('' = none)")
       ->capture_default_str();
-  sub.add_option("--eval-dir", a->eval_dir, "task mode: where <workload>.jsonl eval sets live")
-      ->capture_default_str();
-  sub.add_option("--mix", a->mix,
+  a->eval_dir_option = sub.add_option("--eval-dir", a->o.eval_dir,
+                                      "task mode: where <workload>.jsonl eval sets live (default: "
+                                      "<data>/data/eval, written by scripts/data/)");
+  sub.add_option("--mix", a->o.mix,
                  "task mode, --workload unified: the workloads averaged with equal weights")
       ->capture_default_str();
-  sub.add_option("--codec-kv-tokens", a->codec_kv_tokens,
+  sub.add_option("--codec-kv-tokens", a->o.codec_kv_tokens,
                  "task mode: CR/codec speed are measured on the first N tokens of one prefilled "
                  "sample's KV (the median-length one; 0 = all its tokens)")
       ->capture_default_str();
-  sub.add_option("--threads", a->threads, "task mode: runtime threads (0 = all cores)")
+  sub.add_option("--threads", a->o.threads, "task mode: runtime threads (0 = all cores)")
       ->capture_default_str();
-  sub.add_option("--seeds", a->seeds, "with --report: seeds per ablation variant")
+  sub.add_option("--seeds", a->o.seeds, "with --report: seeds per ablation variant")
       ->check(CLI::Range(1, 1000));
-  return [a] { return a->report.empty() ? RunProfile(*a) : RunReport(*a); };
+  return [a] { return RunProfileCommand(*a); };
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ namespace kvserve::cli {
 namespace {
 
 struct QualityArgs {
-  std::string model, workload, eval_dir = "data/eval";
+  std::string model, workload, eval_dir = "data/eval";  // under the data directory
+  bool eval_dir_given = false;
   std::vector<std::string> profiles;
   int samples = 0;
   uint64_t seed = 0;
@@ -35,7 +36,9 @@ std::string Pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%", 100
 
 int RunQuality(const QualityArgs& a) {
   constexpr const char* kCmd = "quality";
-  auto path = ResolveWorkloadPath(a.workload, a.eval_dir);
+  auto eval_dir = DefaultDataFile(a.eval_dir, a.eval_dir_given);
+  if (!eval_dir.ok()) return ReportError("quality", eval_dir.status());
+  auto path = ResolveWorkloadPath(a.workload, *eval_dir);
   if (!path.ok()) return ReportError(kCmd, path.status());
   auto samples = LoadWorkload(*path);
   if (!samples.ok()) return ReportError(kCmd, samples.status());
@@ -130,8 +133,10 @@ RunFn SetupQuality(CLI::App& sub) {
   sub.add_option("--cache-dir", a->cache_dir, "prefill KV cache directory ('' = none)")
       ->capture_default_str();
   sub.add_option("--head-scores", a->head_scores, "head-score JSON (mixhq, duo)");
-  sub.add_option("--eval-dir", a->eval_dir, "where workload names are looked up")
-      ->capture_default_str();
+  sub.add_option("--eval-dir", a->eval_dir,
+                 "where workload names are looked up (default: <data>/data/eval, written by "
+                 "scripts/data/)")
+      ->each([a](const std::string&) { a->eval_dir_given = true; });
   sub.add_option("--wire-dtype", a->wire_dtype, "dtype the KV is sent in (f16, bf16, f32)")
       ->capture_default_str();
   sub.add_option("--threads", a->threads, "runtime threads (0 = all cores)")->capture_default_str();

@@ -11,13 +11,16 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/model_directory.h"
 #include "kvserve/codec.h"
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
 #include "kvserve/runtime.h"
 #include "kvserve/serve.h"
 #include "kvserve/transport.h"
+#include "pool_cli.h"
 #include "serve_cli.h"
+#include "transport_cli.h"
 
 namespace kvserve::cli {
 namespace {
@@ -36,10 +39,8 @@ struct ServeArgs {
   double shape_gbps = 0;
   std::string latency_model = "streamed";
   bool no_bandit = false;
-  std::string pool = "none";
-  std::string redis_host = "127.0.0.1";
-  int redis_port = 6379;
-  uint64_t pool_budget_mb = 1024;
+  TransportFlags transport;
+  PoolBackendFlags store{.backend = "none"};
   std::string pool_profiles;
   int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
   int threads = 0;
@@ -66,7 +67,11 @@ int RunServe(const ServeArgs& a) {
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
   BlockStopSignals();
   RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(AdmissionOptions{}.max_unauthenticated) + 512);
-  auto tcp = NewTcpTransport();
+  auto secret = LoadServeSecret(kCommand, a.secret_file);
+  if (!secret.ok()) return ReportError(kCommand, secret.status());
+  auto transport = MakeTransport(a.transport, *secret);
+  if (!transport.ok()) return ReportError(kCommand, transport.status());
+  Transport* tcp = transport->get();
   std::string address;
   std::unique_ptr<DecodeWorker> decode;
   std::unique_ptr<PrefillWorker> prefill;
@@ -79,16 +84,19 @@ int RunServe(const ServeArgs& a) {
     if (!c.ok()) return ReportError(kCommand, c.status());
     o.connection = *c;
     o.decode_threads = a.codec_threads;
-    auto w = DecodeWorker::Start(tcp.get(), model->get(), o);
+    auto w = DecodeWorker::Start(tcp, model->get(), o);
     if (!w.ok()) return ReportError(kCommand, w.status());
     decode = std::move(*w);
     address = decode->address();
   } else {
     std::string table_path = a.table;
     if (table_path.empty()) {
-      table_path = DefaultProfileTablePath(*dir);
+      auto data = DataDirectory();
+      const std::string profiles = data.ok() ? lab::DataPath(*data, "configs/profiles")
+                                             : std::string("configs/profiles");
+      table_path = lab::DefaultProfileTablePath(*dir, profiles);
       if (table_path.empty()) {
-        const std::string want = "configs/profiles/" +
+        const std::string want = profiles + "/" +
                                  std::filesystem::path(*dir).lexically_normal().filename().string() +
                                  "-unified.json";
         return ReportError(kCommand,
@@ -125,23 +133,16 @@ int RunServe(const ServeArgs& a) {
       if (scores.ok()) head_scores = std::make_unique<HeadScores>(std::move(*scores));
       o.head_scores = head_scores.get();
     }
-    if (a.pool == "memory") {
-      pool = NewMemoryPool({.budget_bytes = a.pool_budget_mb << 20});
-    } else if (a.pool == "redis") {
-      RedisPoolOptions ro;
-      ro.host = a.redis_host;
-      ro.port = a.redis_port;
-      auto r = NewRedisPool(ro);
-      if (!r.ok()) return ReportError(kCommand, r.status());
-      pool = std::move(*r);
-    } else if (a.pool != "none") {
-      return ReportError(kCommand, Status::InvalidArgument("--pool must be none, memory or redis"));
+    if (a.store.backend != "none") {
+      auto opened = OpenPoolBackend(a.store);
+      if (!opened.ok()) return ReportError(kCommand, opened.status());
+      pool = std::move(*opened);
     }
     o.pool = pool.get();
     o.pool_store_profiles = SplitList(a.pool_profiles);
     o.pool_chunk_tokens = a.pool_chunk_tokens;
     o.default_workload = a.workload;
-    auto w = PrefillWorker::Start(tcp.get(), model->get(), std::move(*table), o);
+    auto w = PrefillWorker::Start(tcp, model->get(), std::move(*table), o);
     if (!w.ok()) return ReportError(kCommand, w.status());
     prefill = std::move(*w);
     address = prefill->address();
@@ -168,7 +169,7 @@ RunFn SetupServe(CLI::App& sub) {
   auto a = std::make_shared<ServeArgs>();
   sub.description(
       "Run one worker of disaggregated (prefill/decode separated) serving over authenticated "
-      "TCP. The decode worker receives KV frames layer by layer, decodes each chunk record as it "
+      "TCP or UCX (--transport). The decode worker receives KV frames layer by layer, decodes each chunk record as it "
       "arrives, refuses frames that fail a checksum or are incomplete, imports the KV and "
       "generates. The prefill worker answers `kvserve router` requests (workload, SLO, quality "
       "floor): it prefills, asks the controller for a profile at the measured bandwidth, streams "
@@ -194,10 +195,13 @@ RunFn SetupServe(CLI::App& sub) {
                  "prefill: pace KV transfers at this rate (token bucket; emulates a link)");
   sub.add_option("--latency-model", a->latency_model, "prefill: streamed (default) | serial");
   sub.add_flag("--no-bandit", a->no_bandit, "prefill: analytical choice only");
-  sub.add_option("--pool", a->pool, "prefill: prefix pool none | memory | redis");
-  sub.add_option("--redis-host", a->redis_host, "prefill: Redis host for --pool redis");
-  sub.add_option("--redis-port", a->redis_port, "prefill: Redis port for --pool redis");
-  sub.add_option("--pool-budget-mb", a->pool_budget_mb, "prefill: memory pool budget");
+  sub.add_option("--pool", a->store.backend,
+                 "prefill: prefix pool none | memory | redis | redis-cluster")
+      ->check(CLI::IsMember({"none", "memory", "redis", "redis-cluster"}))
+      ->capture_default_str();
+  AddRedisFlags(&sub, &a->store);
+  sub.add_option("--pool-budget-mb", a->store.budget_mb, "prefill: memory pool budget");
+  AddTransportFlags(&sub, &a->transport);
   sub.add_option("--pool-profiles", a->pool_profiles,
                  "prefill: store missed prefixes under these profiles (default: the one sent)");
   sub.add_option("--pool-chunk-tokens", a->pool_chunk_tokens,

@@ -10,7 +10,10 @@
 #include <string>
 
 #include "command.h"
+#include "experiments/lab.h"
+#include "experiments/simulation_report.h"
 #include "kvserve/controller.h"
+#include "workload_mix.h"
 
 namespace kvserve::cli {
 namespace {
@@ -30,7 +33,7 @@ struct SimulateArgs {
   double duration = 600.0;
   double interval = 0.05;
   uint64_t seed = 1;
-  std::string svg;
+  std::string plot_data;
   std::string markdown;
   std::string write_trace;
 };
@@ -52,40 +55,6 @@ Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t se
   if (name == "random-walk") return Trace::RandomWalk(20.0, 2.0, 100.0, 0.08, 1.0, duration, seed);
   return Status::InvalidArgument("unknown scenario \"" + name +
                                  "\" (drop-drift | steps | random-walk)");
-}
-
-// "name:weight:median_mib:sigma:slo_ms:quality_min;..."
-Result<std::vector<SimulatedWorkload>> ParseMix(const std::string& mix) {
-  std::vector<SimulatedWorkload> out;
-  std::stringstream all(mix);
-  std::string item;
-  while (std::getline(all, item, ';')) {
-    if (item.empty()) continue;
-    std::stringstream fields(item);
-    std::string f[6];
-    int k = 0;
-    while (k < 6 && std::getline(fields, f[k], ':')) ++k;
-    if (k != 6) return Status::InvalidArgument("--mix item \"" + item + "\" needs 6 fields");
-    SimulatedWorkload w;
-    try {
-      w.name = f[0];
-      w.weight = std::stod(f[1]);
-      w.kv_bytes_median = std::stod(f[2]) * 1048576.0;
-      w.kv_bytes_sigma = std::stod(f[3]);
-      w.slo_seconds = std::stod(f[4]) / 1e3;
-      w.quality_min = std::stod(f[5]);
-    } catch (const std::exception&) {
-      return Status::InvalidArgument("--mix item \"" + item + "\": not a number");
-    }
-    out.push_back(w);
-  }
-  return out;
-}
-
-Status WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  return out ? Status::Ok() : Status::IOError("cannot write " + path);
 }
 
 int RunSimulate(const SimulateArgs& a) {
@@ -110,12 +79,9 @@ int RunSimulate(const SimulateArgs& a) {
   if (!trace.ok()) return Fail(trace.status());
   o.trace = *trace;
   if (!a.write_trace.empty()) {
-    if (Status s = WriteText(a.write_trace, o.trace.ToCsv()); !s.ok()) return Fail(s);
+    if (Status s = lab::WriteTextFile(a.write_trace, o.trace.ToCsv()); !s.ok()) return Fail(s);
   }
-  const std::string mix = a.mix.empty()
-                              ? "chat:0.4:24:0.6:250:0.99;retrieval:0.3:160:0.5:1500:0.97;"
-                                "code:0.3:64:0.5:600:0.98"
-                              : a.mix;
+  const std::string mix = a.mix.empty() ? kDefaultMix : a.mix;
   Result<std::vector<SimulatedWorkload>> workloads = ParseMix(mix);
   if (!workloads.ok()) return Fail(workloads.status());
   o.workloads = *workloads;
@@ -128,15 +94,17 @@ int RunSimulate(const SimulateArgs& a) {
       report->arrival_seconds.size(), o.trace.duration_seconds(),
       a.trace.empty() ? "scenario " + a.scenario : a.trace, a.model, a.seed, mix, a.probe_layers,
       a.layers, a.risk_sigmas, a.no_codec_drift ? "off" : "on");
-  md += report->ToMarkdown();
+  md += lab::SimulationMarkdown(*report);
   md += fmt::format("\nfull controller Decide(): p50 {:.2f} us, p99 {:.2f} us (this run)\n",
                     report->decision_p50_seconds * 1e6, report->decision_p99_seconds * 1e6);
   std::cout << md;
   if (!a.markdown.empty()) {
-    if (Status s = WriteText(a.markdown, md); !s.ok()) return Fail(s);
+    if (Status s = lab::WriteTextFile(a.markdown, md); !s.ok()) return Fail(s);
   }
-  if (!a.svg.empty()) {
-    if (Status s = WriteText(a.svg, report->ToSvg()); !s.ok()) return Fail(s);
+  if (!a.plot_data.empty()) {
+    if (Status s = lab::WriteTextFile(a.plot_data, lab::SimulationPlotJson(*report).dump() + "\n");
+        !s.ok())
+      return Fail(s);
   }
   return 0;
 }
@@ -147,7 +115,7 @@ RunFn SetupSimulate(CLI::App& sub) {
       "Replay a bandwidth / codec-speed trace against a profile table and compare the full "
       "controller, the no-bandit and no-controller (static best-CR) ablations, raw, an oracle "
       "and every static profile: mean and p99 latency, regret vs the oracle, SLO violations, "
-      "requests slower than raw. Writes a latency-over-time SVG with --svg.");
+      "requests slower than raw. Writes the latency-over-time series with --plot-data (scripts/plots.py controller draws it).");
   sub.add_option("table", a->table, "profile table JSON")->required();
   sub.add_option("--trace", a->trace, "trace CSV: time_s,bandwidth_gbps[,codec_slowdown]");
   sub.add_option("--scenario", a->scenario, "built-in trace: drop-drift | steps | random-walk");
@@ -171,8 +139,12 @@ RunFn SetupSimulate(CLI::App& sub) {
   sub.add_option("--profile-mismatch", a->profile_mismatch,
                  "sigma of the seeded lognormal mismatch between table and true codec speeds")
       ->check(CLI::Range(0.0, 2.0));
-  sub.add_option("--svg", a->svg, "write the latency-over-time plot here");
+  sub.add_option("--plot-data", a->plot_data,
+                 "write the latency-over-time series here (JSON; scripts/plots.py controller draws it)");
   sub.add_option("--markdown", a->markdown, "write the summary table here");
+  AddMovedOption(sub, "--svg",
+                 "the plot is drawn from JSON now: --plot-data P.json, then scripts/plots.py "
+                 "controller P.json OUT.svg");
   sub.add_option("--write-trace", a->write_trace, "write the trace used as CSV here");
   return [a] { return RunSimulate(*a); };
 }

@@ -12,8 +12,8 @@
 #define KVSERVE_TOOLS_KVSERVE_COMMAND_H_
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -35,10 +35,20 @@ struct CommandRegistrar {
   explicit CommandRegistrar(CommandSpec spec) { Commands().push_back(spec); }
 };
 
+// An option a command no longer has (e.g. --svg, now a JSON the plots are
+// drawn from): kept so that using it fails with `hint`, saying what to do
+// instead, rather than with CLI11's "not expected". Hidden from --help.
+inline void AddMovedOption(CLI::App& sub, const std::string& name, const std::string& hint) {
+  sub.add_option_function<std::string>(
+         name, [name, hint](const std::string&) { throw CLI::ValidationError(name, hint); })
+      ->group("");
+}
+
 }  // namespace kvserve::cli
 
-#define KVSERVE_COMMAND(name, summary, setup)                                        \
-  static const ::kvserve::cli::CommandRegistrar kvserve_command_registrar_##name{ \
-      ::kvserve::cli::CommandSpec{#name, summary, setup}}
+#define KVSERVE_COMMAND(name, summary, setup)                                      \
+  static const ::kvserve::cli::CommandRegistrar kvserve_command_registrar_##name { \
+    ::kvserve::cli::CommandSpec { #name, summary, setup }                          \
+  }
 
 #endif  // KVSERVE_TOOLS_KVSERVE_COMMAND_H_

@@ -7,7 +7,9 @@
 #include <map>
 #include <string>
 
+#include "cli_util.h"
 #include "command.h"
+#include "kvserve/version.h"
 
 namespace kvserve::cli {
 
@@ -24,7 +26,11 @@ int main(int argc, char** argv) {
       "kvserve: compress LLM KV caches (transform -> quantizer -> entropy codec) for "
       "disaggregated serving.\nRun `kvserve <command> --help` for a command's options."};
   app.name("kvserve");
-  app.set_version_flag("--version", "kvserve 0.1.0");
+  app.set_version_flag("--version", std::string("kvserve ") + kvserve::LibraryVersionString());
+  app.add_option("--data-dir", kvserve::cli::DataDirFlag(),
+                 "where the default data files (configs/, models/, docs/results/) are: a kvserve "
+                 "checkout or <prefix>/share/kvserve (default: $KVSERVE_DATA_DIR, the current "
+                 "directory, the install prefix, the source tree)");
   app.require_subcommand(1);
   app.fallthrough(false);
 

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cli_util.h"
+#include "experiments/model_directory.h"
 #include "kvserve/serve.h"
 
 namespace kvserve::cli {
@@ -34,33 +35,14 @@ Result<std::string> ServeModelDirectory(std::string_view command, const std::str
   const std::string fallback =
       (std::filesystem::temp_directory_path() / "kvserve-fallback-model-v1").string();
   std::string note;
-  KVSERVE_ASSIGN_OR_RETURN(std::string dir, ResolveModelDirectory(flag, "models", fallback, &note));
+  // The shipped models are under the data directory; without one, the
+  // fallback model.
+  auto data = DataDirectory();
+  const std::string models = data.ok() ? lab::DataPath(*data, "models") : std::string("models");
+  KVSERVE_ASSIGN_OR_RETURN(std::string dir,
+                           lab::ResolveModelDirectory(flag, models, fallback, &note));
   Progress(command, "{}", note);
   return dir;
-}
-
-std::vector<std::string> SplitList(const std::string& list) {
-  std::vector<std::string> out;
-  std::stringstream in(list);
-  std::string item;
-  while (std::getline(in, item, ','))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const double rank = std::ceil(q * static_cast<double>(values.size()));
-  const size_t index = rank <= 1 ? 0 : static_cast<size_t>(rank) - 1;
-  return values[std::min(index, values.size() - 1)];
-}
-
-double Mean(const std::vector<double>& values) {
-  if (values.empty()) return 0;
-  double sum = 0;
-  for (double v : values) sum += v;
-  return sum / static_cast<double>(values.size());
 }
 
 uint64_t RaiseOpenFileLimit(std::string_view command, uint64_t wanted) {

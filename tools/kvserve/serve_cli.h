@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/lab.h"
 #include "kvserve/status.h"
 
 namespace kvserve::cli {
@@ -20,12 +21,9 @@ Result<std::string> LoadServeSecret(std::string_view command, const std::string&
 // $TMPDIR. Prints which one on stderr.
 Result<std::string> ServeModelDirectory(std::string_view command, const std::string& flag);
 
-// "a:1,b:2" -> {"a:1", "b:2"} (empty pieces dropped).
-std::vector<std::string> SplitList(const std::string& list);
-
-// The q-quantile (0..1, nearest rank) of `values`; 0 when empty.
-double Percentile(std::vector<double> values, double q);
-double Mean(const std::vector<double>& values);
+using lab::Mean;
+using lab::Percentile;
+using lab::SplitList;
 
 // Raises this process's open-file limit (RLIMIT_NOFILE) to its hard limit,
 // so a server can hold AdmissionOptions::max_unauthenticated handshakes

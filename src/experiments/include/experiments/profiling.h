@@ -1,0 +1,82 @@
+// Copyright kvserve authors. The profiling runs of `kvserve profile` (paper
+// §5.2): a Bayesian (or random, exhaustive) search of the strategy space for
+// the profiles with the highest compression ratio under a quality floor on
+// one workload, every evaluation stored in a results database (a rerun
+// resumes); recorded ground truth; and the ablation / baseline report.
+// docs/profiling.md explains the engine and the outputs.
+#ifndef KVSERVE_EXPERIMENTS_PROFILING_H_
+#define KVSERVE_EXPERIMENTS_PROFILING_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiments/lab.h"
+#include "kvserve/controller.h"
+#include "kvserve/profiler.h"
+
+namespace kvserve::lab {
+
+struct ProfileRunOptions {
+  // A model directory (task quality through the real prefill/decode path)
+  // or a name (the results database's key for proxy runs).
+  std::string model = "synthetic";
+  // With a model directory: an eval set name or file, or "unified" (the
+  // mix of `mix`). Otherwise synth-smooth, synth-outlier or synth-unseen.
+  std::string workload;
+  double quality_min = 0.97;
+  int budget = 80;
+  std::string space;                      // strategy space JSON
+  std::string db = "kvserve-profile.db";  // SQLite results database
+  std::string kv;                         // a KV file to measure CR and proxy quality on
+  std::string head_scores;                // head scores JSON for mixhq/duo
+  std::vector<std::string> ground_truth;  // recorded ground truth files
+  std::string searcher = "bayes";         // bayes | random | exhaustive
+  uint64_t seed = 1;
+  // Report (RunProfilingReport).
+  std::string tables_dir;  // named in the report's text
+  std::string unseen = "synth-unseen";
+  int seeds = 10;
+  // Task mode (model is a model directory).
+  int samples = 100;
+  uint64_t sample_seed = 0;
+  std::string cache_dir = ".cache/kvserve-quality";
+  std::string eval_dir;
+  std::string mix = "qa,math,code,prose";
+  int codec_kv_tokens = 1024;
+  int threads = 0;
+};
+
+// A search's Pareto profile table, also as labelled JSON (the controller's
+// format plus quality_kind and a provenance comment).
+struct ProfileRunResult {
+  ProfileTable table;
+  std::string table_json;
+};
+
+// Searches the space (or the candidates of recorded ground truth) and builds
+// the Pareto table. Errors: unreadable inputs, an evaluator's error,
+// NotFound when no profile meets the floor.
+Result<ProfileRunResult> RunProfileSearch(const ProfileRunOptions& options,
+                                          const Progress& progress);
+
+// Measures every configuration of the space on the workload's KV (proxy
+// quality): the ground truth the searchers are scored against.
+Result<GroundTruth> GenerateGroundTruthRun(const ProfileRunOptions& options,
+                                           const Progress& progress);
+
+// The ablation over seeds, per-workload and unified tables and the
+// comparison with kivi-2 and cachegen (analog of the paper's Table 1), from
+// `ground_truth` files: the Markdown and one labelled table JSON per
+// workload plus "unified".
+struct ProfilingReport {
+  std::string markdown;
+  std::vector<std::pair<std::string, std::string>> tables;  // workload -> table JSON
+};
+Result<ProfilingReport> RunProfilingReport(const ProfileRunOptions& options,
+                                           const Progress& progress);
+
+}  // namespace kvserve::lab
+
+#endif  // KVSERVE_EXPERIMENTS_PROFILING_H_
