@@ -44,7 +44,10 @@ if [ -z "${KVSERVE_TEST_MODEL:-}" ]; then
     { cat "$DIR/prefill.log"; echo "the default table is not the model's measured one"; exit 1; }
 fi
 # No model under ./models and no --model: an error that says what to pass.
-mkdir -p "$DIR/empty"
+# $DIR/empty is a data directory (it has the marker file, so the build
+# tree's source directory is not used instead) without models or tables.
+mkdir -p "$DIR/empty/configs"
+cp "$(dirname "$0")/../configs/strategy_space.json" "$DIR/empty/configs/"
 if (cd "$DIR/empty" && "$KVSERVE" serve --role decode --duration 1 >/dev/null 2>"$DIR/nomodel.log"); then
   echo "serve ran without a model"; exit 1
 fi
