@@ -179,15 +179,15 @@ RunFn SetupServe(CLI::App& sub) {
       "or $KVSERVE_SECRET (the same on every worker and router). docs/e2e.md has the protocol.");
   sub.add_option("--role", a->role, "prefill | decode")->required();
   sub.add_option("--model,-m", a->model,
-                 "HF model directory (default: the first under models/; none there is an error), "
-                 "or `random` for a random-weight Qwen2 model (meaningless output)");
+                 "HF model directory (default: the first under <data>/models/; none there is an "
+                 "error), or `random` for a random-weight Qwen2 model (meaningless output)");
   sub.add_option("--listen", a->listen, "address to listen on (port 0 picks one)");
   sub.add_option("--address-file", a->address_file, "also write the bound address to this file");
   sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
   sub.add_option("--decode", a->decode, "prefill: decode worker addresses, tried in order");
   sub.add_option("--table", a->table,
                  "prefill: profile table JSON the controller chooses from (default: the model's "
-                 "measured table, configs/profiles/<model>-unified.json)");
+                 "measured table, <data>/configs/profiles/<model>-unified.json; none is an error)");
   sub.add_option("--workload", a->workload,
                  "prefill: workload of requests that name none (default: unified when the table "
                  "has it, else its first)");
