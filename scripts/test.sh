@@ -88,8 +88,12 @@ targets=()
 add_area_targets build/tsan "${TSAN_AREAS[@]}"
 cmake --build build/tsan -j "$JOBS" --target "${targets[@]}"
 step "running ThreadSanitizer tests: ${targets[*]}"
+# UCX_MEM_EVENTS=no: libucm's madvise hook runs in exiting threads after
+# TSan has torn their state down and crashes the process (SIGSEGV in
+# MutexPreReadLock). Without the hooks UCX runs without its memory-event
+# driven registration cache; the transfers are the same.
 TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" OPENBLAS_NUM_THREADS=1 \
-  ctest --test-dir build/tsan -j2 --output-on-failure -L "^($(IFS='|'; echo "${TSAN_AREAS[*]}"))\$" \
+  UCX_MEM_EVENTS=no ctest --test-dir build/tsan -j2 --output-on-failure -L "^($(IFS='|'; echo "${TSAN_AREAS[*]}"))\$" \
     -LE '^cli$'
 
 step "all tests passed"
