@@ -5,6 +5,8 @@
 # --persist turns on appendonly persistence (appendfsync everysec) so pool
 # contents survive a restart; without it nothing is written to disk.
 # Prints the port and the pid file. --stop shuts the server of DIR down.
+# Exits 3 when another process already listens on the port (the server
+# answering there is not the one started here): pick another port.
 set -euo pipefail
 
 PORT=6379
@@ -28,7 +30,8 @@ PIDFILE="$DIR/redis.pid"
 
 if [ "$STOP" -eq 1 ]; then
   if [ -f "$PIDFILE" ] && kill "$(cat "$PIDFILE")" 2>/dev/null; then
-    for _ in $(seq 1 50); do kill -0 "$(cat "$PIDFILE")" 2>/dev/null || break; sleep 0.1; done
+    pid=$(cat "$PIDFILE")
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     echo "stopped redis in $DIR"
   else
     echo "no running redis in $DIR"
@@ -46,6 +49,16 @@ fi
 redis-server "${ARGS[@]}"
 for _ in $(seq 1 50); do
   if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+    # Something listens: make sure it is this server, not another process
+    # that had the port (its process_id must be the one in our pid file).
+    for _ in $(seq 1 20); do [ -s "$PIDFILE" ] && break; sleep 0.05; done
+    ours=$(cat "$PIDFILE" 2>/dev/null || true)
+    theirs=$( (timeout 2 redis-cli -p "$PORT" info server 2>/dev/null || true) | tr -d '\r' |
+              sed -n 's/^process_id://p')
+    if [ -z "$ours" ] || [ "$ours" != "$theirs" ]; then
+      echo "port $PORT is in use by another process (see $DIR/redis.log)" >&2
+      exit 3
+    fi
     echo "redis listening on 127.0.0.1:$PORT (dir $DIR, persistence $([ $PERSIST -eq 1 ] && echo on || echo off))"
     echo "pid file $PIDFILE; stop with: $0 --dir $DIR --stop"
     exit 0

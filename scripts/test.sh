@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Installs the build dependencies, builds kvserve and runs every test:
 #   1. all unit, cross-cutting and Python tests (ctest) in build/release,
-#      including the fuzz corpus replay (tests/fuzz/corpus) and golden frames;
+#      including the fuzz corpus replays (tests/fuzz/corpus), golden frames
+#      and decoder memory bounds;
 #   2. an ASan + UBSan build in build/asan running the core, transforms,
-#      quantizers, codecs, pipeline and io tests, the golden frames and the
-#      fuzz corpus replay.
+#      quantizers, codecs, pipeline, io, transport, pool, connector and serve tests,
+#      the runtime's checkpoint- and tokenizer-loading tests, the golden
+#      frames, the decoder memory bounds and every fuzz corpus replay;
+#   3. a ThreadSanitizer build in build/tsan running the transport, pool,
+#      connector and serve tests.
 # Idempotent: reruns reuse the build directories. Usage: scripts/test.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,23 +34,66 @@ cmake --build build/release -j "$JOBS"
 step "running all tests (ctest)"
 ctest --test-dir build/release -j2 --output-on-failure
 
-# Sanitizer build: the areas whose code parses untrusted bytes or does the
-# bit-level work. Add an area here to sanitize its tests too.
-ASAN_AREAS=(core transforms quantizers codecs pipeline io)
-step "configuring and building build/asan (ASan + UBSan)"
-cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVSERVE_SANITIZE=ON \
-  -DKVSERVE_BUILD_BENCH=OFF >/dev/null
-targets=(test_golden fuzz_replay_frame fuzz_replay_roundtrip fuzz_replay_rans)
-for area in "${ASAN_AREAS[@]}"; do
-  if ninja -C build/asan -t query "test_${area}" >/dev/null 2>&1; then targets+=("test_${area}"); fi
-done
-if [ ${#targets[@]} -eq 0 ]; then echo "[test] no sanitizer test targets found" >&2; exit 1; fi
-cmake --build build/asan -j "$JOBS" --target "${targets[@]}"
-label_regex="^($(IFS='|'; echo "${ASAN_AREAS[*]}")|golden|fuzz)\$"
-step "running sanitizer tests: ${targets[*]}"
-ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}" \
-UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}" \
-  ctest --test-dir build/asan -j2 --output-on-failure -L "$label_regex"
+# Sanitizer builds: small (no CLI, benchmarks or Python; line tables, not
+# full debug info) and building only the targets they run.
+SAN_CMAKE=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+           "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" -DKVSERVE_BUILD_BENCH=OFF
+           -DKVSERVE_PYTHON=OFF -DKVSERVE_CUDA=OFF)
+if command -v ccache >/dev/null 2>&1; then
+  SAN_CMAKE+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
+# The test targets of `areas` that exist in build dir $1, appended to `targets`.
+add_area_targets() {
+  local dir=$1; shift
+  for area in "$@"; do
+    if ninja -C "$dir" -t query "test_${area}" >/dev/null 2>&1; then targets+=("test_${area}"); fi
+  done
+}
 
+# ASan + UBSan: every area whose code parses untrusted bytes (frames, the
+# wire protocols, safetensors and KV files, checkpoints) or does the
+# bit-level work, the golden frames, the decoder memory bounds and the
+# replay of every fuzz corpus. Add an area here to sanitize its tests too.
+ASAN_AREAS=(core transforms quantizers codecs pipeline io runtime transport pool connector serve)
+step "configuring and building build/asan (ASan + UBSan)"
+cmake -S . -B build/asan "${SAN_CMAKE[@]}" -DKVSERVE_SANITIZE=ON >/dev/null
+targets=(test_golden test_decoder_memory)
+for corpus in tests/fuzz/corpus/*/; do targets+=("fuzz_replay_$(basename "$corpus")"); done
+add_area_targets build/asan "${ASAN_AREAS[@]}"
+cmake --build build/asan -j "$JOBS" --target "${targets[@]}"
+# The runtime's checkpoint, KV-state and tokenizer loading, not its numerics
+# (those are the release run's): the tests that read safetensors shards,
+# config and tokenizer files.
+RUNTIME_IO='ModelConfigTest|MalformedCheckpointTest|HalfPrecisionWeightsLoad|KvStateTest|HfTokenizerTest|PreTokenizerTest'
+asan_labels=()
+for area in "${ASAN_AREAS[@]}"; do [ "$area" = runtime ] || asan_labels+=("$area"); done
+label_regex="^($(IFS='|'; echo "${asan_labels[*]}")|golden|fuzz|memory)\$"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:quarantine_size_mb=64}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+# Sanitizer shadow memory counts in the replays' peak RSS.
+export KVSERVE_REPLAY_RSS_LIMIT_MB=${KVSERVE_REPLAY_RSS_LIMIT_MB:-1024}
+step "running ASan + UBSan tests: ${targets[*]}"
+# Tests labelled cli run the kvserve binary, which these builds do not build.
+ctest --test-dir build/asan -j2 --output-on-failure -L "$label_regex" -LE '^cli$'
+ctest --test-dir build/asan -j2 --output-on-failure -L '^runtime$' -R "$RUNTIME_IO"
+unset KVSERVE_REPLAY_RSS_LIMIT_MB
+
+# ThreadSanitizer: the areas with threads of their own (accept loops, the
+# admission thread, per-connection handlers, streaming senders). BLAS runs
+# on the calling thread (its own threads are not instrumented).
+TSAN_AREAS=(transport pool connector serve)
+step "configuring and building build/tsan (ThreadSanitizer)"
+cmake -S . -B build/tsan "${SAN_CMAKE[@]}" -DKVSERVE_TSAN=ON >/dev/null
+targets=()
+add_area_targets build/tsan "${TSAN_AREAS[@]}"
+cmake --build build/tsan -j "$JOBS" --target "${targets[@]}"
+step "running ThreadSanitizer tests: ${targets[*]}"
+# UCX_MEM_EVENTS=no: libucm's madvise hook runs in exiting threads after
+# TSan has torn their state down and crashes the process (SIGSEGV in
+# MutexPreReadLock). Without the hooks UCX runs without its memory-event
+# driven registration cache; the transfers are the same.
+TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" OPENBLAS_NUM_THREADS=1 \
+  UCX_MEM_EVENTS=no ctest --test-dir build/tsan -j2 --output-on-failure -L "^($(IFS='|'; echo "${TSAN_AREAS[*]}"))\$" \
+    -LE '^cli$'
 
 step "all tests passed"

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The serve commands as real processes: a decode worker, a prefill worker
-# and the router, over authenticated TCP on localhost, with the small
-# fallback-size model written by the test. Checks every request completes
-# (router exit 0, one JSON line per request) and that a router without the
-# secret is refused (exit 1).
+# and the router, over authenticated TCP on localhost, with the shipped
+# model (or $KVSERVE_TEST_MODEL). Checks every request completes (router exit
+# 0, one JSON line per request), that a router without the secret is refused
+# (exit 1), that the prefill worker's default profile table is the model's
+# measured one, and that with no model to find the serve command fails
+# rather than making one up (unless --model random asks for it).
 #   tests/serve_cli_test.sh path/to/kvserve
 set -euo pipefail
-KVSERVE=${1:?usage: serve_cli_test.sh path/to/kvserve}
+KVSERVE=$(realpath "${1:?usage: serve_cli_test.sh path/to/kvserve}")
 DIR=$(mktemp -d /tmp/kvserve-serve-cli-XXXXXX)
 PIDS=()
 cleanup() {
@@ -37,4 +39,27 @@ if KVSERVE_SECRET=wrong "$KVSERVE" router --prefill "$PREFILL" --model "${KVSERV
   echo "a router without the secret was served"; exit 1
 fi
 grep -q "permission" "$DIR/intruder.log" || { cat "$DIR/intruder.log"; echo "no clear refusal"; exit 1; }
-echo "serve CLI: 4 requests served, intruder refused"
+if [ -z "${KVSERVE_TEST_MODEL:-}" ]; then
+  grep -q "profile table configs/profiles/.*-unified.json (measured" "$DIR/prefill.log" ||
+    { cat "$DIR/prefill.log"; echo "the default table is not the model's measured one"; exit 1; }
+fi
+# No model under ./models and no --model: an error that says what to pass.
+# $DIR/empty is a data directory (it has the marker file, so the build
+# tree's source directory is not used instead) without models or tables.
+mkdir -p "$DIR/empty/configs"
+cp "$(dirname "$0")/../configs/strategy_space.json" "$DIR/empty/configs/"
+if (cd "$DIR/empty" && "$KVSERVE" serve --role decode --duration 1 >/dev/null 2>"$DIR/nomodel.log"); then
+  echo "serve ran without a model"; exit 1
+fi
+grep -q -- "--model random" "$DIR/nomodel.log" || { cat "$DIR/nomodel.log"; echo "unclear error"; exit 1; }
+(cd "$DIR/empty" && TMPDIR="$DIR" "$KVSERVE" serve --role decode --model random --duration 0.5 \
+   --listen 127.0.0.1:0 >/dev/null 2>"$DIR/random.log") ||
+  { cat "$DIR/random.log"; echo "--model random did not start"; exit 1; }
+# e2e on a model with no measured table: an error naming --table, not the
+# example table's made-up numbers.
+if (cd "$DIR/empty" && TMPDIR="$DIR" "$KVSERVE" e2e --model random --requests 1 \
+     >/dev/null 2>"$DIR/e2e.log"); then
+  echo "e2e ran without a measured table"; exit 1
+fi
+grep -q -- "--table" "$DIR/e2e.log" || { cat "$DIR/e2e.log"; echo "unclear e2e error"; exit 1; }
+echo "serve CLI: 4 requests served, intruder refused, measured default table, no made-up model or table"

@@ -205,8 +205,45 @@ class DecoderContext {
 };
 
 // Parses the header and walks the chunk table of `frame`, verifying
-// checksums, without decoding values.
+// checksums, without decoding values. Memory: the FrameInfo's chunk table
+// (about 40 bytes per record present) and a bit per record; a header
+// declaring more records than the frame's bytes can hold is Corruption
+// before anything is allocated for them.
 Result<FrameInfo> InspectFrame(std::span<const uint8_t> frame);
+
+// The size of the frame `profile` writes for a cache of `shape` and
+// `dtype`, from the chunk plan alone (no KV values needed): the header, the
+// record headers and checksums, body and segment headers, transform side
+// bytes and quantizer params are exact (`fixed_bytes`); so are the packed
+// codes and the raw region's bytes that the codec then codes. With the
+// pack codec that is the whole frame (`exact`); an entropy codec (rans,
+// zstd, lz4) turns code_bytes + raw_bytes into a data-dependent number of
+// bytes (rans at most one byte per segment more). This is the size the
+// controller decides with for a request's shape (a profile whose raw
+// residual covers a short prompt sends more than raw, whatever its CR at
+// long prompts). InvalidArgument for a shape outside the format's limits or
+// a profile that cannot encode it (mixhq and duo need `head_scores`).
+struct FrameSizePlan {
+  uint64_t fixed_bytes = 0;
+  uint64_t code_bytes = 0;  // quantised codes, bit-packed: ceil(count * bits / 8) per segment
+  uint64_t raw_bytes = 0;   // the raw region's source bytes
+  bool exact = false;       // the codec stores packed bytes as they are (pack)
+  uint64_t total_bytes() const { return fixed_bytes + code_bytes + raw_bytes; }
+};
+Result<FrameSizePlan> PlanFrameSize(const Profile& profile, const KvShape& shape, DType dtype,
+                                    const HeadScores* head_scores = nullptr);
+
+// Decodes a complete frame into a newly allocated cache (what `kvserve
+// decompress` does). The output is allocated only after every record has
+// been located and checksummed (InspectFrame), so a header declaring a huge
+// cache with too few records behind it costs only the input; and only when
+// its logical size is at most `max_output_bytes` (ResourceExhausted
+// otherwise: a frame of a few kilobytes may legitimately decode to
+// gigabytes, e.g. constant KV under rANS, so the caller sets the budget).
+// `info` and `keep_mask` (see DecoderContext::Decode) may be null.
+Result<KvCache> DecodeFrame(std::span<const uint8_t> frame, uint64_t max_output_bytes,
+                            const DecodeOptions& options = {}, FrameInfo* info = nullptr,
+                            std::vector<uint8_t>* keep_mask = nullptr);
 
 }  // namespace kvserve
 

@@ -33,6 +33,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -290,6 +291,13 @@ struct ControllerOptions {
   // Residual-corrected bandit (paper §6.2). When false, Decide returns the
   // analytical optimum (the "no bandit" ablation).
   bool bandit = true;
+  // Each decision that passes a bandit candidate over moves its residual
+  // ratio (log scale) towards 1, the table's own prediction, by this
+  // fraction divided by its use count: a profile shut out by one bad sample
+  // (a hiccup, a transfer decided on a stale bandwidth) is tried again after
+  // about 10 decisions, one with n consistently slow samples after about
+  // 10 n. 0: residuals of unused candidates never change.
+  double residual_relax = 0.2;
   double epsilon = 0.05;         // exploration probability
   // Exploration only tries candidates whose corrected latency is within this
   // fraction of the greedy choice's (bounds the cost of one exploration).
@@ -326,6 +334,13 @@ struct ControllerRequest {
   // (BandwidthEstimate::log_sigma), >= 0, +inf when nothing was measured.
   // 0 (the default) trusts `bandwidth` exactly.
   double bandwidth_log_sigma = 0.0;
+  // The frame size of each table profile for this request's shape, bytes,
+  // indexed like ProfileTable::profiles() (PlanFrameSize knows it exactly for
+  // the pack codec): a profile's compression ratio for this request is then
+  // kv_bytes / frame_bytes[p] instead of the table's. Empty: the table's
+  // ratios; an entry <= 0 (and raw's, always): that profile's table ratio.
+  // Not owned; must stay valid during Decide.
+  std::span<const double> frame_bytes;
 };
 
 enum class ControllerAction : uint8_t { kSend = 0, kRecompute = 1 };
@@ -345,6 +360,8 @@ struct Decision {
   double budget_seconds = kInfinity;  // T_SLO - T_model
   double kv_bytes = 0.0;              // the request's V
   double bandwidth = 0.0;             // the request's B
+  double compression_ratio = 1.0;     // the CR the prediction used (request's or table's)
+  double codec_factor = 1.0;          // the learned codec factor the prediction used
 };
 
 // What the transport measured for one request (Controller::Observe).
@@ -355,6 +372,13 @@ struct Observation {
   // overhead t0), seconds; < 0 when the transport does not report it.
   double codec_seconds = -1.0;
   double now_seconds = 0.0;
+  // The bandwidth this transfer measured (bytes/s; the estimator's estimate
+  // after its sample), or 0 when unknown. When given, the bandit's residual
+  // compares the observed latency with the prediction at this bandwidth, so
+  // it learns the latency model's error and not the bandwidth estimate's
+  // (a first transfer decided on the estimator's prior is not the
+  // profile's fault).
+  double bandwidth = 0.0;
 };
 
 // Picks a profile per request and learns from the observed latency.

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -105,7 +106,11 @@ struct MutableKvView {
 class KvCache {
  public:
   KvCache() = default;
-  // Allocates a zero-filled contiguous cache.
+  // Allocates a zero-filled contiguous cache. The zeros come from calloc:
+  // for large caches the OS commits pages as they are first written, so a
+  // cache filled progressively (a decoder receiving records) costs resident
+  // memory in proportion to what has been written. Throws std::bad_alloc
+  // when the memory cannot be reserved.
   KvCache(DType dtype, const KvShape& shape);
   KvCache(KvCache&&) = default;
   KvCache& operator=(KvCache&&) = default;
@@ -119,14 +124,18 @@ class KvCache {
   const KvShape& shape() const { return shape_; }
   KvView view() const;
   MutableKvView mutable_view();
-  std::byte* bytes() { return storage_.data(); }
-  const std::byte* bytes() const { return storage_.data(); }
-  size_t size_bytes() const { return storage_.size(); }
+  std::byte* bytes() { return storage_.get(); }
+  const std::byte* bytes() const { return storage_.get(); }
+  size_t size_bytes() const { return size_; }
 
  private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
   DType dtype_ = DType::kF32;
   KvShape shape_;
-  std::vector<std::byte> storage_;
+  std::unique_ptr<std::byte, Free> storage_;
+  size_t size_ = 0;
 };
 
 // Called with a KV cache layer by layer, in layer order, as soon as layer

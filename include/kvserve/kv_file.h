@@ -43,6 +43,11 @@ Status SaveKvFile(const std::string& path, const KvView& kv,
 // file does not exist; Corruption if it is not a well-formed KV file
 // (missing or extra tensors, inconsistent shapes or dtypes, wrong format tag).
 Result<KvCache> LoadKvFile(const std::string& path, KvFileMetadata* metadata = nullptr);
+// LoadKvFile of a file image held in memory; `source` names it in errors.
+// The cache it allocates is at most the tensors' bytes, which the format
+// makes tile the image: memory is bounded by the bytes given.
+Result<KvCache> ParseKvFile(std::span<const std::byte> bytes, const std::string& source,
+                            KvFileMetadata* metadata = nullptr);
 
 // Options of the synthetic generator. Magnitudes are those of a typical
 // Llama-family model's post-RoPE keys and values.

@@ -117,7 +117,10 @@ std::unique_ptr<KvPool> NewRemotePool(Transport* transport, RemotePoolOptions op
 struct PoolServerOptions {
   std::string listen_address = "127.0.0.1:7400";
   ConnectionOptions connection;  // secret and limits for clients
-  int max_connections = 64;      // more are refused
+  // Clients served at once (admission.max_connections; more are refused)
+  // and the budget and deadline of peers still in the handshake
+  // (docs/transport.md §3, admission).
+  AdmissionOptions admission{};
   // A client idle this long is disconnected.
   double idle_timeout_seconds = 300;
 };

@@ -71,6 +71,11 @@ namespace kvserve {
 // (ParamApplies()); otherwise InvalidArgument naming the component and key.
 //
 // Thread safety: immutable after construction.
+// Most candidate profiles (grid assignments, before validation) a strategy
+// space may describe; FromJson refuses a larger product before building
+// any (the profiler evaluates tens to hundreds of them).
+inline constexpr uint64_t kMaxStrategySpaceCandidates = 100000;
+
 class StrategySpace {
  public:
   static Result<StrategySpace> FromJson(std::string_view json);

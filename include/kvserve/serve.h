@@ -55,7 +55,9 @@ inline constexpr const char* kMethodAdaptive = "adaptive";
 // One generation request as a client submits it.
 struct ServeRequest {
   uint64_t id = 0;
-  std::string workload = "chat";  // a workload of the profile table
+  // A workload of the profile table; "" = the prefill worker's default
+  // (PrefillWorkerOptions::default_workload).
+  std::string workload;
   std::vector<int32_t> prompt;    // token ids, non-empty, each < vocab
   int max_new_tokens = 16;        // >= 1
   double slo_seconds = std::numeric_limits<double>::infinity();  // prefill + KV movement budget
@@ -109,7 +111,11 @@ struct DecodeWorkerOptions {
   std::string listen_address = "127.0.0.1:0";
   ConnectionOptions connection;   // secret, limits, timeouts
   int decode_threads = 1;         // DecoderContext threads
-  int max_connections = 16;       // more prefill workers are refused
+  // Prefill workers served at once (admission.max_connections; more are
+  // refused), and the budget and deadline of peers still in the handshake:
+  // a flood of unauthenticated connections does not keep prefill workers
+  // out (docs/transport.md §3).
+  AdmissionOptions admission = {.max_connections = 16};
   // Largest KV (uncompressed bytes) accepted; a frame header declaring more
   // is refused before anything is allocated.
   uint64_t max_kv_bytes = uint64_t{4} << 30;
@@ -153,6 +159,7 @@ struct PrefillWorkerOptions {
   // failure the next one is tried and the failed one passed over for 2 s.
   std::vector<std::string> decode_addresses;
   ConnectionOptions client_connection;  // for clients (secret, limits)
+  AdmissionOptions client_admission{};  // clients served at once, handshake budget
   ConnectionOptions decode_connection;  // to decode workers (secret, shaping)
   std::string model_id = "model";       // pool key
   ControllerOptions controller;         // model.kind/layers set by the worker when layers == 0
@@ -180,6 +187,17 @@ struct PrefillWorkerOptions {
   // Prefill seconds per prompt token before the first measurement (the
   // recompute estimate of the pool path).
   double prefill_seconds_per_token_prior = 1e-4;
+  // The prompt length the table's compression ratios were measured at (the
+  // shipped tables: 512 tokens, see their "comment"). The controller decides
+  // with each profile's frame size for the request's own length
+  // (PlanFrameSize: exact for the pack codec); an entropy codec's gain on
+  // its input starts from the table's ratio at this length and is then
+  // learned from the frames sent.
+  int table_reference_tokens = 512;
+  // The workload of requests that name none: this one; "" = "unified" when
+  // the table has it (the measured tables' mix of every workload), else the
+  // table's first workload.
+  std::string default_workload;
 };
 
 // Runs prefill and sends the KV to a decode worker. Requests from all client

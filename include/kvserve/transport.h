@@ -61,6 +61,11 @@ class Stream {
   // "127.0.0.1:5000", "loopback:name", ...: for messages and as a default
   // peer id.
   virtual std::string RemoteAddress() const = 0;
+  // A file descriptor that poll() reports readable (POLLIN) when Read would
+  // return without waiting, or -1 when the stream has none (loopback).
+  // Servers use it to wait for many unauthenticated peers on one thread
+  // (docs/transport.md §3, admission); it stays owned by the stream.
+  virtual int PollHandle() const { return -1; }
 };
 
 // A Stream that forwards to a shared one: hands Connection (which wants
@@ -74,6 +79,7 @@ class SharedStream final : public Stream {
   [[nodiscard]] Result<size_t> Read(std::span<uint8_t> b, double t) override { return s_->Read(b, t); }
   void Close() override { s_->Close(); }
   std::string RemoteAddress() const override { return s_->RemoteAddress(); }
+  int PollHandle() const override { return s_->PollHandle(); }
 
  private:
   std::shared_ptr<Stream> s_;
@@ -181,6 +187,12 @@ struct FaultPlan {
   double write_delay_seconds = 0;  // sleep before each Write (slow sender)
   double read_delay_seconds = 0;   // sleep before each Read (slow consumer)
   size_t max_read_bytes = 0;       // cap on bytes per Read; 0 = none
+  // Once this many bytes have been written to a stream, on_event runs (once
+  // per stream, on the writing thread, before the rest of that write): a
+  // test acts at an exact byte of a transfer, e.g. kills the peer process.
+  // -1 = never.
+  int64_t event_after_bytes = -1;
+  std::function<void()> on_event;
 };
 
 // Counters of a FaultInjectingTransport. Values are totals since creation.
@@ -190,6 +202,7 @@ struct FaultCounters {
   int64_t accepts = 0;
   int64_t drops = 0;             // streams closed by drop_after_bytes
   int64_t corruptions = 0;       // bytes corrupted
+  int64_t events = 0;            // on_event calls
 };
 
 // Wraps `base` (not owned; must outlive this) and applies a FaultPlan to
@@ -254,6 +267,27 @@ struct ConnectionOptions {
   // Receives goodput samples: FrameSender transfers, large RemotePool Gets,
   // and users calling ReportGoodput (docs/transport.md §5). May be empty.
   GoodputCallback goodput;
+};
+
+// How a server admits peers (docs/transport.md §3, "Admission"). Peers that
+// have not authenticated yet wait in a separate, small budget, all of them
+// on one thread (a silent socket costs its file descriptor and a few hundred
+// bytes, never a thread or a connection slot), under a short deadline, with
+// a per-source cap; only an authenticated peer takes one of the
+// max_connections slots (a thread each).
+struct AdmissionOptions {
+  // Authenticated connections served at once. One more authenticated peer
+  // is sent ERROR(resource_exhausted) and closed.
+  int max_connections = 64;
+  // Connections in the handshake, all sources together. When a new one
+  // arrives at the limit, the one that has waited longest is dropped.
+  int max_unauthenticated = 4096;
+  // Of those, from one source address (the host, port ignored); at the
+  // limit the source's longest-waiting one is dropped.
+  int max_unauthenticated_per_source = 2048;
+  // A peer must finish the handshake within this many seconds of being
+  // accepted (and within ConnectionOptions::handshake_timeout_seconds).
+  double unauthenticated_deadline_seconds = 2.0;
 };
 
 struct Message {
@@ -343,6 +377,11 @@ class Connection {
   void ReportGoodput(double bytes, double seconds) const;
 
   class Impl;
+  // The server side of the handshake as a state machine driven by
+  // readiness (src/transport/server_handshake.h), for servers that wait on
+  // many unauthenticated peers at once; Establish(kServer) runs it to the
+  // end on the calling thread.
+  class ServerHandshake;
 
  private:
   explicit Connection(std::unique_ptr<Impl> impl);

@@ -75,7 +75,11 @@ class PyController {
       r.bandwidth = bandwidth.cast<double>();
     } else if (!peer.is_none()) {
       if (!estimator_) ThrowInvalid("peer given but the controller has no BandwidthEstimator");
-      r.bandwidth = estimator_->Estimate(peer.cast<std::string>());
+      // With its spread: +inf for a peer never measured, which keeps the
+      // decision raw instead of trusting the estimator's prior.
+      const BandwidthEstimate q = estimator_->Query(peer.cast<std::string>());
+      r.bandwidth = q.bytes_per_second;
+      r.bandwidth_log_sigma = q.log_sigma;
     } else {
       ThrowInvalid("pass bandwidth (bytes/s) or peer (a name the BandwidthEstimator knows)");
     }

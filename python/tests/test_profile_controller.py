@@ -109,6 +109,18 @@ class ControllerTest(unittest.TestCase):
         self.assertNotEqual(d.spec, "none")
         controller.observe(d, d.predicted_seconds * 1.1, now_seconds=21.0)
 
+    def test_unmeasured_peer_goes_raw_whatever_the_prior(self):
+        # A prior of 1 Gbps would make compression pay for 256 MB; with no
+        # sample of the peer the decision is raw (docs/controller.md).
+        slow = kvserve.gbps_to_bytes_per_second(1)
+        estimator = kvserve.BandwidthEstimator(prior_bytes_per_second=slow)
+        controller = kvserve.Controller(_table(), estimator=estimator, seed=5)
+        self.assertNotEqual(controller.choose("chat", kv_bytes=256e6, bandwidth=slow).spec, "none")
+        self.assertEqual(controller.choose("chat", kv_bytes=256e6, peer="decode-1").spec, "none")
+        for i in range(5):
+            estimator.observe("decode-1", 125e6, 1.0, now_seconds=float(i))
+        self.assertNotEqual(controller.choose("chat", kv_bytes=256e6, peer="decode-1").spec, "none")
+
     def test_concurrent_choose(self):
         controller = kvserve.Controller(_table(), seed=4)
         errors = []

@@ -100,6 +100,15 @@ BanditChoice ResidualBandit::Choose(int env,
       choice.explored = true;
     }
   }
+  // The candidates passed over drift back towards the table's prediction,
+  // the faster the less evidence their residual rests on.
+  if (options_.relax > 0.0) {
+    for (int c = 0; c < n; ++c) {
+      Slot& s = e.slots[slot_of[c]];
+      if (c == pick || s.count == 0 || s.ratio == 1.0) continue;
+      s.ratio = std::exp(std::log(s.ratio) * (1.0 - options_.relax / s.count));
+    }
+  }
   choice.any = true;
   choice.profile = candidates[pick].profile;
   choice.predicted_seconds = candidates[pick].predicted_seconds;

@@ -32,6 +32,9 @@ struct BanditOptions {
   int cooldown_window = 10;     // M <= 64
   double cooldown_seconds = 10.0;
   uint64_t seed = 1;
+  // Per passed-over decision, a used candidate's log ratio shrinks by
+  // relax / count (ControllerOptions::residual_relax).
+  double relax = 0.2;
 };
 
 struct BanditCandidate {
@@ -65,6 +68,8 @@ class ResidualBandit {
   // A candidate never used in this environment starts from the profile's
   // global ratio (an EWMA over all environments; 1 before any observation),
   // so drift learned in one interval is not paid again in every other.
+  // Every used candidate not picked relaxes towards ratio 1 (relax / count
+  // of its log), so one bad sample cannot shut a profile out for good.
   BanditChoice Choose(int env, std::span<const BanditCandidate> candidates,
                       double budget_seconds, double now_seconds);
 

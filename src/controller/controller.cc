@@ -95,6 +95,7 @@ class Controller::Impl {
     bo.cooldown_window = options.cooldown_window;
     bo.cooldown_seconds = options.cooldown_seconds;
     bo.seed = options.seed;
+    bo.relax = options.residual_relax;
     bandit = std::make_unique<ResidualBandit>(options.bandit ? env_count : 0, profiles, bo);
     drift = std::make_unique<CodecDrift>(profiles, CodecDriftOptions{});
     return Status::Ok();
@@ -117,6 +118,12 @@ class Controller::Impl {
     if (!(r.bandwidth_log_sigma >= 0.0)) {
       return Status::InvalidArgument("bandwidth_log_sigma must be >= 0");
     }
+    if (!r.frame_bytes.empty()) {
+      if (r.frame_bytes.size() != static_cast<size_t>(table.size()))
+        return Status::InvalidArgument("frame_bytes must have one entry per table profile");
+      for (double b : r.frame_bytes)
+        if (!std::isfinite(b)) return Status::InvalidArgument("frame_bytes must be finite");
+    }
     return Status::Ok();
   }
 
@@ -127,13 +134,43 @@ class Controller::Impl {
                             wl.thresholds.begin());
   }
 
+  // Profile p's compression ratio for request r: from the request's own
+  // frame size when the caller gives it, else the table's.
+  double RequestCr(int p, const ControllerRequest& r) const {
+    if (p != ProfileTable::kRaw && static_cast<size_t>(p) < r.frame_bytes.size() &&
+        r.frame_bytes[p] > 0.0)
+      return r.kv_bytes / r.frame_bytes[p];
+    return table.profile(p).compression_ratio;
+  }
+
+  // Profile p's table row with compression ratio `cr` (numbers only: no
+  // allocation on the decision path).
+  static ProfileCost WithCr(const ProfileCost& row, double cr) {
+    ProfileCost c;
+    c.compression_ratio = cr;
+    c.encode_bytes_per_second = row.encode_bytes_per_second;
+    c.decode_bytes_per_second = row.decode_bytes_per_second;
+    c.overhead_seconds = row.overhead_seconds;
+    return c;
+  }
+
+  // factor * T(V, B * factor) with profile p at compression ratio `cr`.
+  double PredictAt(int p, double cr, double kv_bytes, double bandwidth, double factor) const {
+    const ProfileCost& row = table.profile(p);
+    if (cr == row.compression_ratio)
+      return factor * PredictSeconds(options.model, row, kv_bytes, bandwidth * factor);
+    return factor * PredictSeconds(options.model, WithCr(row, cr), kv_bytes, bandwidth * factor);
+  }
+
   double Predict(int p, const ControllerRequest& r) const {
-    return PredictSeconds(options.model, table.profile(p), r.kv_bytes, r.bandwidth);
+    return PredictAt(p, RequestCr(p, r), r.kv_bytes, r.bandwidth, 1.0);
   }
 
   Optimum FindOptimum(const Bucket& b, const ControllerRequest& r) const {
     Optimum o;
-    if (options.model.kind == LatencyModelKind::kSerial) {
+    // The envelope holds the table's ratios; a request with its own frame
+    // sizes is evaluated profile by profile below.
+    if (options.model.kind == LatencyModelKind::kSerial && r.frame_bytes.empty()) {
       const ParametricEnvelope::Hit hit =
           b.envelope.Query(1.0 / r.kv_bytes, 1.0 / r.bandwidth);
       o.profile = hit.id;
@@ -146,7 +183,8 @@ class Controller::Impl {
       return o;
     }
     // Streamed: each profile's time is convex piecewise linear in 1/B, not a
-    // line, so evaluate every floor-feasible profile exactly (n is small).
+    // line, so evaluate every floor-feasible profile exactly (n is small);
+    // likewise with request-specific compression ratios.
     std::array<std::pair<double, int>, 3> top;
     top.fill({kInfinity, -1});
     auto offer = [&](int p) {
@@ -185,16 +223,18 @@ class Controller::Impl {
         return d;
     }
     d.predicted_seconds = d.corrected_seconds = Predict(d.profile, r);
+    d.compression_ratio = RequestCr(d.profile, r);
     return d;
   }
 
   bool Learning() const { return options.bandit && options.learn_codec_drift; }
 
-  // Profile p's KV-movement time with its codec `factor` times slower than
-  // the table: factor * T_table(V, B * factor), exact for both models (the
-  // factor scales t0 and both codec times alike).
-  double PredictWithFactor(int p, double kv_bytes, double bandwidth, double factor) const {
-    return factor * PredictSeconds(options.model, table.profile(p), kv_bytes, bandwidth * factor);
+  // Profile p's KV-movement time for request r at `bandwidth` with its
+  // codec `factor` times slower than the table: factor * T(V, B * factor),
+  // exact for both models (the factor scales t0 and both codec times alike).
+  double PredictWithFactor(int p, const ControllerRequest& r, double bandwidth,
+                           double factor) const {
+    return PredictAt(p, RequestCr(p, r), r.kv_bytes, bandwidth, factor);
   }
 
   // Theorem 6.1 at the request's bandwidth on the table's numbers (a
@@ -205,10 +245,10 @@ class Controller::Impl {
     if (p == ProfileTable::kRaw) return true;
     if (!(Predict(p, r) < raw)) return false;
     if (options.risk_sigmas <= 0.0 || r.bandwidth_log_sigma == 0.0) {
-      return factor == 1.0 || PredictWithFactor(p, r.kv_bytes, r.bandwidth, factor) < raw;
+      return factor == 1.0 || PredictWithFactor(p, r, r.bandwidth, factor) < raw;
     }
     if (!std::isfinite(upper)) return false;
-    return PredictWithFactor(p, r.kv_bytes, upper, factor) < r.kv_bytes / upper;
+    return PredictWithFactor(p, r, upper, factor) < r.kv_bytes / upper;
   }
 
   Result<Decision> Decide(const ControllerRequest& r) {
@@ -237,6 +277,7 @@ class Controller::Impl {
       if (Safe(o.profile, r, raw, upper, 1.0)) {
         d.profile = o.profile;
         d.predicted_seconds = d.corrected_seconds = o.predicted;
+        d.compression_ratio = RequestCr(o.profile, r);
       } else {
         d.profile = ProfileTable::kRaw;
         d.predicted_seconds = d.corrected_seconds = raw;
@@ -252,7 +293,7 @@ class Controller::Impl {
     if (o.profile != ProfileTable::kRaw) {
       const double f = factor_of(o.profile);
       if (Safe(o.profile, r, raw, upper, f)) {
-        cands[n++] = {o.profile, PredictWithFactor(o.profile, r.kv_bytes, r.bandwidth, f), false};
+        cands[n++] = {o.profile, PredictWithFactor(o.profile, r, r.bandwidth, f), false};
       }
     }
     std::array<std::pair<double, int>, 2> nb;
@@ -262,7 +303,7 @@ class Controller::Impl {
       if (p == ProfileTable::kRaw) continue;
       const double f = factor_of(p);
       if (Safe(p, r, raw, upper, f)) {
-        nb[nb_count++] = {PredictWithFactor(p, r.kv_bytes, r.bandwidth, f), p};
+        nb[nb_count++] = {PredictWithFactor(p, r, r.bandwidth, f), p};
       }
     }
     if (nb_count == 2 && nb[1] < nb[0]) std::swap(nb[0], nb[1]);
@@ -279,6 +320,8 @@ class Controller::Impl {
     d.corrected_seconds = c.corrected_seconds;
     d.explored = c.explored;
     d.environment = env;
+    d.compression_ratio = RequestCr(c.profile, r);
+    d.codec_factor = factor_of(c.profile);
     return d;
   }
 
@@ -313,6 +356,8 @@ Result<std::unique_ptr<Controller>> Controller::Create(ProfileTable table,
   }
   if (options.model.layers < 1) return Status::InvalidArgument("layers must be >= 1");
   if (!(options.risk_sigmas >= 0.0)) return Status::InvalidArgument("risk_sigmas must be >= 0");
+  if (!(options.residual_relax >= 0.0 && options.residual_relax < 1.0))
+    return Status::InvalidArgument("residual_relax must be in [0, 1)");
   auto impl = std::make_unique<Impl>(std::move(table), options);
   KVSERVE_RETURN_IF_ERROR(impl->Build());
   return std::unique_ptr<Controller>(new Controller(std::move(impl)));
@@ -352,8 +397,17 @@ Status Controller::Observe(const Decision& decision, const Observation& observat
         p.overhead_seconds + decision.kv_bytes * p.CodecSecondsPerByte();
     impl_->drift->Observe(decision.profile, expected, observation.codec_seconds);
   }
-  impl_->bandit->Update(decision.environment, decision.profile,
-                        decision.predicted_seconds, observed_seconds,
+  // The residual against the prediction at the bandwidth the transfer
+  // measured, when known: what the latency model got wrong, not what the
+  // bandwidth estimate did.
+  double predicted = decision.predicted_seconds;
+  if (observation.bandwidth > 0.0 && std::isfinite(observation.bandwidth) &&
+      decision.kv_bytes > 0.0 && decision.profile >= 0 &&
+      decision.profile < impl_->table.size()) {
+    predicted = impl_->PredictAt(decision.profile, decision.compression_ratio, decision.kv_bytes,
+                                 observation.bandwidth, decision.codec_factor);
+  }
+  impl_->bandit->Update(decision.environment, decision.profile, predicted, observed_seconds,
                         observed_seconds > decision.budget_seconds,
                         observation.now_seconds);
   return Status::Ok();

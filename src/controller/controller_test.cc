@@ -292,6 +292,147 @@ TEST(ControllerTest, ResidualCorrectionSwitchesToTheTrulyFasterNeighbour) {
   EXPECT_EQ((*plain)->Decide(r)->profile, 2);
 }
 
+// A controller on a random table of `profiles` rows, and a random request
+// of at least `min_kv_bytes` for it (one workload, floor 0.8).
+struct RandomCase {
+  ProfileTable table;
+  ControllerOptions options;
+  std::unique_ptr<Controller> controller;
+  ControllerRequest request;
+};
+RandomCase MakeRandomCase(std::mt19937_64& rng, ControllerOptions o, int profiles,
+                          double min_kv_bytes, double min_bandwidth) {
+  RandomCase c{RandomTable(rng, profiles, 1), o, nullptr, {}};
+  c.controller = Controller::Create(c.table, o).value();
+  c.request.kv_bytes = LogUniform(rng, min_kv_bytes, 1e9);
+  c.request.bandwidth = LogUniform(rng, min_bandwidth, 1e10);
+  c.request.quality_min = 0.8;
+  return c;
+}
+
+// One bad sample (a latency 20x the prediction: a transfer decided on a
+// stale bandwidth, or a hiccup) must not shut the optimum out for good.
+// With every later observation exact, the optimum is chosen again and then
+// stays the choice (300 random tables where it clearly beats raw and the
+// other candidates, both models).
+TEST(ControllerTest, BanditRecoversFromOneBadSample) {
+  std::mt19937_64 rng(91);
+  int checked = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const LatencyModelKind kind = trial % 2 ? LatencyModelKind::kStreamed : LatencyModelKind::kSerial;
+    ControllerOptions o;
+    o.model = {kind, 16};
+    o.learn_codec_drift = false;
+    RandomCase rc = MakeRandomCase(rng, o, 6, 1e6, 1e8);
+    const ProfileTable& table = rc.table;
+    Controller* c = rc.controller.get();
+    ControllerRequest& r = rc.request;
+    // The optimum must beat raw and every other profile by 25%.
+    int best = 0;
+    const double t_best = BruteForceMin(table, o.model, 0, r.quality_min, r.kv_bytes, r.bandwidth, &best);
+    bool clear = best != ProfileTable::kRaw;
+    for (int p = 0; p < table.size() && clear; ++p) {
+      if (p == best || (p != 0 && !(table.Quality(p, 0) >= r.quality_min))) continue;
+      clear = t_best < 0.8 * PredictSeconds(o.model, table.profile(p), r.kv_bytes, r.bandwidth);
+    }
+    if (!clear) continue;
+    Result<Decision> d = c->Decide(r);
+    ASSERT_TRUE(d.ok());
+    if (d->profile != best) continue;  // an exploration step
+    ++checked;
+    ASSERT_TRUE(c->Observe(*d, 20.0 * d->predicted_seconds, 0.0).ok());
+    int back = -1, last = 0;
+    for (int i = 0; i < 80; ++i) {
+      d = c->Decide(r);
+      ASSERT_TRUE(d.ok());
+      const double truth = PredictSeconds(o.model, table.profile(d->profile), r.kv_bytes, r.bandwidth);
+      ASSERT_TRUE(c->Observe(*d, truth, 0.0).ok());
+      if (d->profile == best && back < 0) back = i;
+      if (i >= 60 && d->profile == best) ++last;
+    }
+    EXPECT_GE(back, 0) << "trial " << trial << ": the optimum was never chosen again";
+    EXPECT_LE(back, 40) << "trial " << trial;
+    EXPECT_GE(last, 15) << "trial " << trial << ": the optimum did not stay the choice";
+  }
+  EXPECT_GT(checked, 20);
+}
+
+// A request's own frame sizes replace the table's ratios: a profile whose
+// frame for this request is larger than the KV (all raw residual) is never
+// chosen, and with a frame the table's ratio predicts the choice is the
+// same as without sizes (300 random tables and requests, both models).
+TEST(ControllerTest, RequestFrameSizesReplaceTheTableRatio) {
+  std::mt19937_64 rng(93);
+  for (int trial = 0; trial < 300; ++trial) {
+    ControllerOptions o;
+    o.model = {trial % 2 ? LatencyModelKind::kStreamed : LatencyModelKind::kSerial, 8};
+    o.bandit = trial % 3 != 0;
+    RandomCase rc = MakeRandomCase(rng, o, 5, 1e5, 1e7);
+    const ProfileTable& table = rc.table;
+    Controller* c = rc.controller.get();
+    ControllerRequest& r = rc.request;
+    std::vector<double> frames(table.size(), 0.0);
+    for (int p = 1; p < table.size(); ++p) frames[p] = r.kv_bytes / table.profile(p).compression_ratio;
+    r.frame_bytes = frames;
+    ControllerRequest plain = r;
+    plain.frame_bytes = {};
+    EXPECT_EQ(c->ModelOptimum(r).value(), c->ModelOptimum(plain).value()) << trial;
+    // Every frame larger than the KV: raw, whatever the table says.
+    for (int p = 1; p < table.size(); ++p) frames[p] = r.kv_bytes * 1.01;
+    auto d = c->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->profile, ProfileTable::kRaw) << trial;
+    EXPECT_EQ(c->ModelOptimum(r).value(), ProfileTable::kRaw) << trial;
+  }
+  auto c = Controller::Create(RandomTable(rng, 3, 1), {});
+  ControllerRequest bad;
+  bad.kv_bytes = 1e6;
+  bad.bandwidth = 1e9;
+  std::vector<double> wrong_size(2, 1.0);
+  bad.frame_bytes = wrong_size;
+  EXPECT_EQ((*c)->Decide(bad).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A decision made at the estimator's prior (10 Gbps) on a link that turns
+// out to give 0.1 Gbps: with the measured bandwidth in the observation, the
+// residual is the model's error at 0.1 Gbps (none here), so the next
+// decision, at the measured bandwidth, is the exact optimum there.
+TEST(ControllerTest, ResidualIsTakenAtTheMeasuredBandwidth) {
+  std::mt19937_64 rng(94);
+  int checked = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    ControllerOptions o;
+    o.epsilon = 0.0;
+    o.learn_codec_drift = false;
+    ProfileTable table = RandomTable(rng, 5, 1);
+    auto c = Controller::Create(table, o);
+    ASSERT_TRUE(c.ok());
+    ControllerRequest r;
+    r.kv_bytes = LogUniform(rng, 1e6, 1e9);
+    r.bandwidth = GbpsToBytesPerSecond(10.0);
+    r.quality_min = 0.8;
+    auto first = (*c)->Decide(r);
+    ASSERT_TRUE(first.ok());
+    const double link = GbpsToBytesPerSecond(0.1);
+    Observation obs;
+    obs.observed_seconds = PredictSeconds(o.model, table.profile(first->profile), r.kv_bytes, link);
+    obs.bandwidth = link;
+    ASSERT_TRUE((*c)->Observe(*first, obs).ok());
+    r.bandwidth = link;
+    int best = 0;
+    BruteForceMin(table, o.model, 0, r.quality_min, r.kv_bytes, link, &best);
+    auto next = (*c)->Decide(r);
+    ASSERT_TRUE(next.ok());
+    if (best == ProfileTable::kRaw && first->profile != ProfileTable::kRaw) continue;
+    ++checked;
+    EXPECT_NEAR(PredictSeconds(o.model, table.profile(next->profile), r.kv_bytes, link),
+                PredictSeconds(o.model, table.profile(best), r.kv_bytes, link),
+                1e-9 * PredictSeconds(o.model, table.profile(best), r.kv_bytes, link))
+        << trial;
+  }
+  EXPECT_GT(checked, 100);
+}
+
 TEST(ControllerTest, RejectsBadArguments) {
   ControllerOptions o;
   o.candidates = 4;

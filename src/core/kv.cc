@@ -1,7 +1,9 @@
 #include "kvserve/kv.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace kvserve {
 
@@ -55,17 +57,21 @@ Status ValidateCommon(const void* data, const KvShape& s, const KvStrides& st) {
 Status KvView::Validate() const { return ValidateCommon(data, shape, strides); }
 Status MutableKvView::Validate() const { return ValidateCommon(data, shape, strides); }
 
+void KvCache::Free::operator()(std::byte* p) const { std::free(p); }
+
 KvCache::KvCache(DType dtype, const KvShape& shape)
-    : dtype_(dtype),
-      shape_(shape),
-      storage_(static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype)) {}
+    : dtype_(dtype), shape_(shape), size_(static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype)) {
+  if (size_ == 0) return;
+  storage_.reset(static_cast<std::byte*>(std::calloc(size_, 1)));
+  if (!storage_) throw std::bad_alloc();
+}
 
 KvView KvCache::view() const {
-  return KvView{storage_.data(), dtype_, shape_, KvStrides::Contiguous(shape_)};
+  return KvView{storage_.get(), dtype_, shape_, KvStrides::Contiguous(shape_)};
 }
 
 MutableKvView KvCache::mutable_view() {
-  return MutableKvView{storage_.data(), dtype_, shape_, KvStrides::Contiguous(shape_)};
+  return MutableKvView{storage_.get(), dtype_, shape_, KvStrides::Contiguous(shape_)};
 }
 
 Result<KvCache> KvCache::CopyFrom(const KvView& v) {

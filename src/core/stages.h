@@ -172,6 +172,18 @@ struct CodeSegment {
   std::vector<uint8_t> symbols;
 };
 
+// What Quantize writes for a chunk, known from the plan alone (no values):
+// each segment's level count and symbol count, in order, and the params
+// size. The frame-size plan (PlanFrameSize) is built from it.
+struct ChunkLayout {
+  struct Segment {
+    uint16_t levels = 256;
+    size_t symbols = 0;
+  };
+  std::vector<Segment> segments;
+  size_t param_bytes = 0;
+};
+
 struct QuantizedChunk {
   std::vector<CodeSegment> segments;
   // Scales, zero points and any per-chunk layout the quantizer needs,
@@ -206,6 +218,13 @@ class Quantizer {
   virtual Status QuantizeRows(const ChunkInfo& info, RowSource& rows, QuantizedChunk* out) const;
   virtual Status DequantizeRows(const ChunkInfo& info, const QuantizedChunk& in, RowSink& rows,
                                 uint8_t* keep_mask) const;
+  // The segments and params size Quantize writes for a chunk of `info`
+  // (InvalidArgument when the chunk does not match the quantizer's shape;
+  // the default, for quantizers that code no chunk, NotSupported).
+  virtual Status Layout(const ChunkInfo& info, ChunkLayout* layout) const {
+    (void)info, (void)layout;
+    return Status::NotSupported("this quantizer codes no chunk");
+  }
   // Per-cache state the decoder needs that is not in the profile (e.g.
   // MixHQ's per-(layer, head) bit allocation), written once in the frame
   // header. Empty for most quantizers.

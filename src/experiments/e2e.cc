@@ -150,7 +150,7 @@ Result<E2eReport> RunE2e(const E2eOptions& a, const Progress& progress) {
   rep.new_tokens = a.new_tokens;
   rep.requests = a.requests;
 
-  // --- Model and the decode worker process.
+  // --- Model, profile table and the decode worker process.
   std::string model_note;
   auto dir = ResolveModelDirectory(
       a.model, DataPath(a.data_dir, "models"),
@@ -158,6 +158,29 @@ Result<E2eReport> RunE2e(const E2eOptions& a, const Progress& progress) {
   if (!dir.ok()) return dir.status();
   Note(progress, "{}", model_note);
   rep.model_note = *dir;
+
+  // --- The profile table: the model's measured task table; without one,
+  // --table must name a table (checked before any process starts).
+  const std::string model_name = std::filesystem::path(*dir).filename().string();
+  std::string table_path = a.table, workload_name = a.workload, report_path = a.quality_report;
+  if (table_path.empty()) {
+    table_path = DataPath(a.data_dir, fmt::format("configs/profiles/{}-{}.json", model_name, a.workload));
+    if (report_path.empty() && std::filesystem::exists(table_path))
+      report_path = DataPath(a.data_dir, fmt::format("docs/results/quality/{}.json", a.workload));
+    if (!std::filesystem::exists(table_path))
+      return Status::NotFound(fmt::format(
+          "no measured task table {} for this model: pass --table FILE "
+          "(configs/profile_table.example.json holds hand-written qualities, with --workload chat)",
+          table_path));
+  }
+  rep.workload = workload_name;
+  auto source_table = ProfileTable::Load(table_path);
+  if (!source_table.ok()) return source_table.status().WithContext(table_path);
+  auto workload_index = source_table->WorkloadIndex(workload_name);
+  if (!workload_index.ok())
+    return workload_index.status().WithContext("--workload");
+  rep.table_source = table_path;
+
   SetBlasThreads(a.threads);  // the decode process and the codec threads share the cores
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return model.status().WithContext("loading " + *dir);
@@ -183,29 +206,6 @@ Result<E2eReport> RunE2e(const E2eOptions& a, const Progress& progress) {
   rep.pinned = pin;
   Note(progress, "decode worker at {}", decode.address());
 
-  // --- Profiles, qualities and prompts: the shipped model's task tables
-  // and workload prompts when they exist, else the example table.
-  const std::string model_name = std::filesystem::path(*dir).filename().string();
-  std::string table_path = a.table, workload_name = a.workload, report_path = a.quality_report;
-  if (table_path.empty()) {
-    table_path = DataPath(a.data_dir, fmt::format("configs/profiles/{}-{}.json", model_name, a.workload));
-    if (report_path.empty() && std::filesystem::exists(table_path))
-      report_path = DataPath(a.data_dir, fmt::format("docs/results/quality/{}.json", a.workload));
-    if (!std::filesystem::exists(table_path)) {
-      rep.calibration_notes.push_back(fmt::format(
-          "No task table {} for this model: profiles and qualities come from the example table "
-          "(workload `chat`), not from measurements of this model.", table_path));
-      table_path = DataPath(a.data_dir, "configs/profile_table.example.json");
-      workload_name = "chat";
-    }
-  }
-  rep.workload = workload_name;
-  auto source_table = ProfileTable::Load(table_path);
-  if (!source_table.ok()) return source_table.status().WithContext(table_path);
-  auto workload_index = source_table->WorkloadIndex(workload_name);
-  if (!workload_index.ok())
-    return workload_index.status().WithContext("--workload");
-  rep.table_source = table_path;
   // Measured qualities of more pipelines (e.g. the presets) for the same
   // workload: `kvserve quality` results, a JSON array of {profile, relative}.
   std::vector<std::pair<std::string, double>> reported;

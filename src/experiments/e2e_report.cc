@@ -66,17 +66,20 @@ kvserve serve --role decode  --listen 127.0.0.1:7500                    # decode
 kvserve serve --role prefill --listen 127.0.0.1:7600 --decode 127.0.0.1:7500 \
               [--shape-gbps 2] [--pool memory|redis] \
               [--table docs/e2e_profile_table.json]                      # prefill worker
-kvserve router --prefill 127.0.0.1:7600 -n 16 --workload chat --slo-ms 500 --quality-min 0.99
+kvserve router --prefill 127.0.0.1:7600 -n 16 --workload qa --slo-ms 500 --quality-min 0.97
 kvserve e2e                                                              # this report
 ```
 
-`--table` defaults to `configs/profile_table.example.json` (hand-written speeds); the table
+`--table` defaults to the model's measured table, `configs/profiles/<model>-unified.json` (no
+such table is an error: pass one; `configs/profile_table.example.json` holds hand-written,
+unmeasured numbers); requests that name no workload get `unified` (`--workload`). The table
 `kvserve e2e` calibrates on this machine is `docs/e2e_profile_table.json`. Profiles that need
 per-head scores (mixhq, duo) use `<model>/head_scores.json` when the model ships one.
 All of them take the shared secret from `--secret-file` or `$KVSERVE_SECRET` and the model from
-`--model DIR` (default: the first directory under `models/`, else a random-weight Qwen2 model
-written once under the temp directory, see `FallbackModelSpec` in
-`src/experiments/include/experiments/model_directory.h`).
+`--model DIR` (default: the first directory under `models/`; none there is an error), or
+`--model random` for a random-weight Qwen2 model written once under the temp directory
+(`FallbackModelSpec` in `src/experiments/include/experiments/model_directory.h`; meaningless
+output, for plumbing tests).
 The library is `include/kvserve/serve.h` / `src/serve/`: `PrefillWorker`, `DecodeWorker`,
 `ServeClient`.
 

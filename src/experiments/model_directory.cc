@@ -1,5 +1,6 @@
-// Copyright kvserve authors. Which model the serve commands load: the flag,
-// the first shipped model under models/, or a random-weight fallback.
+// Copyright kvserve authors. Which model the serve commands load (the flag,
+// the first shipped model under models/, or the random-weight model when it
+// is asked for by name) and which measured profile table goes with it.
 #include "experiments/model_directory.h"
 
 #include <unistd.h>
@@ -38,12 +39,17 @@ RandomModelSpec FallbackModelSpec() {
 Result<std::string> ResolveModelDirectory(const std::string& flag, const std::string& models_dir,
                                           const std::string& fallback_dir, std::string* note) {
   namespace fs = std::filesystem;
-  if (!flag.empty()) {
+  if (!flag.empty() && flag != "random") {
     if (note) *note = "model " + flag + " (--model)";
     return flag;
   }
-  const std::string shipped = DefaultModelDirectory(models_dir);
-  if (!shipped.empty()) {
+  if (flag.empty()) {
+    const std::string shipped = DefaultModelDirectory(models_dir);
+    if (shipped.empty())
+      return Status::NotFound("no model under " + models_dir +
+                              "/ and no --model: pass --model DIR (a Hugging Face checkpoint "
+                              "directory), or --model random for a random-weight Qwen2 model "
+                              "(meaningless output; for plumbing tests)");
     if (note) *note = "model " + shipped + " (first under " + models_dir + "/)";
     return shipped;
   }
@@ -59,9 +65,20 @@ Result<std::string> ResolveModelDirectory(const std::string& flag, const std::st
     fs::remove_all(tmp, ec);
   }
   if (note)
-    *note = "model " + fallback_dir + " (no model under " + models_dir +
-            "/: random-weight Qwen2 fallback, 8 layers, 16 KiB KV per token)";
+    *note = "model " + fallback_dir +
+            " (--model random: random-weight Qwen2, 8 layers, 16 KiB KV per token; meaningless output)";
   return fallback_dir;
+}
+
+std::string DefaultProfileTablePath(const std::string& model_dir, const std::string& profiles_dir) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::path(model_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "models/x/"
+  const std::string name = dir.filename().string();
+  if (name.empty()) return "";
+  const fs::path table = fs::path(profiles_dir) / (name + "-unified.json");
+  std::error_code ec;
+  return fs::is_regular_file(table, ec) ? table.string() : "";
 }
 
 }  // namespace kvserve::lab

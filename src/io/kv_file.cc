@@ -97,8 +97,11 @@ Status SaveKvFile(const std::string& path, const KvView& kv, const KvFileMetadat
   return WriteSafetensors(path, tensors, meta).WithContext("writing KV file " + path);
 }
 
-Result<KvCache> LoadKvFile(const std::string& path, KvFileMetadata* metadata) {
-  KVSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+namespace {
+
+// The KV cache in an opened (validated) safetensors image named `path`.
+Result<KvCache> KvFromSafetensors(const SafetensorsFile* file, const std::string& path,
+                                  KvFileMetadata* metadata) {
   const auto& meta = file->metadata();
   auto corrupt = [&](const std::string& what) {
     return Status::Corruption("KV file " + path + ": " + what);
@@ -152,6 +155,20 @@ Result<KvCache> LoadKvFile(const std::string& path, KvFileMetadata* metadata) {
   }
   if (metadata != nullptr) *metadata = meta;
   return cache;
+}
+
+}  // namespace
+
+Result<KvCache> LoadKvFile(const std::string& path, KvFileMetadata* metadata) {
+  KVSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
+  return KvFromSafetensors(file.get(), path, metadata);
+}
+
+Result<KvCache> ParseKvFile(std::span<const std::byte> bytes, const std::string& source,
+                            KvFileMetadata* metadata) {
+  KVSERVE_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
+                           SafetensorsFile::FromBuffer(bytes, source));
+  return KvFromSafetensors(file.get(), source, metadata);
 }
 
 }  // namespace kvserve

@@ -7,7 +7,6 @@
 #include "pipeline/gather.h"
 
 namespace kvserve::pipeline {
-namespace {
 
 ChunkInfo MakeInfo(const KvShape& shape, DType dtype, const ChunkSlot& slot) {
   ChunkInfo info;
@@ -22,6 +21,8 @@ ChunkInfo MakeInfo(const KvShape& shape, DType dtype, const ChunkSlot& slot) {
   info.source_dtype = dtype;
   return info;
 }
+
+namespace {
 
 size_t ChunkElements(const KvShape& shape, int tokens) {
   return static_cast<size_t>(shape.kv_heads) * tokens * shape.head_dim;

@@ -33,6 +33,9 @@ struct ChunkScratch {
   std::vector<uint8_t> mask;
 };
 
+// The quantizer's view of `slot` of a cache of `shape` and `dtype`.
+ChunkInfo MakeInfo(const KvShape& shape, DType dtype, const ChunkSlot& slot);
+
 // Encodes `slot` of `kv` (strided or paged) into one complete record (header, body, checksum)
 // appended to `out`, and adds its section sizes to `stats`.
 Status EncodeChunk(const Stages& stages, const KvSource& kv, const ChunkSlot& slot,

@@ -1,10 +1,14 @@
 // DecoderContext and InspectFrame: validate a frame's header and record
 // table against the chunk plan the header implies, then decode records in
 // parallel into the caller's view. Every length is checked against the
-// bytes actually present before it is used.
+// bytes actually present before it is used, and nothing is allocated in
+// proportion to what a header declares (docs/format.md §7): the plan is
+// computed slot by slot, a record count is checked against the bytes that
+// could hold it, and a streaming decoder remembers only the records it got.
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <unordered_set>
 
 #include "core/checksum.h"
 #include "core/thread_pool.h"
@@ -22,13 +26,28 @@ using pipeline::ChunkSlot;
 using pipeline::RecordHeader;
 using pipeline::RecordType;
 
-// A frame's header, parsed and checked, plus the plan it implies.
+// A frame's header, parsed and checked, and the plan it implies.
 struct ParsedHeader {
   pipeline::FrameHeader header;
   Profile profile;
-  std::vector<ChunkSlot> slots;
   size_t header_bytes = 0;
+  size_t records() const { return header.record_count; }
+  ChunkSlot slot(int64_t index) const {
+    return pipeline::SlotAt(header.shape, static_cast<int>(header.chunk_tokens),
+                            static_cast<int>(header.coded_tokens), index);
+  }
 };
+
+// Corruption unless the bytes after the header can hold every record the
+// header declares: checked before anything is sized by the record count.
+Status CheckRecordRoom(const ParsedHeader& p, size_t frame_bytes) {
+  const size_t room = (frame_bytes - p.header_bytes) / pipeline::kMinRecordBytes;
+  if (p.records() > room)
+    return Status::Corruption("frame of " + std::to_string(frame_bytes) +
+                              " bytes is too short for the " + std::to_string(p.records()) +
+                              " chunk records its header declares");
+  return Status::Ok();
+}
 
 Result<ParsedHeader> ParseHeader(std::span<const uint8_t> bytes) {
   ParsedHeader p;
@@ -39,8 +58,6 @@ Result<ParsedHeader> ParseHeader(std::span<const uint8_t> bytes) {
   p.profile = std::move(profile).value();
   if (p.profile.Get(ParamId::kChunkTokens) != p.header.chunk_tokens)
     return Status::Corruption("frame chunk size disagrees with its profile");
-  p.slots = pipeline::PlanChunks(p.header.shape, static_cast<int>(p.header.chunk_tokens),
-                                 static_cast<int>(p.header.coded_tokens));
   return p;
 }
 
@@ -58,7 +75,7 @@ Result<int64_t> LocateRecord(const ParsedHeader& p, std::span<const uint8_t> byt
       static_cast<int>(p.header.coded_tokens), static_cast<int>(std::min<uint32_t>(rh.layer, INT32_MAX)),
       rh.kind, rh.type, static_cast<int>(std::min<uint32_t>(rh.token_begin, INT32_MAX)));
   if (index < 0) return Status::Corruption("chunk record does not match the frame's chunk plan");
-  if (static_cast<uint32_t>(p.slots[index].tokens) != rh.tokens)
+  if (static_cast<uint32_t>(p.slot(index).tokens) != rh.tokens)
     return Status::Corruption("chunk record token count disagrees with the chunk plan");
   *record_size = static_cast<size_t>(size);
   return index;
@@ -100,7 +117,8 @@ class DecoderContextImpl final : public DecoderContext {
                      std::vector<uint8_t>* keep_mask) {
     KVSERVE_ASSIGN_OR_RETURN(size_t pos, Start(frame));
     KVSERVE_RETURN_IF_ERROR(CheckOutput(out));
-    const size_t n = parsed_.slots.size();
+    KVSERVE_RETURN_IF_ERROR(CheckRecordRoom(parsed_, frame.size()));
+    const size_t n = parsed_.records();
     std::vector<std::span<const uint8_t>> records(n);
     for (size_t i = 0; i < n; ++i) {
       size_t size = 0;
@@ -116,7 +134,8 @@ class DecoderContextImpl final : public DecoderContext {
       thread_local ChunkScratch scratch;
       status[i] = VerifyChecksum(records[i]);
       if (status[i].ok())
-        status[i] = pipeline::DecodeChunk(stages_, records[i], parsed_.slots[i], scratch, out, mask);
+        status[i] = pipeline::DecodeChunk(stages_, records[i], parsed_.slot(static_cast<int64_t>(i)),
+                                          scratch, out, mask);
     };
     if (options_.threads == 1) {
       for (size_t i = 0; i < n; ++i) work(i);
@@ -125,7 +144,7 @@ class DecoderContextImpl final : public DecoderContext {
     }
     for (size_t i = 0; i < n; ++i)
       if (!status[i].ok()) return status[i].WithContext("record " + std::to_string(i));
-    std::fill(seen_.begin(), seen_.end(), true);
+    all_seen_ = true;
     return Status::Ok();
   }
 
@@ -151,7 +170,8 @@ class DecoderContextImpl final : public DecoderContext {
     info_.profile = parsed_.profile;
     info_.chunk_count = parsed_.header.record_count;
     info_.stats.header_bytes = parsed_.header_bytes;
-    seen_.assign(parsed_.slots.size(), false);
+    seen_.clear();
+    all_seen_ = false;
     started_ = true;
     return parsed_.header_bytes;
   }
@@ -162,7 +182,7 @@ class DecoderContextImpl final : public DecoderContext {
     KVSERVE_RETURN_IF_ERROR(CheckOutput(out));
     size_t size = 0;
     KVSERVE_ASSIGN_OR_RETURN(int64_t index, LocateRecord(parsed_, bytes, &size));
-    if (seen_[index]) return Status::Corruption("duplicate chunk record");
+    if (all_seen_ || seen_.count(index) != 0) return Status::Corruption("duplicate chunk record");
     const auto record = bytes.subspan(0, size);
     KVSERVE_RETURN_IF_ERROR(VerifyChecksum(record));
     uint8_t* mask = nullptr;
@@ -173,8 +193,8 @@ class DecoderContextImpl final : public DecoderContext {
     }
     thread_local ChunkScratch scratch;
     KVSERVE_RETURN_IF_ERROR(
-        pipeline::DecodeChunk(stages_, record, parsed_.slots[index], scratch, out, mask));
-    seen_[index] = true;
+        pipeline::DecodeChunk(stages_, record, parsed_.slot(index), scratch, out, mask));
+    seen_.insert(index);
     return size;
   }
 
@@ -205,7 +225,10 @@ class DecoderContextImpl final : public DecoderContext {
   ParsedHeader parsed_;
   pipeline::Stages stages_;
   FrameInfo info_;
-  std::vector<bool> seen_;
+  // Records decoded since Start: grows with the records received, never
+  // with the count the header declares.
+  std::unordered_set<int64_t> seen_;
+  bool all_seen_ = false;  // Decode consumed the whole frame
   bool started_ = false;
 };
 
@@ -226,8 +249,9 @@ Result<FrameInfo> InspectFrame(std::span<const uint8_t> frame) {
   info.chunk_count = p.header.record_count;
   info.stats.header_bytes = p.header_bytes;
   size_t pos = p.header_bytes;
-  std::vector<bool> seen(p.slots.size(), false);
-  for (size_t i = 0; i < p.slots.size(); ++i) {
+  KVSERVE_RETURN_IF_ERROR(CheckRecordRoom(p, frame.size()));
+  std::vector<bool> seen(p.records(), false);
+  for (size_t i = 0; i < p.records(); ++i) {
     size_t size = 0;
     KVSERVE_ASSIGN_OR_RETURN(int64_t index, LocateRecord(p, frame.subspan(pos), &size));
     if (seen[index]) return Status::Corruption("duplicate chunk record");
@@ -235,7 +259,7 @@ Result<FrameInfo> InspectFrame(std::span<const uint8_t> frame) {
     const auto record = frame.subspan(pos, size);
     KVSERVE_RETURN_IF_ERROR(VerifyChecksum(record).WithContext("record " + std::to_string(i)));
     KVSERVE_RETURN_IF_ERROR(pipeline::InspectChunk(record, &info.stats));
-    const ChunkSlot& s = p.slots[index];
+    const ChunkSlot s = p.slot(index);
     info.chunks.push_back(ChunkEntry{pos, size, s.layer, s.kind, s.token_begin, s.tokens,
                                      s.type == RecordType::kRaw});
     pos += size;
@@ -243,6 +267,22 @@ Result<FrameInfo> InspectFrame(std::span<const uint8_t> frame) {
   if (pos != frame.size()) return Status::Corruption("trailing bytes after the last record");
   info.stats.total_bytes = frame.size();
   return info;
+}
+
+Result<KvCache> DecodeFrame(std::span<const uint8_t> frame, uint64_t max_output_bytes,
+                            const DecodeOptions& options, FrameInfo* info_out,
+                            std::vector<uint8_t>* keep_mask) {
+  KVSERVE_ASSIGN_OR_RETURN(FrameInfo info, InspectFrame(frame));
+  const uint64_t bytes = static_cast<uint64_t>(info.shape.NumElements()) * DTypeSize(info.dtype);
+  if (bytes > max_output_bytes)
+    return Status::ResourceExhausted("frame decodes to " + std::to_string(bytes) +
+                                     " bytes, above the output budget of " +
+                                     std::to_string(max_output_bytes));
+  KVSERVE_ASSIGN_OR_RETURN(auto decoder, DecoderContext::Create(options));
+  KvCache out(info.dtype, info.shape);
+  KVSERVE_RETURN_IF_ERROR(decoder->Decode(frame, out.mutable_view(), keep_mask));
+  if (info_out) *info_out = std::move(info);
+  return out;
 }
 
 }  // namespace kvserve

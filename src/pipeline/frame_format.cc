@@ -33,6 +33,21 @@ std::vector<ChunkSlot> PlanChunks(const KvShape& shape, int chunk_tokens, int co
   return slots;
 }
 
+ChunkSlot SlotAt(const KvShape& shape, int chunk_tokens, int coded_tokens, int64_t index) {
+  const int64_t coded = Blocks(coded_tokens, chunk_tokens);
+  const int64_t raw = Blocks(int64_t{shape.tokens} - coded_tokens, chunk_tokens);
+  const int64_t per_kind = coded + raw;
+  const int layer = static_cast<int>(index / (2 * per_kind));
+  const int kind = static_cast<int>(index / per_kind % 2);
+  const int64_t block = index % per_kind;
+  if (block < coded) {
+    const int t = static_cast<int>(block * chunk_tokens);
+    return {RecordType::kCoded, layer, kind, t, std::min(chunk_tokens, coded_tokens - t)};
+  }
+  const int t = static_cast<int>(coded_tokens + (block - coded) * chunk_tokens);
+  return {RecordType::kRaw, layer, kind, t, std::min(chunk_tokens, shape.tokens - t)};
+}
+
 int64_t SlotIndex(const KvShape& shape, int chunk_tokens, int coded_tokens, int layer, int kind,
                   RecordType type, int token_begin) {
   if (layer < 0 || layer >= shape.layers || kind < 0 || kind > 1) return -1;

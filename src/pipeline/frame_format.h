@@ -74,6 +74,13 @@ int64_t SlotIndex(const KvShape& shape, int chunk_tokens, int coded_tokens, int 
                   RecordType type, int token_begin);
 // Number of records per layer, given the plan parameters.
 int64_t RecordsPerLayer(const KvShape& shape, int chunk_tokens, int coded_tokens);
+// Slot `index` (0 <= index < RecordsPerLayer * layers) of PlanChunks'
+// order, computed without materialising the plan: a decoder's memory must
+// not grow with the record count a header declares (docs/format.md §7).
+ChunkSlot SlotAt(const KvShape& shape, int chunk_tokens, int coded_tokens, int64_t index);
+// The fewest bytes a record can occupy (header and checksum, empty body):
+// a frame of n bytes after its header holds at most n / this many records.
+inline constexpr size_t kMinRecordBytes = kRecordHeaderBytes + kRecordChecksumBytes;
 
 // Appends the serialized header (with checksum) to `out`.
 void WriteFrameHeader(const FrameHeader& header, std::vector<uint8_t>* out);

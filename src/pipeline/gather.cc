@@ -4,13 +4,12 @@
 
 #include <cstring>
 
+#include "core/cpu_features.h"
+
 namespace kvserve::pipeline {
 namespace {
 
-bool HasF16C() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
-}
+bool HasF16C() { return CpuHasAvx2AndF16c(); }
 
 // Row conversions: n contiguous source elements <-> n floats.
 __attribute__((target("avx2,f16c"))) void HalfRowToFloatAvx2(const uint16_t* src, float* dst,

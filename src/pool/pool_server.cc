@@ -1,15 +1,14 @@
 // Copyright kvserve authors. `kvserve pool serve`: a KvPool served over the
-// authenticated transport, one thread per client connection.
+// authenticated transport, one thread per client connection, admitted by
+// the shared ConnectionServer (docs/transport.md §3, admission).
 #include <atomic>
-#include <list>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "kvserve/pool.h"
 #include "pool/pool_wire.h"
+#include "transport/connection_server.h"
 
 namespace kvserve {
 
@@ -21,83 +20,20 @@ class PoolServer::Impl {
   ~Impl() { Stop(); }
 
   Status Start() {
-    KVSERVE_ASSIGN_OR_RETURN(listener_, transport_->Listen(options_.listen_address));
-    address_ = listener_->Address();
-    accept_thread_ = std::thread([this] { AcceptLoop(); });
+    KVSERVE_ASSIGN_OR_RETURN(
+        server_, transport::ConnectionServer::Start(transport_, options_.listen_address,
+                                                    options_.connection, options_.admission,
+                                                    [this](Connection& c) { Serve(c); }));
+    address_ = server_->address();
     return Status::Ok();
   }
 
   void Stop() {
-    if (stopping_.exchange(true)) {
-      if (accept_thread_.joinable()) accept_thread_.join();
-      return;
-    }
-    if (listener_) listener_->Close();
-    if (accept_thread_.joinable()) accept_thread_.join();
-    std::list<Client> clients;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& c : clients_) c.stream->Close();
-      clients.swap(clients_);
-    }
-    for (auto& c : clients) c.thread.join();
+    stopping_.store(true);
+    if (server_) server_->Stop();
   }
 
-  struct Client {
-    std::thread thread;
-    // Shared with the client thread's Connection; kept alive until joined
-    // so Stop can shut it down (Stream::Close is thread-safe) at any time.
-    std::shared_ptr<Stream> stream;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-
-  void AcceptLoop() {
-    while (!stopping_.load()) {
-      auto stream = listener_->Accept(0.2);
-      Reap();
-      if (!stream.ok()) {
-        if (stream.status().code() == StatusCode::kTimeout) continue;
-        if (stopping_.load()) return;
-        continue;  // transient accept error
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (static_cast<int>(clients_.size()) >= options_.max_connections) {
-        (*stream)->Close();
-        continue;
-      }
-      auto shared_stream = std::shared_ptr<Stream>(std::move(*stream));
-      Client c;
-      c.done = std::make_shared<std::atomic<bool>>(false);
-      c.stream = shared_stream;
-      c.thread = std::thread([this, shared_stream, done = c.done]() mutable {
-        Serve(shared_stream);
-        done->store(true);
-      });
-      clients_.push_back(std::move(c));
-    }
-  }
-
-  // Joins finished client threads.
-  void Reap() {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = clients_.begin(); it != clients_.end();) {
-      if (it->done->load()) {
-        it->thread.join();
-        it = clients_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  void Serve(std::shared_ptr<Stream> stream) {
-    auto conn = Connection::Establish(std::make_unique<SharedStream>(stream),
-                                      Connection::Role::kServer, options_.connection);
-    if (!conn.ok()) {
-      if (conn.status().code() == StatusCode::kPermissionDenied) auth_failures_.fetch_add(1);
-      return;
-    }
-    Connection& c = **conn;
+  void Serve(Connection& c) {
     Message request;
     std::vector<uint8_t> reply, body, value;
     while (!stopping_.load()) {
@@ -151,13 +87,11 @@ class PoolServer::Impl {
   Transport* transport_;
   KvPool* pool_;
   PoolServerOptions options_;
-  std::unique_ptr<Listener> listener_;
-  std::string address_;
-  std::thread accept_thread_;
+  std::unique_ptr<transport::ConnectionServer> server_;
+  // Set before server_->Stop(); the handlers poll this, not server_, which a
+  // handler may run before Start's assignment to server_ has completed.
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> auth_failures_{0};
-  std::mutex mu_;
-  std::list<Client> clients_;
+  std::string address_;
 };
 
 PoolServer::PoolServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -174,6 +108,6 @@ Result<std::unique_ptr<PoolServer>> PoolServer::Start(Transport* transport, KvPo
 
 std::string PoolServer::address() const { return impl_->address_; }
 void PoolServer::Stop() { impl_->Stop(); }
-int64_t PoolServer::auth_failures() const { return impl_->auth_failures_.load(); }
+int64_t PoolServer::auth_failures() const { return impl_->server_->auth_failures(); }
 
 }  // namespace kvserve

@@ -8,6 +8,7 @@
 
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
+#include "silent_flood.h"
 #include "transport/transport_test_util.h"
 
 namespace kvserve {
@@ -132,6 +133,45 @@ TEST_P(PoolServerTest, DroppedConnectionsFailClearlyAndRecover) {
 INSTANTIATE_TEST_SUITE_P(Transports, PoolServerTest,
                          ::testing::ValuesIn(transporttest::NetworkKinds()),
                          transporttest::KindName);
+
+// Admission (docs/transport.md §3): 2,000 connections that never send a
+// byte, held open and reopened as the server drops them, do not keep an
+// authenticated client out. A client that dials afresh for every request
+// (a restarting prefill worker) with no reconnect attempts gets every
+// request served, for longer than the unauthenticated deadline.
+TEST(PoolServerFloodTest, SilentConnectionFloodDoesNotKeepClientsOut) {
+  ASSERT_GE(testing::RaiseFileLimit(8192), 8192u) << "RLIMIT_NOFILE";
+  auto tcp = NewTcpTransport();
+  auto backing = NewMemoryPool();
+  PoolServerOptions so;
+  so.listen_address = "127.0.0.1:0";
+  so.connection = Conn("flood-key");
+  auto server = PoolServer::Start(tcp.get(), backing.get(), so);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  testing::SilentFlood flood((*server)->address(), 2000);
+  std::mt19937 rng(41);
+  int served = 0;
+  const double start = MonotonicSeconds();
+  // Past the 2 s unauthenticated deadline, so the flood is dropped and
+  // reopened while clients keep coming.
+  while (served < 30 || MonotonicSeconds() - start < 3.0) {
+    RemotePoolOptions ro;
+    ro.address = (*server)->address();
+    ro.connection = Conn("flood-key");
+    ro.reconnect_attempts = 0;
+    auto remote = NewRemotePool(tcp.get(), ro);
+    const PoolKey key{"m", rng(), "none"};
+    auto value = RandomBytes(rng, 1 + rng() % 4096);
+    Status put = remote->Put(key, value);
+    ASSERT_TRUE(put.ok()) << "request " << served << ": " << put.ToString();
+    std::vector<uint8_t> got;
+    ASSERT_TRUE(remote->Get(key, &got).ok()) << "request " << served;
+    EXPECT_EQ(got, value);
+    ++served;
+  }
+  EXPECT_EQ(flood.failed_opens(), 0);
+  EXPECT_GT(flood.dropped(), 0) << "the server never dropped a silent peer";
+}
 
 }  // namespace
 }  // namespace kvserve

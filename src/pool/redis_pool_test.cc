@@ -35,6 +35,27 @@ int FreeLoopbackPort() {
   return std::atoi(a.substr(a.rfind(':') + 1).c_str());
 }
 
+// The process_id the Redis server on 127.0.0.1:`port` reports (INFO
+// server), or -1 when none answers.
+int64_t ServerPid(int port) {
+  auto tcp = NewTcpTransport();
+  auto s = tcp->Connect("127.0.0.1:" + std::to_string(port), 0.5);
+  if (!s.ok()) return -1;
+  const std::string info = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+  if (!(*s)->Write(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(info.data()), info.size()), 1).ok())
+    return -1;
+  std::string reply;
+  uint8_t buf[4096];
+  while (reply.find("\r\n", reply.find("process_id:") == std::string::npos
+                                   ? reply.size()
+                                   : reply.find("process_id:")) == std::string::npos) {
+    auto n = (*s)->Read(buf, 1);
+    if (!n.ok()) return -1;
+    reply.append(reinterpret_cast<const char*>(buf), *n);
+  }
+  return std::atoll(reply.c_str() + reply.find("process_id:") + 11);
+}
+
 // A redis-server child process bound to 127.0.0.1 only.
 class RedisProcess {
  public:
@@ -55,12 +76,19 @@ class RedisProcess {
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     if (posix_spawn(&pid_, kRedisServer, nullptr, nullptr, argv.data(), environ) != 0) return false;
-    // Wait (bounded) until it accepts connections.
-    auto tcp = NewTcpTransport();
+    // Wait (bounded) until it answers, and make sure it is this process:
+    // another one may have taken the port since it was picked.
     for (int i = 0; i < 100; ++i) {
-      if (tcp->Connect("127.0.0.1:" + std::to_string(port_), 0.5).ok()) return true;
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {  // it exited: e.g. port in use
+        pid_ = -1;
+        return false;
+      }
+      const int64_t answering = ServerPid(port_);
+      if (answering == pid_) return true;
+      if (answering > 0) break;  // someone else's server
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    Stop(SIGKILL);
     return false;
   }
 
@@ -101,9 +129,13 @@ class RedisPoolTest : public ::testing::Test {
     redis_.reset();
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
+  // On a free port; when another process takes it first, on another one.
   void StartRedis(bool persistent) {
-    redis_ = std::make_unique<RedisProcess>(dir_, FreeLoopbackPort(), persistent);
-    ASSERT_TRUE(redis_->Start()) << "redis-server did not start";
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      redis_ = std::make_unique<RedisProcess>(dir_, FreeLoopbackPort(), persistent);
+      if (redis_->Start()) return;
+    }
+    FAIL() << "redis-server did not start";
   }
   RedisPoolOptions Options() const {
     RedisPoolOptions o;
@@ -183,11 +215,19 @@ TEST_F(RedisPoolTest, RestartMidRunReconnectsOrFailsClearly) {
       }
     }
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  // Each phase waits for what the worker does, not for a fixed time: some
+  // requests done; Redis killed and a request failed; Redis back and more
+  // requests done.
+  auto wait_for = [&](auto done) {
+    for (int i = 0; i < 2000 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return done();
+  };
+  EXPECT_TRUE(wait_for([&] { return ok.load() >= 50; }));
   redis_->Stop(SIGKILL);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(wait_for([&] { return unavailable.load() >= 1; })) << "no request failed while down";
   ASSERT_TRUE(redis_->Start());
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int ok_before = ok.load();
+  EXPECT_TRUE(wait_for([&] { return ok.load() >= ok_before + 50; })) << "no reconnect after the restart";
   stop = true;
   worker.join();
   EXPECT_EQ(wrong.load(), 0);

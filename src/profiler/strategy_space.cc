@@ -209,7 +209,14 @@ Result<StrategySpace> StrategySpace::FromJson(std::string_view text) {
 
     StrategySpace space;
     std::vector<Profile> out;
-    for (const auto& [qname, qobj] : doc.at("quantizers").items()) {
+    // Candidates before validation, counted before any is built: a few
+    // hundred bytes of JSON can describe a product of 4097^k assignments.
+    uint64_t candidates = 0;
+    for (const auto& item : doc.at("quantizers").items()) {
+      // Named references, not a structured binding: lambdas below use them
+      // (clang before 16 cannot capture bindings).
+      const std::string& qname = item.key();
+      const Json& qobj = item.value();
       auto q = ComponentByName<QuantizerType, 7>(qname, &QuantizerName);
       if (!q.ok()) return q.status().WithContext("strategy space: quantizers");
       auto qgrids = ParseGrids(qobj, qname, [&](ParamId id) {
@@ -232,6 +239,16 @@ Result<StrategySpace> StrategySpace::FromJson(std::string_view text) {
           grids.insert(grids.end(), qgrids->begin(), qgrids->end());
           grids.insert(grids.end(), c.grids.begin(), c.grids.end());
           grids.insert(grids.end(), pipeline.begin(), pipeline.end());
+          uint64_t product = 1;
+          for (const ParamGrid& g : grids)
+            product = g.values.size() > kMaxStrategySpaceCandidates / product
+                          ? kMaxStrategySpaceCandidates + 1
+                          : product * g.values.size();
+          candidates += product;
+          if (candidates > kMaxStrategySpaceCandidates)
+            return Status::InvalidArgument(
+                "strategy space: more than " + std::to_string(kMaxStrategySpaceCandidates) +
+                " candidate profiles (the product of the grids); narrow the lists or ranges");
           Status error;
           ForEachAssignment(grids, [&](const std::vector<int64_t>& values) {
             if (!error.ok()) return;

@@ -40,6 +40,27 @@ TEST(StrategySpace, DefaultSpaceCoversBaselinesAndRecompositions) {
   EXPECT_EQ(pairs.size(), 4u * 6u + 1u);  // raw only with identity
 }
 
+// A few hundred bytes of JSON can describe billions of candidates (ranges
+// of up to 4097 values multiply): such a space is refused before any
+// profile is built, and the default space is well inside the limit.
+TEST(StrategySpace, HugeProductsAreRefusedBeforeEnumerating) {
+  const std::string huge =
+      R"({"transforms":{"identity":{}},"codecs":{"pack":{}},)"
+      R"("quantizers":{"uniform":{"residual":{"min":0,"max":4096},"k":{"min":1,"max":8},)"
+      R"("v":{"min":1,"max":8}}}})";
+  ASSERT_LT(huge.size(), 200u);
+  auto space = StrategySpace::FromJson(huge);
+  EXPECT_EQ(space.status().code(), StatusCode::kInvalidArgument) << "4097 x 8 x 8 candidates";
+  EXPECT_NE(space.status().message().find("candidate"), std::string::npos)
+      << space.status().ToString();
+  auto fine = StrategySpace::FromJson(
+      R"({"transforms":{"identity":{}},"codecs":{"pack":{}},)"
+      R"("quantizers":{"uniform":{"residual":{"min":0,"max":99},"k":[2,4]}}})");
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_EQ(fine->size(), 200);
+  EXPECT_LT(StrategySpace::Load(kDefaultSpace)->size(), static_cast<int>(kMaxStrategySpaceCandidates));
+}
+
 TEST(StrategySpace, ProfilesAreDistinct) {
   auto space = StrategySpace::Load(kDefaultSpace);
   ASSERT_TRUE(space.ok());

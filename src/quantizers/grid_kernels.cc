@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/cpu_features.h"
 #include "kvserve/kv.h"
 
 namespace kvserve::quantizers {
@@ -567,10 +568,7 @@ KVSERVE_AVX2 int LoadHalfParamsAvx2(const uint8_t* scales, const uint8_t* zeros,
 
 }  // namespace
 
-bool CpuHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
-}
+bool CpuHasAvx2() { return CpuHasAvx2AndF16c(); }
 
 void SetGridKernelIsaForTesting(GridKernelIsa isa) { g_isa.store(isa); }
 

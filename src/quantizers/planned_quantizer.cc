@@ -89,30 +89,43 @@ Status PlannedQuantizer::Quantize(const ChunkInfo& info, const ChunkTensor& x,
   return Status::Ok();
 }
 
-Status PlannedQuantizer::CheckLayout(const ChunkInfo& info, const ChunkPlan& plan,
-                                     const QuantizedChunk& in) const {
-  size_t segments = 0, param_bytes = 0;
+void PlannedQuantizer::LayoutOf(const ChunkInfo& info, const ChunkPlan& plan,
+                                pipeline::ChunkLayout* layout) const {
+  layout->segments.clear();
+  layout->param_bytes = 0;
   for (const TokenRun& run : plan.runs) {
     if (run.levels == 0) continue;
     const RunShape rs{run.end - run.begin, info.head_dim, plan.axis, plan.group};
-    if (segments >= in.segments.size()) {
-      return Status::Corruption("quantised chunk has too few segments");
-    }
-    const CodeSegment& segment = in.segments[segments++];
-    if (segment.levels != run.levels) {
+    layout->segments.push_back(
+        {static_cast<uint16_t>(run.levels), static_cast<size_t>(rs.tokens) * rs.dim});
+    layout->param_bytes += rs.NumGroups() * ParamBytesPerGroup(SpecFor(run.levels));
+  }
+}
+
+Status PlannedQuantizer::Layout(const ChunkInfo& info, pipeline::ChunkLayout* layout) const {
+  if (!InfoMatches(info)) return Status::InvalidArgument("chunk does not match the quantizer's cache shape");
+  ChunkPlan plan;
+  PlanChunk(info, &plan);
+  LayoutOf(info, plan, layout);
+  return Status::Ok();
+}
+
+Status PlannedQuantizer::CheckLayout(const ChunkInfo& info, const ChunkPlan& plan,
+                                     const QuantizedChunk& in) const {
+  thread_local pipeline::ChunkLayout expected;
+  LayoutOf(info, plan, &expected);
+  if (in.segments.size() < expected.segments.size())
+    return Status::Corruption("quantised chunk has too few segments");
+  for (size_t i = 0; i < expected.segments.size(); ++i) {
+    if (in.segments[i].levels != expected.segments[i].levels)
       return Status::Corruption("quantised segment level count does not match the profile");
-    }
-    if (segment.symbols.size() != static_cast<size_t>(rs.tokens) * rs.dim) {
+    if (in.segments[i].symbols.size() != expected.segments[i].symbols)
       return Status::Corruption("quantised segment symbol count does not match the chunk");
-    }
-    param_bytes += rs.NumGroups() * ParamBytesPerGroup(SpecFor(run.levels));
   }
-  if (segments != in.segments.size()) {
+  if (in.segments.size() != expected.segments.size())
     return Status::Corruption("quantised chunk has too many segments");
-  }
-  if (param_bytes != in.params.size()) {
+  if (expected.param_bytes != in.params.size())
     return Status::Corruption("quantiser params size does not match the chunk");
-  }
   return Status::Ok();
 }
 

@@ -63,6 +63,8 @@ class PlannedQuantizer : public pipeline::Quantizer {
   Status DequantizeRows(const pipeline::ChunkInfo& info, const pipeline::QuantizedChunk& in,
                         pipeline::RowSink& rows, uint8_t* keep_mask) const override;
 
+  Status Layout(const pipeline::ChunkInfo& info, pipeline::ChunkLayout* layout) const override;
+
   // Target size of one streaming tile, in floats (16 KiB).
   static constexpr int kTileFloats = 4096;
 
@@ -96,6 +98,9 @@ class PlannedQuantizer : public pipeline::Quantizer {
  private:
   bool InfoMatches(const pipeline::ChunkInfo& info, const pipeline::ChunkTensor& x) const;
   bool InfoMatches(const pipeline::ChunkInfo& info) const;
+  // The layout `plan` implies for a chunk of `info`.
+  void LayoutOf(const pipeline::ChunkInfo& info, const ChunkPlan& plan,
+                pipeline::ChunkLayout* layout) const;
   // Checks `in` against `plan` (segment count, levels, symbol counts, params
   // size): Corruption naming the first mismatch.
   Status CheckLayout(const pipeline::ChunkInfo& info, const ChunkPlan& plan,

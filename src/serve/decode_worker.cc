@@ -15,7 +15,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/connector.h"
 #include "kvserve/serve.h"
-#include "serve/connection_server.h"
+#include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -91,9 +91,9 @@ class DecodeWorker::Impl {
 
   Status Start(Transport* transport) {
     KVSERVE_ASSIGN_OR_RETURN(
-        server_, serve::ConnectionServer::Start(transport, options_.listen_address,
-                                                options_.connection, options_.max_connections,
-                                                [this](Connection& c) { ServeConnection(c); }));
+        server_, transport::ConnectionServer::Start(transport, options_.listen_address,
+                                                    options_.connection, options_.admission,
+                                                    [this](Connection& c) { ServeConnection(c); }));
     return Status::Ok();
   }
 
@@ -134,6 +134,9 @@ class DecodeWorker::Impl {
       return Status::ResourceExhausted("frame declares " + std::to_string(bytes) + " KV bytes (" +
                                        std::to_string(s.held_bytes) +
                                        " already held), above the decode worker's limit");
+    // KvCache memory comes from calloc: the OS commits its pages as records
+    // are decoded into it, so a header alone costs only its own bytes, not
+    // the KV it declares.
     s.kv = KvCache(info.dtype, info.shape);
     return KvDestination(s.kv.mutable_view());
   }
@@ -150,7 +153,7 @@ class DecodeWorker::Impl {
       return OnHeader(s, id, info);
     };
     Message message;
-    while (!server_->stopping()) {
+    while (!stopping_.load()) {
       // A frame, or the GENERATE for the frames just received.
       const double wait_start = MonotonicSeconds();
       Status st = connection.Receive(&message, /*timeout_seconds=*/0.5);
@@ -288,7 +291,10 @@ class DecodeWorker::Impl {
 
   const Model* model_;
   DecodeWorkerOptions options_;
-  std::unique_ptr<serve::ConnectionServer> server_;
+  std::unique_ptr<transport::ConnectionServer> server_;
+  // Set before server_->Stop(); the handlers poll this, not server_, which a
+  // handler may run before Start's assignment to server_ has completed.
+  std::atomic<bool> stopping_{false};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> refused_frames_{0};
 };
@@ -304,7 +310,10 @@ Result<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(Transport* transport, 
 DecodeWorker::DecodeWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DecodeWorker::~DecodeWorker() { Stop(); }
 std::string DecodeWorker::address() const { return impl_->server_->address(); }
-void DecodeWorker::Stop() { impl_->server_->Stop(); }
+void DecodeWorker::Stop() {
+  impl_->stopping_.store(true);
+  impl_->server_->Stop();
+}
 int64_t DecodeWorker::completed() const { return impl_->completed_.load(); }
 int64_t DecodeWorker::refused_frames() const { return impl_->refused_frames_.load(); }
 int64_t DecodeWorker::auth_failures() const { return impl_->server_->auth_failures(); }

@@ -49,7 +49,7 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   if (hashes.empty()) return false;
 
   const ProfileTable& table = controller_->table();
-  auto workload = table.WorkloadIndex(r.workload);
+  auto workload = WorkloadOf(r);
   // The profiles a hit may use: exactly r.method, or (adaptive) raw and the
   // table's profiles that meet the quality floor; an unknown profile's
   // quality is unknown, so it is never used.
@@ -100,9 +100,14 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     cr.kv_bytes = kv_bytes;
     cr.bandwidth = bandwidth;
     cr.quality_min = r.quality_min;
+    const std::vector<double>& frames = frame_sizes_->For(static_cast<int>(r.prompt.size()));
+    cr.frame_bytes = frames;  // the profiles' frames for this prompt, not the table's ratios
     auto best = controller_->ModelOptimum(cr);
-    if (best.ok())
-      recompute += PredictSeconds(options_.controller.model, table.profile(*best), kv_bytes, bandwidth);
+    if (best.ok()) {
+      ProfileCost cost = table.profile(*best);
+      if (*best != ProfileTable::kRaw && frames[*best] > 0) cost.compression_ratio = kv_bytes / frames[*best];
+      recompute += PredictSeconds(options_.controller.model, cost, kv_bytes, bandwidth);
+    }
   } else {
     recompute += kv_bytes / bandwidth;
   }

@@ -4,6 +4,7 @@
 #ifndef KVSERVE_SERVE_PREFILL_INTERNAL_H_
 #define KVSERVE_SERVE_PREFILL_INTERNAL_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,8 +15,9 @@
 #include "kvserve/codec.h"
 #include "kvserve/connector.h"
 #include "kvserve/serve.h"
-#include "serve/connection_server.h"
 #include "serve/decode_peers.h"
+#include "serve/frame_size_model.h"
+#include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
 
 namespace kvserve {
@@ -58,6 +60,8 @@ class PrefillWorker::Impl {
 
   void ServeClient(Connection& connection);
   Status ValidateRequest(const ServeRequest& request) const;
+  // The table index of the request's workload (its own, else the default).
+  Result<int> WorkloadOf(const ServeRequest& request) const;
   Result<EncoderContext*> Encoder(const std::string& spec);
   Result<Connection*> DecodeConnection();
   void DropDecodeConnection();
@@ -104,7 +108,11 @@ class PrefillWorker::Impl {
   PrefillWorkerOptions options_;
   BandwidthEstimator estimator_;
   std::unique_ptr<Controller> controller_;
-  std::unique_ptr<serve::ConnectionServer> server_;
+  std::unique_ptr<serve::FrameSizeModel> frame_sizes_;
+  std::unique_ptr<transport::ConnectionServer> server_;
+  // Set before server_->Stop(); the handlers poll this, not server_, which a
+  // handler may run before Start's assignment to server_ has completed.
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;  // one request at a time; guards everything below
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers

@@ -15,7 +15,7 @@
 #include "kvserve/connector.h"
 #include "kvserve/profile.h"
 #include "kvserve/serve.h"
-#include "serve/connection_server.h"
+#include "transport/connection_server.h"
 #include "serve/prefill_internal.h"
 #include "serve/serve_protocol.h"
 
@@ -42,16 +42,21 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
     options_.controller.model.layers = model_->config().layers;
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
   decode_ = std::make_unique<serve::DecodePeers>(transport_, options_.decode_addresses, &estimator_);
+  const ModelConfig& c = model_->config();
+  frame_sizes_ = std::make_unique<serve::FrameSizeModel>(
+      controller_->table(), KvShape{c.layers, c.kv_heads, 1, c.head_dim}, DType::kF32,
+      options_.head_scores, options_.table_reference_tokens);
   KVSERVE_ASSIGN_OR_RETURN(
-      server_, serve::ConnectionServer::Start(transport_, options_.listen_address,
-                                              options_.client_connection, 64,
-                                              [this](Connection& c) { ServeClient(c); }));
+      server_, transport::ConnectionServer::Start(transport_, options_.listen_address,
+                                                  options_.client_connection,
+                                                  options_.client_admission,
+                                                  [this](Connection& c) { ServeClient(c); }));
   return Status::Ok();
 }
 
 void PrefillWorker::Impl::ServeClient(Connection& connection) {
   Message message;
-  while (!server_->stopping()) {
+  while (!stopping_.load()) {
     const double wait_start = MonotonicSeconds();
     Status s = connection.Receive(&message, 0.5);
     if (s.code() == StatusCode::kTimeout && MonotonicSeconds() - wait_start > 0.25) continue;
@@ -87,6 +92,15 @@ Status PrefillWorker::Impl::ValidateRequest(const ServeRequest& r) const {
   return Status::Ok();
 }
 
+Result<int> PrefillWorker::Impl::WorkloadOf(const ServeRequest& r) const {
+  const ProfileTable& table = controller_->table();
+  if (!r.workload.empty()) return table.WorkloadIndex(r.workload);
+  if (!options_.default_workload.empty()) return table.WorkloadIndex(options_.default_workload);
+  if (auto unified = table.WorkloadIndex("unified"); unified.ok()) return unified;
+  if (table.workloads().empty()) return Status::NotFound("the profile table names no workload");
+  return 0;
+}
+
 Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
   auto it = encoders_.find(spec);
   if (it != encoders_.end()) return it->second.get();
@@ -110,7 +124,8 @@ void PrefillWorker::Impl::DropDecodeConnection() { decode_->DropCurrent(); }
 Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeRequest& r,
                                                                  double kv_bytes) {
   Chosen chosen;
-  chosen.bandwidth = estimator_.Estimate(decode_->current_key());
+  const kvserve::BandwidthEstimate measured = estimator_.Query(decode_->current_key());
+  chosen.bandwidth = measured.bytes_per_second;
   if (r.method != kMethodAdaptive) {
     KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
     chosen.spec = r.method;
@@ -118,7 +133,7 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
     return chosen;
   }
   const ProfileTable& table = controller_->table();
-  KVSERVE_ASSIGN_OR_RETURN(int workload, table.WorkloadIndex(r.workload));
+  KVSERVE_ASSIGN_OR_RETURN(int workload, WorkloadOf(r));
   ControllerRequest cr;
   cr.workload = workload;
   cr.kv_bytes = kv_bytes;
@@ -127,6 +142,11 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   cr.model_seconds = seconds_per_token_ * static_cast<double>(r.prompt.size());
   cr.quality_min = r.quality_min;
   cr.now_seconds = MonotonicSeconds();
+  // +inf before the peer's first measurement: the risk guard then lets
+  // only raw through (docs/controller.md), instead of deciding on the prior.
+  cr.bandwidth_log_sigma = measured.log_sigma;
+  // Each profile's frame for this prompt's shape, not the table's ratio.
+  cr.frame_bytes = frame_sizes_->For(static_cast<int>(r.prompt.size()));
   KVSERVE_ASSIGN_OR_RETURN(chosen.decision, controller_->Decide(cr));
   chosen.adaptive = true;
   const int index = chosen.decision.action == ControllerAction::kRecompute ? ProfileTable::kRaw
@@ -352,7 +372,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     observation.observed_seconds = t.kv_seconds;
     observation.codec_seconds = t.encode_seconds + t.decode_kv_seconds;
     observation.now_seconds = MonotonicSeconds();
+    // The link this transfer measured (the estimator has its sample now).
+    observation.bandwidth = estimator_.Estimate(decode_->current_key());
     (void)controller_->Observe(chosen->decision, observation);
+    if (chosen->decision.action == ControllerAction::kSend)
+      frame_sizes_->Observe(chosen->decision.profile, static_cast<int>(request.prompt.size()),
+                            t.frame_bytes);
   }
   t.generation_seconds = result->generation_seconds;
   t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds + result->first_token_seconds;
@@ -383,7 +408,10 @@ Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport
 PrefillWorker::PrefillWorker(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PrefillWorker::~PrefillWorker() { Stop(); }
 std::string PrefillWorker::address() const { return impl_->server_->address(); }
-void PrefillWorker::Stop() { impl_->server_->Stop(); }
+void PrefillWorker::Stop() {
+  impl_->stopping_.store(true);
+  impl_->server_->Stop();
+}
 ServeResponse PrefillWorker::Serve(const ServeRequest& request) { return impl_->Serve(request); }
 void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
 double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -140,6 +141,10 @@ struct ClusterOptions {
   int pool_chunk_tokens = 16;
   // PrefillWorkerOptions::overlap_prefill.
   bool overlap_prefill = true;
+  // The prefill worker's profile table (default: TestTable()).
+  std::optional<ProfileTable> table;
+  // ControllerOptions::bandit (false: the analytical choice alone).
+  bool bandit = true;
 };
 
 inline ClusterOptions Over(Kind kind) {
@@ -171,12 +176,13 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.decode_connection = Options(o.prefill_secret, "prefill-0");
   p.decode_connection.shape_bytes_per_second = o.shape_bytes_per_second;
   p.controller.model = {LatencyModelKind::kStreamed, 0};
+  p.controller.bandit = o.bandit;
   p.max_attempts = o.max_attempts;
   p.pool = o.pool;
   p.pool_store_profiles = o.pool_store_profiles;
   p.pool_chunk_tokens = o.pool_chunk_tokens;
   p.overlap_prefill = o.overlap_prefill;
-  auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), TestTable(), p);
+  auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), o.table ? *o.table : TestTable(), p);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   if (!w.ok()) return nullptr;
   c->prefill = std::move(*w);

@@ -12,6 +12,7 @@
 #include "core/checksum.h"
 #include "kvserve/transport.h"
 #include "transport/auth.h"
+#include "transport/server_handshake.h"
 #include "transport/token_bucket.h"
 #include "transport/wire.h"
 
@@ -221,52 +222,6 @@ class Connection::Impl {
     return Status::Ok();
   }
 
-  Status ServerHandshake() {
-    const double deadline = MonotonicSeconds() + options_.handshake_timeout_seconds;
-    auto left = [&] { return std::max(0.0, deadline - MonotonicSeconds()); };
-    Message hello;
-    KVSERVE_RETURN_IF_ERROR(ReceiveRaw(&hello, left(), left()));
-    const auto& h = hello.payload;
-    constexpr size_t kFixed = 4 + 1 + transport::kNonceBytes + 1;
-    if (hello.type != transport::kMsgHello || h.size() < kFixed ||
-        !std::equal(kHelloMagic, kHelloMagic + 4, h.begin()) || h.size() != kFixed + h[kFixed - 1])
-      return Break(Status::Corruption("malformed HELLO from " + remote_));
-    if (h[4] != kAuthVersion) {
-      Status s = Status::NotSupported("auth version " + std::to_string(h[4]));
-      SendError(s, left());
-      return Break(s);
-    }
-    std::span<const uint8_t> client_nonce = std::span<const uint8_t>(h).subspan(5, transport::kNonceBytes);
-    std::string client_id(h.begin() + kFixed, h.end());
-    transport::Nonce server_nonce;
-    KVSERVE_RETURN_IF_ERROR(transport::RandomNonce(&server_nonce));
-    std::vector<uint8_t> transcript =
-        Transcript(client_nonce, server_nonce, client_id, options_.local_id);
-    auto proof = transport::ComputeMac(options_.secret, kServerLabel, transcript);
-    std::vector<uint8_t> challenge(server_nonce.begin(), server_nonce.end());
-    challenge.push_back(static_cast<uint8_t>(options_.local_id.size()));
-    challenge.insert(challenge.end(), options_.local_id.begin(), options_.local_id.end());
-    challenge.insert(challenge.end(), proof.begin(), proof.end());
-    std::span<const uint8_t> part(challenge);
-    KVSERVE_RETURN_IF_ERROR(SendRaw(transport::kMsgChallenge, 0, {&part, 1}, left()));
-    Message response;
-    Status s = ReceiveRaw(&response, left(), left());
-    if (!s.ok())
-      return Status::PermissionDenied("client " + remote_ + " did not complete the handshake: " +
-                                      s.ToString());
-    auto expected = transport::ComputeMac(options_.secret, kClientLabel, transcript);
-    if (response.type != transport::kMsgResponse ||
-        !transport::MacEquals(response.payload, expected)) {
-      Status denied = Status::PermissionDenied("authentication failed");
-      SendError(denied, left());
-      return Break(Status::PermissionDenied("client " + remote_ + " failed authentication"));
-    }
-    KVSERVE_RETURN_IF_ERROR(SendRaw(transport::kMsgAuthOk, 0, {}, left()));
-    peer_id_ = client_id.empty() ? remote_ : client_id;
-    authenticated_ = true;
-    return Status::Ok();
-  }
-
   static std::vector<uint8_t> Transcript(std::span<const uint8_t> client_nonce,
                                          std::span<const uint8_t> server_nonce,
                                          const std::string& client_id,
@@ -291,6 +246,157 @@ class Connection::Impl {
   Status broken_;
 };
 
+// ---------------------------------------------------------------------------
+// The server side of the handshake, one readiness event at a time.
+
+Connection::ServerHandshake::ServerHandshake(std::unique_ptr<Stream> stream,
+                                             const ConnectionOptions& options,
+                                             double deadline_seconds)
+    : impl_(std::make_unique<Impl>(std::move(stream), options)) {
+  double limit = options.handshake_timeout_seconds;
+  if (deadline_seconds >= 0) limit = std::min(limit, deadline_seconds);
+  deadline_ = MonotonicSeconds() + std::max(0.0, limit);
+  poll_handle_ = impl_->stream_->PollHandle();
+  buffer_.reserve(kMessageHeaderBytes);
+}
+
+Connection::ServerHandshake::~ServerHandshake() {
+  if (impl_) impl_->stream_->Close();
+}
+
+const std::string& Connection::ServerHandshake::remote() const { return impl_->remote_; }
+
+void Connection::ServerHandshake::Close() {
+  if (impl_) impl_->stream_->Close();
+}
+
+Status Connection::ServerHandshake::Fail(Status s) {
+  failed_ = s;
+  (void)impl_->Break(s);
+  return s;
+}
+
+Result<bool> Connection::ServerHandshake::Advance(double wait_seconds) {
+  if (!failed_.ok()) return failed_;
+  if (done_) return true;
+  const double left = deadline_ - MonotonicSeconds();
+  if (left <= 0) return Fail(TimeoutStatus());
+  double wait = std::clamp(wait_seconds, 0.0, left);
+  for (;;) {
+    const size_t want = have_header_ ? kMessageHeaderBytes + header_.length : kMessageHeaderBytes;
+    if (buffer_.size() < want) {
+      const size_t have = buffer_.size();
+      buffer_.resize(want);
+      auto n = impl_->stream_->Read(std::span<uint8_t>(buffer_).subspan(have, want - have), wait);
+      if (!n.ok()) {
+        buffer_.resize(have);
+        if (n.status().code() == StatusCode::kTimeout) {
+          if (MonotonicSeconds() < deadline_) return false;  // nothing more yet
+          return Fail(TimeoutStatus());
+        }
+        return Fail(ReadFailure(n.status()));
+      }
+      buffer_.resize(have + *n);
+      wait = 0;  // what else is there, without waiting
+      continue;
+    }
+    if (!have_header_) {
+      Status s = transport::DecodeMessageHeader(buffer_, transport::kMaxHandshakeMessageBytes,
+                                                &header_);
+      if (!s.ok()) return Fail(ReadFailure(s.WithContext("message from " + remote())));
+      have_header_ = true;
+      continue;
+    }
+    // One whole handshake message.
+    Message m;
+    m.type = header_.type;
+    m.flags = header_.flags;
+    m.payload.assign(buffer_.begin() + kMessageHeaderBytes, buffer_.end());
+    buffer_.clear();
+    have_header_ = false;
+    if (Checksum32(m.payload.data(), m.payload.size()) != header_.payload_checksum)
+      return Fail(
+          ReadFailure(Status::Corruption("message payload checksum mismatch from " + remote())));
+    {
+      std::lock_guard<std::mutex> lock(impl_->stats_mu_);
+      impl_->stats_.bytes_received += kMessageHeaderBytes + m.payload.size();
+      ++impl_->stats_.messages_received;
+    }
+    if (m.type == transport::kMsgError) {
+      Status carried = transport::DecodeStatus(m.payload);
+      if (carried.ok()) carried = Status::Corruption("peer sent an ERROR message with code ok");
+      return Fail(ReadFailure(carried.WithContext("peer " + remote())));
+    }
+    KVSERVE_RETURN_IF_ERROR(got_hello_ ? OnResponse(m) : OnHello(m));
+    if (done_) return true;
+  }
+}
+
+// Errors while waiting for a message: before the HELLO they are returned as
+// they are; after it (the client failed to answer the challenge) they mean
+// the peer did not authenticate.
+Status Connection::ServerHandshake::ReadFailure(const Status& s) const {
+  if (!got_hello_) return s;
+  return Status::PermissionDenied("client " + impl_->remote_ +
+                                  " did not complete the handshake: " + s.ToString());
+}
+
+Status Connection::ServerHandshake::TimeoutStatus() const {
+  return ReadFailure(Status::Timeout("handshake with " + impl_->remote_ +
+                                     " did not finish within its deadline"));
+}
+
+Status Connection::ServerHandshake::OnHello(const Message& hello) {
+  const auto& h = hello.payload;
+  constexpr size_t kFixed = 4 + 1 + transport::kNonceBytes + 1;
+  if (hello.type != transport::kMsgHello || h.size() < kFixed ||
+      !std::equal(kHelloMagic, kHelloMagic + 4, h.begin()) || h.size() != kFixed + h[kFixed - 1])
+    return Fail(Status::Corruption("malformed HELLO from " + remote()));
+  const double left = std::max(0.0, deadline_ - MonotonicSeconds());
+  if (h[4] != kAuthVersion) {
+    Status s = Status::NotSupported("auth version " + std::to_string(h[4]));
+    impl_->SendError(s, left);
+    return Fail(s);
+  }
+  std::span<const uint8_t> client_nonce = std::span<const uint8_t>(h).subspan(5, transport::kNonceBytes);
+  client_id_.assign(h.begin() + kFixed, h.end());
+  transport::Nonce server_nonce;
+  if (Status s = transport::RandomNonce(&server_nonce); !s.ok()) return Fail(s);
+  const ConnectionOptions& o = impl_->options_;
+  transcript_ = Impl::Transcript(client_nonce, server_nonce, client_id_, o.local_id);
+  auto proof = transport::ComputeMac(o.secret, kServerLabel, transcript_);
+  std::vector<uint8_t> challenge(server_nonce.begin(), server_nonce.end());
+  challenge.push_back(static_cast<uint8_t>(o.local_id.size()));
+  challenge.insert(challenge.end(), o.local_id.begin(), o.local_id.end());
+  challenge.insert(challenge.end(), proof.begin(), proof.end());
+  std::span<const uint8_t> part(challenge);
+  if (Status s = impl_->SendRaw(transport::kMsgChallenge, 0, {&part, 1}, left); !s.ok())
+    return Fail(s);
+  got_hello_ = true;
+  return Status::Ok();
+}
+
+Status Connection::ServerHandshake::OnResponse(const Message& response) {
+  const double left = std::max(0.0, deadline_ - MonotonicSeconds());
+  const ConnectionOptions& o = impl_->options_;
+  auto expected = transport::ComputeMac(o.secret, kClientLabel, transcript_);
+  if (response.type != transport::kMsgResponse ||
+      !transport::MacEquals(response.payload, expected)) {
+    impl_->SendError(Status::PermissionDenied("authentication failed"), left);
+    return Fail(Status::PermissionDenied("client " + remote() + " failed authentication"));
+  }
+  if (Status s = impl_->SendRaw(transport::kMsgAuthOk, 0, {}, left); !s.ok()) return Fail(s);
+  impl_->peer_id_ = client_id_.empty() ? impl_->remote_ : client_id_;
+  impl_->authenticated_ = true;
+  done_ = true;
+  return Status::Ok();
+}
+
+std::unique_ptr<Connection> Connection::ServerHandshake::Take() {
+  if (!done_ || !impl_) return nullptr;
+  return std::unique_ptr<Connection>(new Connection(std::move(impl_)));
+}
+
 Connection::Connection(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Connection::~Connection() = default;
 
@@ -301,8 +407,16 @@ Result<std::unique_ptr<Connection>> Connection::Establish(std::unique_ptr<Stream
     return Status::InvalidArgument("local_id longer than 255 bytes");
   if (options.max_message_bytes == 0)
     return Status::InvalidArgument("max_message_bytes must be positive");
+  if (role == Role::kServer) {
+    ServerHandshake handshake(std::move(stream), options);
+    for (;;) {
+      auto done = handshake.Advance(handshake.deadline() - MonotonicSeconds());
+      if (!done.ok()) return done.status();
+      if (*done) return handshake.Take();
+    }
+  }
   auto impl = std::make_unique<Impl>(std::move(stream), options);
-  Status s = role == Role::kClient ? impl->ClientHandshake() : impl->ServerHandshake();
+  Status s = impl->ClientHandshake();
   if (!s.ok()) {
     impl->stream_->Close();
     return s;

@@ -27,6 +27,24 @@ class FaultyStream final : public Stream {
       : base_(std::move(base)), plan_(plan), state_(std::move(state)) {}
 
   Status Write(std::span<const uint8_t> bytes, double timeout_seconds) override {
+    if (plan_.event_after_bytes >= 0 && !event_fired_ && plan_.on_event &&
+        written_ + static_cast<int64_t>(bytes.size()) > plan_.event_after_bytes) {
+      // Write up to the offset, let the test act, then go on.
+      const size_t head = static_cast<size_t>(std::max<int64_t>(0, plan_.event_after_bytes - written_));
+      if (head > 0) KVSERVE_RETURN_IF_ERROR(WriteFaulty(bytes.first(head), timeout_seconds));
+      event_fired_ = true;
+      plan_.on_event();
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        ++state_->counters.events;
+      }
+      return WriteFaulty(bytes.subspan(head), timeout_seconds);
+    }
+    return WriteFaulty(bytes, timeout_seconds);
+  }
+
+  Status WriteFaulty(std::span<const uint8_t> bytes, double timeout_seconds) {
+    if (bytes.empty()) return Status::Ok();
     transport::SleepSeconds(plan_.write_delay_seconds);
     if (dropped_.load()) return Status::Unavailable("stream closed (injected drop)");
     std::span<const uint8_t> out = bytes;
@@ -67,12 +85,14 @@ class FaultyStream final : public Stream {
 
   void Close() override { base_->Close(); }
   std::string RemoteAddress() const override { return base_->RemoteAddress(); }
+  int PollHandle() const override { return base_->PollHandle(); }
 
  private:
   std::unique_ptr<Stream> base_;
   FaultPlan plan_;
   std::shared_ptr<State> state_;
   int64_t written_ = 0;  // only the writing thread touches it
+  bool event_fired_ = false;
   std::atomic<bool> dropped_{false};
 };
 

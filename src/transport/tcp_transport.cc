@@ -75,7 +75,9 @@ std::string EndpointString(const tcp::endpoint& ep) {
 class TcpStream final : public Stream {
  public:
   TcpStream(std::shared_ptr<asio::io_context> io, tcp::socket socket, std::string remote)
-      : io_(std::move(io)), socket_(std::move(socket)), remote_(std::move(remote)) {}
+      : io_(std::move(io)), socket_(std::move(socket)), remote_(std::move(remote)) {
+    fd_ = socket_.native_handle();
+  }
   ~TcpStream() override {
     asio::error_code ec;
     socket_.close(ec);
@@ -126,12 +128,13 @@ class TcpStream final : public Stream {
   }
 
   std::string RemoteAddress() const override { return remote_; }
-  int fd() { return socket_.native_handle(); }
+  int PollHandle() const override { return fd_; }
 
  private:
   std::shared_ptr<asio::io_context> io_;
   tcp::socket socket_;
   std::string remote_;
+  int fd_ = -1;
   std::atomic<bool> closed_{false};
 };
 
@@ -267,7 +270,7 @@ std::unique_ptr<Transport> NewTcpTransport(TcpTransportOptions options) {
 namespace transport {
 int TcpStreamFd(const Stream& stream) {
   auto* tcp = dynamic_cast<const TcpStream*>(&stream);
-  return tcp == nullptr ? -1 : const_cast<TcpStream*>(tcp)->fd();
+  return tcp == nullptr ? -1 : tcp->PollHandle();
 }
 }  // namespace transport
 

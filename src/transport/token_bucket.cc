@@ -38,6 +38,7 @@ class ShapedStream final : public Stream {
   }
   void Close() override { base_->Close(); }
   std::string RemoteAddress() const override { return base_->RemoteAddress(); }
+  int PollHandle() const override { return base_->PollHandle(); }
 
  private:
   std::unique_ptr<Stream> base_;

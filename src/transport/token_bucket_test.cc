@@ -16,16 +16,34 @@ TEST(TokenBucketTest, PacedSenderAchievesTheRateAndNeverExceedsTheBound) {
     const double rate = std::uniform_real_distribution<double>(1e5, 1e10)(rng);
     const double burst = std::uniform_real_distribution<double>(1e3, 1e6)(rng);
     TokenBucket bucket(rate, burst);
-    double now = 0, sent = 0;
+    double now = 0, sent = 0, idle = 0;
     for (int i = 0; i < 2000; ++i) {
       double piece = std::uniform_real_distribution<double>(1, burst)(rng);
       now += bucket.Reserve(piece, now);  // wait as told, then send
       sent += piece;
+      // Never more than the rate allows, plus one burst ...
       ASSERT_LE(sent, rate * now + burst + 1e-6 * sent);
+      // ... and never less than the rate over the time the sender was not
+      // idle: waiting as told achieves the rate (refill is only lost while
+      // idle, when the bucket overflows).
+      ASSERT_GE(sent, rate * (now - idle) - 1e-6 * sent) << "trial " << trial << " piece " << i;
       // Occasionally idle: tokens refill but never beyond the burst.
-      if (rng() % 50 == 0) now += std::uniform_real_distribution<double>(0, 0.1)(rng);
+      if (rng() % 50 == 0) {
+        const double gap = std::uniform_real_distribution<double>(0, 0.1)(rng);
+        now += gap;
+        idle += gap;
+      }
     }
-    EXPECT_GE(sent, 0.0);
+    // With no idle time at all the two bounds meet: exactly the rate plus
+    // the initial burst.
+    TokenBucket busy(rate, burst);
+    double t = 0, total = 0;
+    for (int i = 0; i < 500; ++i) {
+      const double piece = std::uniform_real_distribution<double>(burst, 3 * burst)(rng);
+      t += busy.Reserve(piece, t);
+      total += piece;
+    }
+    EXPECT_NEAR(total, rate * t + burst, 1e-9 * total) << "trial " << trial;
   }
   TokenBucket bucket(1e6, 1e3);
   double now = 0;

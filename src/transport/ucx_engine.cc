@@ -70,7 +70,7 @@ struct FlushRequest {
 
 void SetFailure(StreamState& s, Status status) {
   if (s.failure.ok()) s.failure = std::move(status);
-  s.cv.notify_all();
+  s.Notify();
 }
 
 }  // namespace
@@ -282,7 +282,7 @@ class Engine::Impl {
           std::lock_guard<std::mutex> lock(s->mu);
           s->peer_closed = true;
           s->peer_total = GetU64(s->control_buffer.data() + 4);
-          s->cv.notify_all();
+          s->Notify();
           s->control_buffer.erase(s->control_buffer.begin(),
                                   s->control_buffer.begin() + kCloseBytes);
         }
@@ -303,7 +303,7 @@ class Engine::Impl {
         SetFailure(*s, Status::Unavailable("peer " + s->remote +
                                            " failed: its control connection ended without "
                                            "closing the stream"));
-      s->cv.notify_all();
+      s->Notify();
     }
     DropControl(*s);
   }
@@ -326,7 +326,7 @@ class Engine::Impl {
         if (status != UCS_OK && r->op->error.ok())
           r->op->error = Status::Unavailable("UCX send to " + s.remote + ": " + UcsError(status));
       }
-      s.cv.notify_all();
+      s.Notify();
     }
     delete r;
   }
@@ -372,7 +372,7 @@ class Engine::Impl {
       } else if (value > s->peer_read) {
         s->peer_read = value;
         s->last_progress = MonotonicSeconds();
-        s->cv.notify_all();
+        s->Notify();
       }
       return UCS_OK;
     }
@@ -415,7 +415,7 @@ class Engine::Impl {
       std::memcpy(dst, data, length);
       seg.complete = true;
       s->segments.emplace(value, std::move(seg));
-      s->cv.notify_all();
+      s->Notify();
       return UCS_OK;
     }
     s->segments.emplace(value, std::move(seg));
@@ -455,7 +455,7 @@ class Engine::Impl {
                                             UcsError(status)));
         }
       }
-      s.cv.notify_all();
+      s.Notify();
     }
     delete r;
   }

@@ -94,6 +94,15 @@ struct StreamState {
   uint64_t peer_total = 0;   // ... with this many bytes sent
   Status failure;            // control lost, endpoint error, protocol violation, write timeout
 
+  // An eventfd that is readable whenever Read may have something to return
+  // (data, a close, a failure), or -1 until PollHandle() asks for one: a
+  // server waits on it for many unauthenticated peers at once
+  // (docs/transport.md §3, admission). Closed with the state.
+  int poll_fd = -1;
+  // Wakes a blocked Read/Write and signals poll_fd. Called with mu held.
+  void Notify();
+  ~StreamState();
+
   // Engine-only (under the engine's worker mutex).
   void* ep = nullptr;  // ucp_ep_h
   bool closing = false;

@@ -3,13 +3,50 @@
 // the engine received (ucx_engine.h has the protocol).
 #include "transport/ucx_stream.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 
 namespace kvserve::transport::ucx {
 
+void StreamState::Notify() {
+  cv.notify_all();
+  if (poll_fd >= 0) {
+    const uint64_t one = 1;
+    (void)!::write(poll_fd, &one, sizeof(one));
+  }
+}
+
+StreamState::~StreamState() {
+  if (poll_fd >= 0) ::close(poll_fd);
+}
+
 namespace {
+
+// True when Read would return without waiting: a complete segment at the
+// read offset, a close or a failure. Called with s.mu held.
+bool Readable(const StreamState& s) {
+  auto front = s.segments.begin();
+  return (front != s.segments.end() && front->second.complete &&
+          front->first + front->second.consumed == s.read_offset) ||
+         s.local_closed || s.peer_closed || !s.failure.ok();
+}
+
+// Empties s.poll_fd; then signals it again when Read still has something
+// to return, so it is readable exactly while that holds (or a change is on
+// its way). Called with s.mu held.
+void ResetPollFd(StreamState& s) {
+  if (s.poll_fd < 0) return;
+  uint64_t drained;
+  (void)!::read(s.poll_fd, &drained, sizeof(drained));
+  if (Readable(s)) {
+    const uint64_t one = 1;
+    (void)!::write(s.poll_fd, &one, sizeof(one));
+  }
+}
 
 // Waits on s.cv until `ready`, or false once MonotonicSeconds() passes
 // `deadline()` (re-read after every wake-up: an idle deadline moves with
@@ -129,6 +166,7 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
           s.free_buffers.push_back(std::move(seg.data));
         s.segments.erase(it);
       }
+      ResetPollFd(s);
       // Tell the sender what was read once a quarter window accumulated.
       if (s.read_offset - s.granted >= std::max<uint64_t>(1, s.window / 4)) {
         s.granted = s.read_offset;
@@ -143,9 +181,11 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
       return Status::Unavailable("connection closed by peer " + s.remote);
     if (!s.failure.ok() && !at_front) return s.failure;
     const double left = deadline - MonotonicSeconds();
-    if (left <= 0)
+    if (left <= 0) {
+      ResetPollFd(s);
       return Status::Timeout("read from " + s.remote + ": nothing within " +
                              std::to_string(timeout_seconds) + " s");
+    }
     // Until something changes: data at the front, a close, a failure.
     const size_t held = s.segments.size();
     const bool was_closed = s.peer_closed, was_failed = !s.failure.ok();
@@ -164,12 +204,24 @@ void UcxStream::Close() {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->local_closed) return;
     state_->local_closed = true;
-    state_->cv.notify_all();
+    state_->Notify();
   }
   engine_->Close(state_, /*force=*/false);
 }
 
 std::string UcxStream::RemoteAddress() const { return "ucx:" + state_->remote; }
+
+int UcxStream::PollHandle() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->poll_fd < 0) {
+    state_->poll_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (state_->poll_fd >= 0 && Readable(*state_)) {
+      const uint64_t one = 1;
+      (void)!::write(state_->poll_fd, &one, sizeof(one));
+    }
+  }
+  return state_->poll_fd;
+}
 
 }  // namespace kvserve::transport::ucx
 

@@ -30,6 +30,9 @@ class UcxStream final : public Stream {
   [[nodiscard]] Result<size_t> Read(std::span<uint8_t> buffer, double timeout_seconds) override;
   void Close() override;
   std::string RemoteAddress() const override;
+  // An eventfd, made on the first call, that is readable while Read would
+  // return without waiting (data, a close, a failure); -1 if none can be made.
+  int PollHandle() const override;
 
  private:
   Status WriteError(const StreamState& s) const;

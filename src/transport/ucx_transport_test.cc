@@ -7,6 +7,7 @@
 // (over UCX's tcp and its shared-memory transports); large writes cross
 // between two workers intact.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -219,6 +220,50 @@ TEST_P(UcxTransportTest, ClosedStreamDeliversEveryByteBeforeItsEnd) {
   // Writing to a stream the peer closed fails clearly.
   std::vector<uint8_t> more(10);
   EXPECT_EQ(p.server->Write(more, 5).code(), StatusCode::kUnavailable);
+}
+
+// Readiness for admission (docs/transport.md §3): a UCX stream's
+// PollHandle() is readable exactly while Read would return at once: not
+// before data arrives, after it does, not once it was all read, again at
+// the peer's close. A server can therefore wait on many unauthenticated
+// UCX peers on one thread, as on TCP sockets.
+bool PollReadable(int fd, int timeout_ms) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, timeout_ms) > 0 && (p.revents & POLLIN) != 0;
+}
+
+TEST_P(UcxTransportTest, PollHandleIsReadableExactlyWhileReadWouldNotWait) {
+  auto a = Ucx(GetParam());
+  auto b = Ucx(GetParam());
+  StreamPair p = Pair(*a, *b);
+  ASSERT_TRUE(p.client && p.server);
+  const int fd = p.server->PollHandle();
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(p.server->PollHandle(), fd) << "one handle per stream";
+  EXPECT_FALSE(PollReadable(fd, 0)) << "readable before anything was sent";
+  std::mt19937_64 rng(37);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::vector<uint8_t> sent = RandomBytes(rng, 1 + rng() % 5000);
+    ASSERT_TRUE(p.client->Write(sent, 10).ok());
+    ASSERT_TRUE(PollReadable(fd, 10000)) << "data arrived but the handle stayed quiet";
+    // Read in small pieces: the handle stays readable while bytes are left.
+    std::vector<uint8_t> got;
+    while (got.size() < sent.size()) {
+      EXPECT_TRUE(PollReadable(fd, 0)) << got.size() << " of " << sent.size() << " bytes read";
+      uint8_t piece[100];
+      auto n = p.server->Read(piece, 0);
+      ASSERT_TRUE(n.ok()) << n.status().ToString();
+      got.insert(got.end(), piece, piece + *n);
+    }
+    EXPECT_EQ(got, sent);
+    EXPECT_FALSE(PollReadable(fd, 0)) << "readable with nothing left to read";
+  }
+  p.client->Close();
+  EXPECT_TRUE(PollReadable(fd, 10000)) << "the peer's close did not make the handle readable";
+  uint8_t byte;
+  EXPECT_EQ(p.server->Read(std::span<uint8_t>(&byte, 1), 0).status().code(),
+            StatusCode::kUnavailable);
 }
 
 TEST_P(UcxTransportTest, LargeWritesCrossBetweenWorkersIntact) {

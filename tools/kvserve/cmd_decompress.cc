@@ -17,6 +17,7 @@ struct DecompressArgs {
   std::string input;
   std::string output;
   int threads = 0;
+  uint64_t max_output_mb = 4096;
 };
 
 int RunDecompress(const DecompressArgs& a) {
@@ -24,19 +25,21 @@ int RunDecompress(const DecompressArgs& a) {
   if (!frame.ok()) return ReportError("decompress", frame.status());
   DecodeOptions options;
   options.threads = a.threads;
-  auto decoder = DecoderContext::Create(options);
-  if (!decoder.ok()) return ReportError("decompress", decoder.status());
-  // Parse the header first: it gives the shape and dtype to allocate.
-  auto header = (*decoder)->Start(*frame);
-  if (!header.ok()) return ReportError("decompress", header.status().WithContext(a.input));
-  const FrameInfo info = (*decoder)->info();
-  KvCache cache(info.dtype, info.shape);
+  // DecodeFrame checks every record is there (and its checksum) before it
+  // allocates the output, and the output against --max-output-mb.
+  FrameInfo info;
   std::vector<uint8_t> keep_mask;
-  Progress("decompress", "decoding {} {} ({})", DTypeName(info.dtype), ShapeString(info.shape),
-           info.profile.ToString());
   const double start = NowSeconds();
-  if (Status s = (*decoder)->Decode(*frame, cache.mutable_view(), &keep_mask); !s.ok())
+  auto decoded = DecodeFrame(*frame, a.max_output_mb << 20, options, &info, &keep_mask);
+  if (!decoded.ok()) {
+    Status s = decoded.status();
+    if (s.code() == StatusCode::kResourceExhausted)
+      s = s.WithContext("raise --max-output-mb to decode it");
     return ReportError("decompress", s.WithContext(a.input));
+  }
+  KvCache& cache = *decoded;
+  Progress("decompress", "decoded {} {} ({})", DTypeName(info.dtype), ShapeString(info.shape),
+           info.profile.ToString());
   const double seconds = NowSeconds() - start;
   const size_t pruned = static_cast<size_t>(std::count(keep_mask.begin(), keep_mask.end(), 0));
   KvFileMetadata meta{{"synthetic", "unknown"},
@@ -58,13 +61,19 @@ RunFn SetupDecompress(CLI::App& sub) {
   auto a = std::make_shared<DecompressArgs>();
   sub.description(
       "Decode a frame file back into a KV file. Checksums of the header and of every chunk "
-      "are verified; a malformed frame is an error, never a partial output. Tokens a pruning "
+      "are verified before the output is allocated; a malformed frame is an error, never a "
+      "partial output. Tokens a pruning "
       "profile (duo) dropped are written as zeros and counted in the metadata.");
   sub.add_option("input", a->input, "frame file to read")->required();
   sub.add_option("-o,--output", a->output, "KV file to write")->required();
   sub.add_option("-t,--threads", a->threads, "worker threads (0 = all cores)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
+  sub.add_option("--max-output-mb", a->max_output_mb,
+                 "refuse frames that decode to more than this many MiB (a small frame of "
+                 "constant KV can legitimately decode to gigabytes)")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   return [a] { return RunDecompress(*a); };
 }
 

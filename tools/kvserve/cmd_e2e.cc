@@ -67,11 +67,12 @@ RunFn SetupE2e(CLI::App& sub) {
       "scripts/e2e_report.sh runs the recorded configuration into docs/. Default run: about a "
       "minute on two cores.");
   sub.add_option("--model,-m", a->model,
-                 "HF model directory (default: the first under <data>/models/, else a "
-                 "random-weight fallback model)");
+                 "HF model directory (default: the first under <data>/models/; none there is an "
+                 "error), or `random` for a random-weight Qwen2 model (meaningless output)");
   sub.add_option("--table", a->table,
                  "profile table whose profiles (and qualities) to use (default: "
-                 "<data>/configs/profiles/<model>-<workload>.json, else the example table)");
+                 "<data>/configs/profiles/<model>-<workload>.json, the model's measured table; none "
+                 "is an error)");
   sub.add_option(
       "--quality-report", a->quality_report,
       "`kvserve quality` results whose pipelines join the candidates with their measured "

@@ -88,6 +88,8 @@ int RunServe(const PoolArgs& a) {
   PoolServerOptions so;
   so.listen_address = a.listen;
   so.connection = *options;
+  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(so.admission.max_unauthenticated) +
+                                   static_cast<uint64_t>(so.admission.max_connections) + 256);
   auto server = PoolServer::Start(transport->get(), pool->get(), so);
   if (!server.ok()) return ReportError(kCommand, server.status());
   Progress(kCommand, "serving a {} pool on {} over {}; Ctrl-C stops", a.store.backend,

@@ -39,7 +39,7 @@ struct RouterArgs {
   int requests = 8;
   int prompt_tokens = 256;
   int new_tokens = 16;
-  std::string workload = "chat";
+  std::string workload;  // "": the prefill worker's default
   double slo_ms = 0;
   double quality_min = 0.97;
   std::string method = kMethodAdaptive;
@@ -266,7 +266,9 @@ RunFn SetupRouter(CLI::App& sub) {
   sub.add_option("--requests,-n", a->requests, "number of requests")->check(CLI::Range(1, 1000000));
   sub.add_option("--prompt-tokens", a->prompt_tokens, "prompt length")->check(CLI::Range(1, 1 << 20));
   sub.add_option("--new-tokens", a->new_tokens, "tokens to generate")->check(CLI::Range(1, 1 << 20));
-  sub.add_option("--workload", a->workload, "workload label (a workload of the profile table)");
+  sub.add_option("--workload", a->workload,
+                 "workload label, a workload of the prefill worker's table (default: the "
+                 "worker's default workload)");
   sub.add_option("--slo-ms", a->slo_ms, "SLO for prefill + KV movement in ms (0 = none)");
   sub.add_option("--quality-min", a->quality_min, "quality floor q_min");
   sub.add_option("--method", a->method, "adaptive (controller) or a profile spec / preset to force");

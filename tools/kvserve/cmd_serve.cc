@@ -11,6 +11,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/model_directory.h"
 #include "kvserve/codec.h"
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
@@ -31,8 +32,8 @@ struct ServeArgs {
   std::string model;
   std::string listen = "127.0.0.1:0";
   std::string decode;  // prefill: decode worker addresses
-  std::string table = "configs/profile_table.example.json";  // under the data directory
-  bool table_given = false;
+  std::string table;  // default: the model's measured table
+  std::string workload;
   std::string secret_file;
   std::string address_file;
   double shape_gbps = 0;
@@ -65,6 +66,7 @@ int RunServe(const ServeArgs& a) {
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
   BlockStopSignals();
+  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(AdmissionOptions{}.max_unauthenticated) + 512);
   auto secret = LoadServeSecret(kCommand, a.secret_file);
   if (!secret.ok()) return ReportError(kCommand, secret.status());
   auto transport = MakeTransport(a.transport, *secret);
@@ -87,10 +89,25 @@ int RunServe(const ServeArgs& a) {
     decode = std::move(*w);
     address = decode->address();
   } else {
-    auto table_path = DefaultDataFile(a.table, a.table_given);
-    if (!table_path.ok()) return ReportError(kCommand, table_path.status());
-    auto table = ProfileTable::Load(*table_path);
-    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(*table_path));
+    std::string table_path = a.table;
+    if (table_path.empty()) {
+      auto data = DataDirectory();
+      const std::string profiles = data.ok() ? lab::DataPath(*data, "configs/profiles")
+                                             : std::string("configs/profiles");
+      table_path = lab::DefaultProfileTablePath(*dir, profiles);
+      if (table_path.empty()) {
+        const std::string want = profiles + "/" +
+                                 std::filesystem::path(*dir).lexically_normal().filename().string() +
+                                 "-unified.json";
+        return ReportError(kCommand,
+                           Status::NotFound("no measured profile table for " + *dir + " (no " + want +
+                                            "): pass --table FILE (configs/profile_table.example.json "
+                                            "holds hand-written, unmeasured numbers)"));
+      }
+      Progress(kCommand, "profile table {} (measured for this model)", table_path);
+    }
+    auto table = ProfileTable::Load(table_path);
+    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(table_path));
     PrefillWorkerOptions o;
     o.listen_address = a.listen;
     o.decode_addresses = SplitList(a.decode);
@@ -124,6 +141,7 @@ int RunServe(const ServeArgs& a) {
     o.pool = pool.get();
     o.pool_store_profiles = SplitList(a.pool_profiles);
     o.pool_chunk_tokens = a.pool_chunk_tokens;
+    o.default_workload = a.workload;
     auto w = PrefillWorker::Start(tcp, model->get(), std::move(*table), o);
     if (!w.ok()) return ReportError(kCommand, w.status());
     prefill = std::move(*w);
@@ -161,16 +179,18 @@ RunFn SetupServe(CLI::App& sub) {
       "or $KVSERVE_SECRET (the same on every worker and router). docs/e2e.md has the protocol.");
   sub.add_option("--role", a->role, "prefill | decode")->required();
   sub.add_option("--model,-m", a->model,
-                 "HF model directory (default: the first under models/, else a random-weight "
-                 "fallback model)");
+                 "HF model directory (default: the first under <data>/models/; none there is an "
+                 "error), or `random` for a random-weight Qwen2 model (meaningless output)");
   sub.add_option("--listen", a->listen, "address to listen on (port 0 picks one)");
   sub.add_option("--address-file", a->address_file, "also write the bound address to this file");
   sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
   sub.add_option("--decode", a->decode, "prefill: decode worker addresses, tried in order");
   sub.add_option("--table", a->table,
-                 "prefill: profile table JSON the controller chooses from (default: "
-                 "<data>/configs/profile_table.example.json)")
-      ->each([a](const std::string&) { a->table_given = true; });
+                 "prefill: profile table JSON the controller chooses from (default: the model's "
+                 "measured table, <data>/configs/profiles/<model>-unified.json; none is an error)");
+  sub.add_option("--workload", a->workload,
+                 "prefill: workload of requests that name none (default: unified when the table "
+                 "has it, else its first)");
   sub.add_option("--shape-gbps", a->shape_gbps,
                  "prefill: pace KV transfers at this rate (token bucket; emulates a link)");
   sub.add_option("--latency-model", a->latency_model, "prefill: streamed (default) | serial");

@@ -2,6 +2,7 @@
 #include "serve_cli.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -42,6 +43,22 @@ Result<std::string> ServeModelDirectory(std::string_view command, const std::str
                            lab::ResolveModelDirectory(flag, models, fallback, &note));
   Progress(command, "{}", note);
   return dir;
+}
+
+uint64_t RaiseOpenFileLimit(std::string_view command, uint64_t wanted) {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return 0;
+  if (r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &r);
+    getrlimit(RLIMIT_NOFILE, &r);
+  }
+  if (r.rlim_cur < wanted)
+    Progress(command,
+             "warning: open-file limit {} is below {}: under a connection flood the server drops "
+             "the longest-waiting unauthenticated peers earlier (raise it with ulimit -n)",
+             static_cast<uint64_t>(r.rlim_cur), wanted);
+  return r.rlim_cur;
 }
 
 namespace {

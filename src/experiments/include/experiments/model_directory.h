@@ -20,13 +20,23 @@ std::string DefaultModelDirectory(const std::string& models_dir);
 // cache large enough that moving it matters.
 RandomModelSpec FallbackModelSpec();
 
-// The model directory the serve commands use: `flag` when non-empty; else
-// DefaultModelDirectory(models_dir); else the fallback model, written once
-// to `fallback_dir` (e.g. under the build or temp directory). `*note` (may
-// be null) says which was chosen. IOError when the fallback cannot be
+// The model directory the serve commands use: `flag` when it names a
+// directory; the random-weight FallbackModelSpec model, written once to
+// `fallback_dir`, when `flag` is "random"; else, with no flag,
+// DefaultModelDirectory(models_dir). NotFound (saying how to pass a model
+// or ask for the random one) when there is no flag and no model under
+// `models_dir`: a made-up model never stands in silently. `*note` (may be
+// null) says which was chosen. IOError when the random model cannot be
 // written.
 Result<std::string> ResolveModelDirectory(const std::string& flag, const std::string& models_dir,
                                           const std::string& fallback_dir, std::string* note);
+
+// The measured profile table of the model in `model_dir`:
+// `<profiles_dir>/<model directory name>-unified.json` (what `kvserve
+// profile --workload unified` writes for the shipped model), or "" when
+// there is none.
+std::string DefaultProfileTablePath(const std::string& model_dir,
+                                    const std::string& profiles_dir = "configs/profiles");
 
 }  // namespace kvserve::lab
 
