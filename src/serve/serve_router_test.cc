@@ -199,7 +199,9 @@ TEST_P(ServeRouterTest, PrefillWorkerSendsToTheDecodeWorkerItsLinkServesFastest)
   // worker's streams to it is delayed); worker 0 does not.
   auto base = transporttest::MakeTransport(GetParam());
   FaultInjectingTransport slow(base.get());
-  slow.SetConnectPlan({.write_delay_seconds = 0.004});
+  // 20 ms a write: slower than the other link even when a loaded machine
+  // slows both (at 4 ms the choice flipped at load 5).
+  slow.SetConnectPlan({.write_delay_seconds = 0.02});
   std::vector<std::unique_ptr<DecodeWorker>> decode;
   for (int j = 0; j < 2; ++j) {
     DecodeWorkerOptions d;
