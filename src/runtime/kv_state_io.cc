@@ -53,6 +53,7 @@ class SpanSink final : public ByteSink {
     if (bytes.size() > dst_.size() - used_) {
       return Status::ResourceExhausted("KvStateGet: destination buffer too small");
     }
+    if (bytes.empty()) return Status::Ok();  // data() may be null: memcpy forbids that
     std::memcpy(dst_.data() + used_, bytes.data(), bytes.size());
     used_ += bytes.size();
     return Status::Ok();
@@ -141,7 +142,7 @@ Result<KvState> KvStateSet(std::span<const std::byte> src) {
 
   const std::byte* p = src.data() + kFixedHeader;
   std::vector<int32_t> ids(tokens);
-  std::memcpy(ids.data(), p, tokens * 4);
+  if (tokens) std::memcpy(ids.data(), p, tokens * 4);
   p += tokens * 4;
   std::vector<float> logits(logit_count);
   if (logit_count) std::memcpy(logits.data(), p, logit_count * 4);
