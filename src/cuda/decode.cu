@@ -641,15 +641,7 @@ KV_DEV void DecodeRawSpan(const DecArgs& a, const RawSpan& span, DecRawSmem& sm)
     const uint32_t s = shift[k];
     const uint64_t o0 = static_cast<uint64_t>(w) * kWindowBytes;
     if (o0 / 1024 < nb) {
-      uint32_t x[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] = WordAt(win, s + 32 * lane + 4 * j);
-      uint64_t c4[4] = {0, 0, 0, 0};
-      xxh3::QuarterStripeTerms(kHashKeys, x, lane >> 1, 4 * (lane & 1), c4);
-      WarpReduceBlockTerms(c4);
-      if (lane < 2)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) sums[8 * w + 4 * lane + j] = c4[j];
+      StoreStagedBlockTerms(win, s, sums + 8 * w);
     }
     // Output chunks whose first byte (record offset d + 30) is in this window.
     const uint64_t d_first = o0 >= 30 ? (o0 - 30 + 15) / 16 * 16 : 0;

@@ -622,15 +622,7 @@ KV_DEV void EncodeRawSpan(const EncArgs& a, const RawSpan& span, RawSmem& sm, ui
     const uint32_t* win = sm.win[warp][k];
     const uint64_t o0 = static_cast<uint64_t>(w) * kWindowBytes;
     if (static_cast<uint64_t>(w) < nb) {
-      uint32_t x[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) x[j] = WordAt(win, 18 + 32 * lane + 4 * j);
-      uint64_t c[4] = {0, 0, 0, 0};
-      xxh3::QuarterStripeTerms(kHashKeys, x, lane >> 1, 4 * (lane & 1), c);
-      WarpReduceBlockTerms(c);
-      if (lane < 2)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) sums[8 * w + 4 * lane + j] = c[j];
+      StoreStagedBlockTerms(win, 18, sums + 8 * w);
     }
     const uint64_t left = len - o0;
     const uint32_t n = left < kWindowBytes ? static_cast<uint32_t>(left) : kWindowBytes;

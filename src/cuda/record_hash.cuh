@@ -35,6 +35,22 @@ KV_DEV void WarpReduceBlockTerms(uint64_t c[4]) {
     for (int k = 0; k < 4; ++k) c[k] += __shfl_xor_sync(0xffffffffu, c[k], off);
 }
 
+// The block terms of a 1 KiB block staged in shared memory `win` from byte
+// `offset` on (lane l reads bytes [32 l, 32 l + 32)), reduced over the warp
+// and stored by lanes 0 and 1 at sums[0 .. 8). Every lane of the warp calls it.
+KV_DEV void StoreStagedBlockTerms(const uint32_t* win, uint32_t offset, uint64_t* sums) {
+  const int lane = threadIdx.x & 31;
+  uint32_t x[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = WordAt(win, offset + 32 * lane + 4 * j);
+  uint64_t c[4] = {0, 0, 0, 0};
+  xxh3::QuarterStripeTerms(kHashKeys, x, lane >> 1, 4 * (lane & 1), c);
+  WarpReduceBlockTerms(c);
+  if (lane < 2)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) sums[4 * lane + j] = c[j];
+}
+
 // Lane i (< 8) of the warp gets acc term i from the reduced c[4] of lanes 0, 1.
 KV_DEV uint64_t SpreadBlockTerm(const uint64_t c[4]) {
   const int lane = threadIdx.x & 31;
