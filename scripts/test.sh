@@ -82,18 +82,21 @@ unset KVSERVE_REPLAY_RSS_LIMIT_MB
 # admission thread, per-connection handlers, streaming senders). BLAS runs
 # on the calling thread (its own threads are not instrumented).
 TSAN_AREAS=(transport pool connector serve)
+# UCX_MEM_EVENTS=no: libucm's madvise hook runs in exiting threads after
+# TSan has torn their state down and crashes the process (SIGSEGV in
+# MutexPreReadLock). Without the hooks UCX runs without its memory-event
+# driven registration cache; the transfers are the same. Exported before
+# the build: gtest_discover_tests runs each test binary (--gtest_list_tests)
+# as a build step, and that run crashes the same way.
+export UCX_MEM_EVENTS=no
 step "configuring and building build/tsan (ThreadSanitizer)"
 cmake -S . -B build/tsan "${SAN_CMAKE[@]}" -DKVSERVE_TSAN=ON >/dev/null
 targets=()
 add_area_targets build/tsan "${TSAN_AREAS[@]}"
 cmake --build build/tsan -j "$JOBS" --target "${targets[@]}"
 step "running ThreadSanitizer tests: ${targets[*]}"
-# UCX_MEM_EVENTS=no: libucm's madvise hook runs in exiting threads after
-# TSan has torn their state down and crashes the process (SIGSEGV in
-# MutexPreReadLock). Without the hooks UCX runs without its memory-event
-# driven registration cache; the transfers are the same.
 TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}" OPENBLAS_NUM_THREADS=1 \
-  UCX_MEM_EVENTS=no ctest --test-dir build/tsan -j2 --output-on-failure -L "^($(IFS='|'; echo "${TSAN_AREAS[*]}"))\$" \
+  ctest --test-dir build/tsan -j2 --output-on-failure -L "^($(IFS='|'; echo "${TSAN_AREAS[*]}"))\$" \
     -LE '^cli$'
 
 step "all tests passed"
