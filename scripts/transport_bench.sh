@@ -30,6 +30,10 @@ netns_names kvtb
 ADDR_S=10.213.79.1
 ADDR_C=10.213.79.2
 export KVSERVE_SECRET="transport-bench-$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')"
+# The transport commands do no BLAS: keep OpenBLAS from starting its
+# threads, which spin (sched_yield) for ~0.1 s after process start and
+# would take a core from every short measurement on a 2-core machine.
+export OPENBLAS_NUM_THREADS=1
 cleanup() {
   stop_all
   ip netns del "$NS_S" 2>/dev/null || true

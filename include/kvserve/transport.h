@@ -66,6 +66,12 @@ class Stream {
   // Servers use it to wait for many unauthenticated peers on one thread
   // (docs/transport.md §3, admission); it stays owned by the stream.
   virtual int PollHandle() const { return -1; }
+  // How many bytes a Read could place in one call right now: the length of
+  // a run the peer has already committed and that arrives whole (UCX: an
+  // announced rendezvous segment, which a Read of at least that size
+  // receives straight into the caller's buffer), or 0 when the stream has
+  // no such notion (TCP, loopback). Only a sizing hint for the reader.
+  virtual size_t ReadableBytesHint() const { return 0; }
 };
 
 // A Stream that forwards to a shared one: hands Connection (which wants
@@ -80,6 +86,7 @@ class SharedStream final : public Stream {
   void Close() override { s_->Close(); }
   std::string RemoteAddress() const override { return s_->RemoteAddress(); }
   int PollHandle() const override { return s_->PollHandle(); }
+  size_t ReadableBytesHint() const override { return s_->ReadableBytesHint(); }
 
  private:
   std::shared_ptr<Stream> s_;
@@ -141,7 +148,17 @@ struct UcxTransportOptions {
   // blocks beyond it. >= 64 KiB.
   size_t window_bytes = size_t{8} << 20;
   // Largest active message a write is cut into, 4 KiB .. window_bytes.
-  size_t segment_bytes = size_t{1} << 20;
+  size_t segment_bytes = size_t{256} << 10;
+  // Write-behind, per stream: a Write of at most min(write_behind_bytes,
+  // max(segment_bytes, write_behind_bytes / 4)) (1 MiB by default) is
+  // copied, segment by segment, and returns once its sends are started (as
+  // a TCP write returns once the kernel holds the bytes), so the peer
+  // fetches one segment while the next is copied and the next Write
+  // overlaps this one's transfer; at most this many copied bytes are in
+  // flight (a Write waits for room). A failed buffered send fails the
+  // stream's next Write or Read. Larger Writes, and all Writes when 0, are
+  // zero-copy and return once UCP completed them.
+  size_t write_behind_bytes = size_t{4} << 20;
   // Deadline of the bootstrap exchange on each new connection.
   double bootstrap_timeout_seconds = 5.0;
   // Bootstrapped streams waiting for Accept plus bootstraps in progress, per

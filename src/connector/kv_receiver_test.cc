@@ -21,7 +21,10 @@
 namespace kvserve {
 namespace {
 
+using connectortest::Kind;
 using connectortest::MakePair;
+
+class KvReceiverTest : public ::testing::TestWithParam<Kind> {};
 using testing::MakePagedCache;
 using testing::PagedTestCache;
 using testing::RandomKv;
@@ -64,7 +67,7 @@ struct PagedReceiver {
   bool refused = false;
 };
 
-TEST(KvReceiverTest, PagedStreamsArriveAsTheContiguousFrame) {
+TEST_P(KvReceiverTest, PagedStreamsArriveAsTheContiguousFrame) {
   std::mt19937 rng(8001);
   for (PagedLayout layout : {PagedLayout::kVllm, PagedLayout::kFlashInferHnd}) {
     for (const char* spec : {"none", "kivi-2"}) {
@@ -78,7 +81,7 @@ TEST(KvReceiverTest, PagedStreamsArriveAsTheContiguousFrame) {
       ASSERT_TRUE((*DecoderContext::Create())->Decode(frame, expected.mutable_view()).ok());
 
       for (bool produced : {false, true}) {
-        auto pair = MakePair();
+        auto pair = MakePair(GetParam());
         ASSERT_TRUE(pair);
         PagedTestCache receiver_pages =
             MakePagedCache(rng, PagedLayout::kVllmBlockFirst, DType::kBF16, shape, 32);
@@ -112,13 +115,13 @@ TEST(KvReceiverTest, PagedStreamsArriveAsTheContiguousFrame) {
   }
 }
 
-TEST(KvReceiverTest, PagedProducerOutOfOrderFailsTheTransfer) {
+TEST_P(KvReceiverTest, PagedProducerOutOfOrderFailsTheTransfer) {
   std::mt19937 rng(8002);
   const KvShape shape{4, 2, 40, 64};
   PagedTestCache pages = MakePagedCache(rng, PagedLayout::kVllm, DType::kF16, shape, 16);
   for (int variant = 0; variant < 3; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
-    auto pair = MakePair();
+    auto pair = MakePair(GetParam());
     ASSERT_TRUE(pair);
     Result<TransferStats> received = Status::Internal("unset");
     std::thread receiver([&] {
@@ -147,11 +150,11 @@ TEST(KvReceiverTest, PagedProducerOutOfOrderFailsTheTransfer) {
   }
 }
 
-TEST(KvReceiverTest, RefusalsLeaveTheConnectionUsable) {
+TEST_P(KvReceiverTest, RefusalsLeaveTheConnectionUsable) {
   std::mt19937 rng(8003);
   const KvShape shape{2, 2, 64, 64};
   const KvCache kv = RandomKv(rng, shape, DType::kF32);
-  auto pair = MakePair();
+  auto pair = MakePair(GetParam());
   ASSERT_TRUE(pair);
   std::vector<uint8_t> frame = EncodeWhole("kivi-2", kv.view());
   auto info = InspectFrame(frame);
@@ -199,4 +202,7 @@ TEST(KvReceiverTest, RefusalsLeaveTheConnectionUsable) {
 }
 
 }  // namespace
+INSTANTIATE_TEST_SUITE_P(Transports, KvReceiverTest, ::testing::ValuesIn(transporttest::AllKinds()),
+                         transporttest::KindName);
+
 }  // namespace kvserve

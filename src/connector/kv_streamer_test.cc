@@ -26,7 +26,10 @@
 namespace kvserve {
 namespace {
 
+using connectortest::Kind;
 using connectortest::MakePair;
+
+class KvStreamerTest : public ::testing::TestWithParam<Kind> {};
 
 // Receives one frame on its own thread, keeping the frame's bytes and
 // decoding each record as it arrives.
@@ -151,7 +154,7 @@ LayerProducer Deliver(const StridedKv& kv, int layers, Status result, int* deliv
   };
 }
 
-TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
+TEST_P(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
   std::mt19937 rng(7001);
   for (const char* spec : {"none", "identity+raw+pack", "kivi-2"}) {
     for (int dim_stride : {1, 2}) {
@@ -163,7 +166,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       const uint64_t transfer_id = rng();
 
       // Reference: StreamKv of the finished cache.
-      auto reference_pair = MakePair();
+      auto reference_pair = MakePair(GetParam());
       ASSERT_TRUE(reference_pair);
       Receiver reference(reference_pair->receiver.get());
       auto reference_encoder = NewEncoder(spec);
@@ -172,7 +175,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
       ASSERT_TRUE(plain.ok()) << plain.status().ToString();
       ASSERT_TRUE(reference.Complete()) << reference.result().status().ToString();
 
-      auto pair = MakePair();
+      auto pair = MakePair(GetParam());
       ASSERT_TRUE(pair);
       Receiver receiver(pair->receiver.get());
       auto encoder = NewEncoder(spec);
@@ -206,7 +209,7 @@ TEST(KvStreamerTest, OverlappedStreamSendsTheFrameOfTheFinishedCache) {
   }
 }
 
-TEST(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
+TEST_P(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
   std::mt19937 rng(7002);
   const KvShape shape{4, 2, 37, 64};
   // Fails before any layer, in the middle, and after the last layer: the
@@ -215,7 +218,7 @@ TEST(KvStreamerTest, FailingProducerAbortsTheTransferAndReturnsItsError) {
     for (const char* spec : {"none", "kivi-2"}) {
       SCOPED_TRACE(std::string(spec) + ", fails after " + std::to_string(fail_after) + " layers");
       const StridedKv kv = RandomStridedKv(rng, shape, 1);
-      auto pair = MakePair();
+      auto pair = MakePair(GetParam());
       ASSERT_TRUE(pair);
       Receiver receiver(pair->receiver.get());
       auto encoder = NewEncoder(spec);
@@ -250,7 +253,7 @@ enum class Mismatch {
   kExtraLayer
 };
 
-TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
+TEST_P(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
   std::mt19937 rng(7003);
   const KvShape shape{4, 2, 37, 64};
   for (Mismatch mismatch : {Mismatch::kTokens, Mismatch::kHeads, Mismatch::kHeadDim,
@@ -300,7 +303,7 @@ TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
       }
       return Status::Ok();
     };
-    auto pair = MakePair();
+    auto pair = MakePair(GetParam());
     ASSERT_TRUE(pair);
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder("none");
@@ -314,13 +317,13 @@ TEST(KvStreamerTest, LayerThatDoesNotMatchTheShapeFailsTheTransfer) {
   }
 }
 
-TEST(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
+TEST_P(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
   std::mt19937 rng(7004);
   const KvShape shape{4, 2, 37, 64};
   for (int layers = 0; layers < shape.layers; ++layers) {
     SCOPED_TRACE(std::to_string(layers) + " layers delivered");
     const StridedKv kv = RandomStridedKv(rng, shape, 1 + static_cast<int>(rng() % 2));
-    auto pair = MakePair();
+    auto pair = MakePair(GetParam());
     ASSERT_TRUE(pair);
     Receiver receiver(pair->receiver.get());
     auto encoder = NewEncoder(rng() % 2 ? "none" : "kivi-2");
@@ -342,11 +345,11 @@ TEST(KvStreamerTest, ProducerThatStopsEarlyFailsTheTransfer) {
 // The receiver refuses the frame: the call returns its verdict, and the
 // producer still delivered every layer (its result is the caller's to retry
 // with).
-TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
+TEST_P(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
   std::mt19937 rng(7005);
   const KvShape shape{4, 2, 37, 64};
   const StridedKv kv = RandomStridedKv(rng, shape, 1);
-  auto pair = MakePair();
+  auto pair = MakePair(GetParam());
   ASSERT_TRUE(pair);
   Result<TransferStats> received = Status::Internal("unset");
   FrameHandler refuse;
@@ -370,4 +373,7 @@ TEST(KvStreamerTest, RefusedTransferLetsTheProducerFinish) {
 }
 
 }  // namespace
+INSTANTIATE_TEST_SUITE_P(Transports, KvStreamerTest,
+                         ::testing::ValuesIn(transporttest::AllKinds()), transporttest::KindName);
+
 }  // namespace kvserve

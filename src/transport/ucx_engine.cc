@@ -28,6 +28,9 @@ constexpr unsigned kAmId = 0x4B;
 // A flush that has not completed after this long (the peer is gone or not
 // progressing) is abandoned and the endpoint closed by force.
 constexpr double kFlushSeconds = 2.0;
+// How long an announced rendezvous segment waits for a reader to fetch it
+// into its own buffer before the engine fetches it into a segment buffer.
+constexpr double kClaimSeconds = 0.002;
 constexpr char kCloseMagic[4] = {'K', 'V', 'S', 'C'};
 constexpr size_t kCloseBytes = 12;
 
@@ -219,6 +222,14 @@ class Engine::Impl {
   void FinishClose(std::shared_ptr<StreamState> s) {  // by value: erasing it below must not free it
     flushing_.remove(s);
     if (streams_.erase(s->local_id) == 0) return;  // already finished
+    {
+      // Announced rendezvous data no reader will fetch goes back to UCP.
+      std::lock_guard<std::mutex> lock(s->mu);
+      for (auto& [offset, seg] : s->segments) {
+        if (seg.desc != nullptr) ucp_am_data_release(worker_, seg.desc);
+        seg.desc = nullptr;
+      }
+    }
     CloseEp(*s);
     if (!s->control_done) {
       uint64_t total;
@@ -322,9 +333,11 @@ class Engine::Impl {
       s.last_progress = MonotonicSeconds();
       if (status == UCS_OK && r->data) s.send_completed += r->length;
       if (r->op != nullptr) {
-        --r->op->outstanding;
-        if (status != UCS_OK && r->op->error.ok())
-          r->op->error = Status::Unavailable("UCX send to " + s.remote + ": " + UcsError(status));
+        WriteOp& op = *r->op;
+        --op.outstanding;
+        if (status != UCS_OK && op.error.ok())
+          op.error = Status::Unavailable("UCX send to " + s.remote + ": " + UcsError(status));
+        if (op.outstanding == 0) FinishWriteOp(s, op);
       }
       s.Notify();
     }
@@ -399,39 +412,97 @@ class Engine::Impl {
     }
     Segment seg;
     seg.length = length;
-    if (length <= s->segment_bytes && length * 4 >= s->segment_bytes) {
-      seg.pooled = true;
-      if (!s->free_buffers.empty()) {
-        seg.data = std::move(s->free_buffers.back());
-        s->free_buffers.pop_back();
-      } else {
-        seg.data.reset(new uint8_t[s->segment_bytes]);
-      }
-    } else {
-      seg.data.reset(new uint8_t[length]);
-    }
-    uint8_t* dst = seg.data.get();
-    if (!rndv) {
-      std::memcpy(dst, data, length);
-      seg.complete = true;
+    if (rndv) {
+      // Announced only: the reader fetches it (Engine::Fetch), into its own
+      // buffer when that can hold it; unclaimed for kClaimSeconds, the
+      // engine fetches it into a segment buffer (FetchUnclaimed), so a
+      // writer's sends complete within the window whether or not the peer
+      // reads meanwhile.
+      seg.desc = data;
       s->segments.emplace(value, std::move(seg));
       s->Notify();
-      return UCS_OK;
+      engine->announced_.push_back({s, value, MonotonicSeconds() + kClaimSeconds});
+      return UCS_INPROGRESS;
     }
+    AllocateSegment(*s, seg);
+    std::memcpy(seg.data.get(), data, length);
+    seg.complete = true;
     s->segments.emplace(value, std::move(seg));
-    lock.unlock();
-    auto* r = new RecvRequest{s, value};
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = &Impl::OnRecvDone;
-    p.user_data = r;
-    ucs_status_ptr_t sp = ucp_am_recv_data_nbx(engine->worker_, data, dst, length, &p);
-    if (sp == nullptr) {
-      Received(r, UCS_OK);
-    } else if (UCS_PTR_IS_ERR(sp)) {
-      Received(r, UCS_PTR_STATUS(sp));
+    s->Notify();
+    return UCS_OK;
+  }
+
+  // Fetches, into segment buffers, the announced segments no reader
+  // claimed in time. Engine thread, worker mutex held.
+  void FetchUnclaimed() {
+    const double now = MonotonicSeconds();
+    while (!announced_.empty() && announced_.front().deadline <= now) {
+      Announced a = std::move(announced_.front());
+      announced_.pop_front();
+      void* desc = nullptr;
+      uint8_t* dst = nullptr;
+      size_t length = 0;
+      {
+        std::lock_guard<std::mutex> lock(a.state->mu);
+        auto it = a.state->segments.find(a.offset);
+        if (it == a.state->segments.end() || it->second.desc == nullptr) continue;  // claimed
+        Segment& seg = it->second;
+        desc = seg.desc;
+        seg.desc = nullptr;
+        seg.fetching = true;
+        AllocateSegment(*a.state, seg);
+        dst = seg.data.get();
+        length = seg.length;
+      }
+      auto* r = new RecvRequest{a.state, a.offset};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.recv_am = &Impl::OnRecvDone;
+      p.user_data = r;
+      ucs_status_ptr_t sp = ucp_am_recv_data_nbx(worker_, desc, dst, length, &p);
+      if (sp == nullptr) {
+        Received(r, UCS_OK);
+      } else if (UCS_PTR_IS_ERR(sp)) {
+        Received(r, UCS_PTR_STATUS(sp));
+      }
     }
-    return UCS_INPROGRESS;
+  }
+
+  // See Engine::Progress.
+  bool ProgressNow() {
+    std::unique_lock<std::mutex> worker(worker_mu_, std::try_to_lock);
+    if (!worker.owns_lock()) return false;
+    ucp_worker_progress(worker_);
+    return true;
+  }
+
+  // See Engine::Fetch.
+  void FetchNow(const std::shared_ptr<StreamState>& s, uint64_t offset, void* desc, uint8_t* dst,
+                size_t length) {
+    auto* r = new RecvRequest{s, offset};
+    {
+      std::lock_guard<std::mutex> worker(worker_mu_);
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.recv_am = &Impl::OnRecvDone;
+      p.user_data = r;
+      ucs_status_ptr_t sp = ucp_am_recv_data_nbx(worker_, desc, dst, length, &p);
+      if (sp == nullptr) {
+        Received(r, UCS_OK);
+        r = nullptr;
+      } else if (UCS_PTR_IS_ERR(sp)) {
+        Received(r, UCS_PTR_STATUS(sp));
+        r = nullptr;
+      }
+    }
+    if (r != nullptr) {  // in flight: the engine thread drives it
+      bool wake;
+      {
+        std::lock_guard<std::mutex> lock(queue_mu_);
+        wake = sleeping_;
+      }
+      if (wake) Wake();
+    }
   }
 
   static void OnRecvDone(void* request, ucs_status_t status, size_t, void* user_data) {
@@ -575,6 +646,7 @@ class Engine::Impl {
     // Bounded, so that commands (endpoint creation for a bootstrap waiting
     // on it) run even while UCX reports progress on every call.
     for (int i = 0; i < 256 && ucp_worker_progress(worker_) != 0; ++i) busy = true;
+    FetchUnclaimed();
     while (!ready_to_finish_.empty()) {
       auto s = ready_to_finish_.front();
       ready_to_finish_.pop_front();
@@ -631,7 +703,9 @@ class Engine::Impl {
         sleeping_ = true;
       }
       const bool pending = !flushing_.empty() || !closes_.empty();
-      const int timeout_ms = !wakeup_ || busy_arms > 0 ? 1 : pending ? 10 : 200;
+      const int timeout_ms = !wakeup_ || busy_arms > 0 || !announced_.empty() ? 1
+                             : pending                                        ? 10
+                                                                              : 200;
       int n = ::epoll_wait(epoll_fd_, events, 32, timeout_ms);
       {
         std::lock_guard<std::mutex> lock(queue_mu_);
@@ -715,6 +789,13 @@ class Engine::Impl {
   std::list<std::shared_ptr<StreamState>> flushing_;
   std::deque<std::shared_ptr<StreamState>> ready_to_finish_;
   std::list<std::pair<void*, EpContext*>> closes_;
+  // Announced rendezvous segments, oldest first, until claimed or fetched.
+  struct Announced {
+    std::shared_ptr<StreamState> state;
+    uint64_t offset = 0;
+    double deadline = 0;  // the engine fetches it itself from then on
+  };
+  std::deque<Announced> announced_;
   std::list<std::unique_ptr<EpContext>> contexts_;
 };
 
@@ -771,6 +852,41 @@ bool Engine::SendsAlwaysComplete() const { return impl_->peer_error_mode(); }
 void Engine::Close(const std::shared_ptr<StreamState>& state, bool force) {
   Impl* impl = impl_.get();
   impl->Post([impl, state, force] { impl->BeginClose(state, force); });
+}
+
+bool Engine::Progress() { return impl_->ProgressNow(); }
+
+void Engine::Fetch(const std::shared_ptr<StreamState>& state, uint64_t offset, void* desc,
+                   uint8_t* dst, size_t length) {
+  impl_->FetchNow(state, offset, desc, dst, length);
+}
+
+void AllocateSegment(StreamState& s, Segment& seg) {
+  if (seg.length <= s.segment_bytes && seg.length * 4 >= s.segment_bytes) {
+    seg.pooled = true;
+    if (!s.free_buffers.empty()) {
+      seg.data = std::move(s.free_buffers.back());
+      s.free_buffers.pop_back();
+    } else {
+      seg.data.reset(new uint8_t[s.segment_bytes]);
+    }
+  } else {
+    seg.data.reset(new uint8_t[seg.length]);
+  }
+}
+
+void FinishWriteOp(StreamState& s, WriteOp& op) {
+  if (op.owned == nullptr) return;
+  s.buffered -= op.owned_bytes;
+  op.owned_bytes = 0;
+  if (!op.error.ok() && s.failure.ok()) s.failure = op.error;
+  if (op.pooled && (s.send_free_buffers.size() + 1) * BufferedWriteMax(s) <= s.write_behind_limit)
+    s.send_free_buffers.push_back(std::move(op.owned));
+}
+
+uint64_t BufferedWriteMax(const StreamState& s) {
+  return std::min<uint64_t>(s.write_behind_limit,
+                            std::max<uint64_t>(s.segment_bytes, s.write_behind_limit / 4));
 }
 
 Status RandomStreamId(StreamId* id) {

@@ -48,22 +48,48 @@ inline constexpr size_t kAmHeaderBytes = 32;
 inline constexpr uint8_t kAmData = 1;
 inline constexpr uint8_t kAmCredit = 2;
 
-// One received (or being received) run of stream bytes.
+// One received (or being received, or announced) run of stream bytes. A
+// rendezvous segment is first only announced: UCP holds its data
+// descriptor (`desc`) and the bytes stay at the sender until the reader
+// fetches them, straight into its own buffer when that holds the whole
+// segment (`direct`: no copy on the receiving side), else into `data`.
 struct Segment {
   std::unique_ptr<uint8_t[]> data;
   size_t length = 0;
   size_t consumed = 0;
   bool complete = false;
-  bool pooled = false;  // data is a segment_bytes buffer from the pool
+  bool pooled = false;    // data is a segment_bytes buffer from the pool
+  void* desc = nullptr;   // announced rendezvous data, not yet fetched
+  bool fetching = false;  // a fetch is in flight
+  bool direct = false;    // ... into the reader's buffer
 };
+
+struct StreamState;
+// Gives `seg` (length set) a buffer: a pooled segment_bytes one for
+// segments of a quarter segment or more, else its own. Called with s.mu held.
+void AllocateSegment(StreamState& s, Segment& seg);
 
 // Counts the sends of one Write. Shared with the sends: a Write that gives
 // up on sends that will never complete (see Engine::SendsAlwaysComplete)
-// leaves them a live object to complete into.
+// leaves them a live object to complete into. A buffered (write-behind)
+// Write owns a copy of its bytes here; the copy lives until its last send
+// completes, when the op is released.
 struct WriteOp {
   int outstanding = 0;
   Status error;
+  std::unique_ptr<uint8_t[]> owned;  // write-behind copy, or null
+  size_t owned_bytes = 0;
+  bool pooled = false;  // owned is a segment_bytes buffer of the stream's send pool
 };
+
+struct StreamState;
+// The largest Write that is buffered (write-behind):
+// min(write_behind_limit, max(segment_bytes, write_behind_limit / 4)), 0
+// when write-behind is off; also the size of the send pool's buffers.
+uint64_t BufferedWriteMax(const StreamState& s);
+// Called with s.mu held when op.outstanding dropped to 0: a buffered op's
+// bytes leave s.buffered and its failure becomes the stream's.
+void FinishWriteOp(StreamState& s, WriteOp& op);
 
 // State shared by a UcxStream (the user's threads) and the engine thread.
 // Fields under `mu` unless marked engine-only.
@@ -83,6 +109,14 @@ struct StreamState {
   uint64_t send_offset = 0;     // bytes handed to UCP
   uint64_t send_completed = 0;  // bytes whose send completed successfully
   uint64_t peer_read = 0;       // the peer's read total from its last CREDIT
+  // Write-behind: bytes of buffered Writes whose sends have not all
+  // completed, at most write_behind_limit (0: every Write waits for its
+  // sends, zero-copy).
+  uint64_t buffered = 0;
+  uint64_t write_behind_limit = 0;
+  // Reused BufferedWriteMax buffers for large write-behind copies (fresh
+  // megabyte allocations would page-fault on every copy).
+  std::vector<std::unique_ptr<uint8_t[]>> send_free_buffers;
   // Receive side: segments by stream offset, all at or after read_offset.
   std::map<uint64_t, Segment> segments;
   uint64_t read_offset = 0;
@@ -150,6 +184,19 @@ class Engine {
   // peer-failure mode, network transports). Without it (shared memory) the
   // sends to a dead peer never complete, and nothing will read their bytes.
   bool SendsAlwaysComplete() const;
+  // Starts fetching the announced rendezvous segment at `offset` (whose
+  // descriptor the caller took: desc set to null, fetching set) into
+  // dst[0, length); on completion the segment is marked complete, on
+  // failure it is removed and the stream fails (both notify). Call without
+  // the stream's mutex; dst must stay valid until then.
+  void Fetch(const std::shared_ptr<StreamState>& state, uint64_t offset, void* desc,
+             uint8_t* dst, size_t length);
+  // One round of UCP progress on the caller's thread, when no other thread
+  // is inside UCP; false when one was (nothing done). A reader waiting for
+  // its own fetch drives it so (with shared memory the copy then runs on
+  // the reader's thread, as a TCP recv would) instead of waiting for the
+  // engine thread to wake. Call without the stream's mutex.
+  bool Progress();
   // Sends CREDIT(read_total) to the peer.
   void Credit(const std::shared_ptr<StreamState>& state, uint64_t read_total);
   // Flushes and closes the stream's endpoint, then sends CLOSE on its

@@ -26,13 +26,23 @@ StreamState::~StreamState() {
 
 namespace {
 
+// Rounds of UCP progress a waiting Read makes on its own thread before it
+// sleeps on the stream's condition variable (~1 us each when idle).
+constexpr int kPollRounds = 256;
+
 // True when Read would return without waiting: a complete segment at the
 // read offset, a close or a failure. Called with s.mu held.
-bool Readable(const StreamState& s) {
+// True when the oldest segment starts at the read offset and is complete
+// or announced and not yet being fetched (Read fetches it). Called with
+// s.mu held.
+bool FrontReady(const StreamState& s) {
   auto front = s.segments.begin();
-  return (front != s.segments.end() && front->second.complete &&
-          front->first + front->second.consumed == s.read_offset) ||
-         s.local_closed || s.peer_closed || !s.failure.ok();
+  return front != s.segments.end() && front->first + front->second.consumed == s.read_offset &&
+         (front->second.complete || front->second.desc != nullptr);
+}
+
+bool Readable(const StreamState& s) {
+  return FrontReady(s) || s.local_closed || s.peer_closed || !s.failure.ok();
 }
 
 // Empties s.poll_fd; then signals it again when Read still has something
@@ -85,6 +95,34 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
     return timeout_seconds < 0 ? std::numeric_limits<double>::infinity()
                                : s.last_progress + timeout_seconds;
   };
+  // Write-behind: a Write of at most BufferedWriteMax sends from a copy
+  // and does not wait for its sends (UcxOptions::write_behind_bytes).
+  const bool buffered = !bytes.empty() && bytes.size() <= BufferedWriteMax(s);
+  if (buffered) {
+    const bool room = WaitUntil(s, lock, idle_deadline, [&] {
+      return s.buffered + bytes.size() <= s.write_behind_limit || !WriteError(s).ok();
+    });
+    result = WriteError(s);
+    if (result.ok() && !room)
+      result = Status::Timeout("write to " + s.remote + ": no send completed within " +
+                               std::to_string(timeout_seconds) + " s");
+    if (!result.ok()) {
+      if (result.code() == StatusCode::kTimeout && s.failure.ok()) s.failure = result;
+      return result.WithContext("UCX");
+    }
+    // Copies of more than 64 KiB go to a reused BufferedWriteMax buffer.
+    op->pooled = bytes.size() > 64 * 1024;
+    if (op->pooled && !s.send_free_buffers.empty()) {
+      op->owned = std::move(s.send_free_buffers.back());
+      s.send_free_buffers.pop_back();
+    }
+    if (op->owned == nullptr)
+      op->owned = std::make_unique_for_overwrite<uint8_t[]>(op->pooled ? BufferedWriteMax(s)
+                                                                       : bytes.size());
+    op->owned_bytes = bytes.size();
+    s.buffered += bytes.size();
+    op->outstanding = 1;  // this Write, until its last send is started
+  }
   size_t issued = 0;
   while (issued < bytes.size()) {
     result = WriteError(s);
@@ -109,9 +147,24 @@ Status UcxStream::Write(std::span<const uint8_t> bytes, double timeout_seconds) 
     ++op->outstanding;
     // The engine's callbacks take s.mu: never call into it holding that.
     lock.unlock();
-    engine_->Send(state_, bytes.data() + issued, n, offset, op);
+    const uint8_t* from = bytes.data() + issued;
+    if (buffered) {
+      // Copied segment by segment, so the peer fetches one while the next
+      // is copied.
+      std::memcpy(op->owned.get() + issued, from, n);
+      from = op->owned.get() + issued;
+    }
+    engine_->Send(state_, from, n, offset, op);
     lock.lock();
     issued += n;
+  }
+  if (buffered) {
+    // The sends own their bytes; the last one to finish (or this Write)
+    // releases them from s.buffered. Bytes never started leave a gap in
+    // the stream: it fails.
+    if (!result.ok() && s.failure.ok()) s.failure = result;
+    if (--op->outstanding == 0) FinishWriteOp(s, *op);
+    return result.ok() ? result : result.WithContext("UCX");
   }
   // The sends reference the caller's bytes: wait for every one of them.
   if (result.ok()) {
@@ -155,6 +208,46 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
     // were read).
     const bool at_front =
         it != s.segments.end() && it->first + it->second.consumed == s.read_offset;
+    if (at_front && it->second.desc != nullptr && !s.local_closed) {
+      // An announced rendezvous segment: fetch it, into the caller's buffer
+      // when that holds all of it (the bytes are then copied once, by UCX).
+      Segment& seg = it->second;
+      const uint64_t offset = it->first;
+      const size_t length = seg.length;
+      void* desc = seg.desc;
+      seg.desc = nullptr;
+      seg.fetching = true;
+      const bool direct = buffer.size() >= length;
+      seg.direct = direct;
+      if (!direct) AllocateSegment(s, seg);
+      uint8_t* dst = direct ? buffer.data() : seg.data.get();
+      lock.unlock();  // the engine's callbacks take s.mu (and may drop the segment)
+      engine_->Fetch(state_, offset, desc, dst, length);
+      lock.lock();
+      if (!direct) continue;  // copied out below once complete
+      // UCX writes into the caller's buffer: wait for the fetch to end
+      // (completion, or failure, which removes the segment), whatever the
+      // timeout; drive it on this thread for a while first.
+      auto fetched = [&] {
+        auto f = s.segments.find(offset);
+        return f == s.segments.end() || f->second.complete;
+      };
+      for (int round = 0; round < kPollRounds && !fetched(); ++round) {
+        lock.unlock();
+        (void)engine_->Progress();
+        lock.lock();
+      }
+      s.cv.wait(lock, fetched);
+      auto done = s.segments.find(offset);
+      if (done == s.segments.end())
+        return s.failure.ok() ? Status::Unavailable("UCX receive from " + s.remote + " failed")
+                              : s.failure;
+      s.segments.erase(done);
+      s.read_offset += length;
+      ResetPollFd(s);
+      GrantCredit(s, lock);
+      return length;
+    }
     if (at_front && it->second.complete) {
       Segment& seg = it->second;
       const size_t n = std::min(buffer.size(), seg.length - seg.consumed);
@@ -167,13 +260,7 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
         s.segments.erase(it);
       }
       ResetPollFd(s);
-      // Tell the sender what was read once a quarter window accumulated.
-      if (s.read_offset - s.granted >= std::max<uint64_t>(1, s.window / 4)) {
-        s.granted = s.read_offset;
-        const uint64_t total = s.read_offset;
-        lock.unlock();  // the engine's callbacks take s.mu
-        engine_->Credit(state_, total);
-      }
+      GrantCredit(s, lock);
       return n;
     }
     if (s.local_closed) return Status::Unavailable("stream closed");
@@ -189,13 +276,28 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
     // Until something changes: data at the front, a close, a failure.
     const size_t held = s.segments.size();
     const bool was_closed = s.peer_closed, was_failed = !s.failure.ok();
-    WaitUntil(s, lock, [&] { return deadline; }, [&] {
-      auto front = s.segments.begin();
-      return (front != s.segments.end() && front->second.complete &&
-              front->first + front->second.consumed == s.read_offset) ||
-             s.local_closed || s.peer_closed != was_closed || !s.failure.ok() != was_failed ||
-             s.segments.size() != held;
-    });
+    auto changed = [&] {
+      return FrontReady(s) || s.local_closed || s.peer_closed != was_closed ||
+             !s.failure.ok() != was_failed || s.segments.size() != held;
+    };
+    // Poll UCP on this thread for a moment (a reply in flight lands without
+    // a wake-up of the engine thread and then of this one), then sleep.
+    for (int round = 0; round < kPollRounds && !changed(); ++round) {
+      lock.unlock();
+      (void)engine_->Progress();
+      lock.lock();
+    }
+    WaitUntil(s, lock, [&] { return deadline; }, changed);
+  }
+}
+
+void UcxStream::GrantCredit(StreamState& s, std::unique_lock<std::mutex>& lock) {
+  // Tell the sender what was read once a quarter window accumulated.
+  if (s.read_offset - s.granted >= std::max<uint64_t>(1, s.window / 4)) {
+    s.granted = s.read_offset;
+    const uint64_t total = s.read_offset;
+    lock.unlock();  // the engine's callbacks take s.mu
+    engine_->Credit(state_, total);
   }
 }
 
@@ -223,5 +325,13 @@ int UcxStream::PollHandle() const {
   return state_->poll_fd;
 }
 
-}  // namespace kvserve::transport::ucx
+size_t UcxStream::ReadableBytesHint() const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  auto front = state_->segments.begin();
+  if (front == state_->segments.end() || front->first != state_->read_offset ||
+      front->second.desc == nullptr)
+    return 0;
+  return front->second.length;
+}
 
+}  // namespace kvserve::transport::ucx

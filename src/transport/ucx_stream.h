@@ -4,6 +4,7 @@
 #define KVSERVE_TRANSPORT_UCX_STREAM_H_
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kvserve/transport.h"
@@ -19,10 +20,12 @@ class UcxStream final : public Stream {
   UcxStream(std::shared_ptr<Engine> engine, std::shared_ptr<StreamState> state);
   ~UcxStream() override;
   // Cuts `bytes` into segments of at most segment_bytes sent as the peer's
-  // window allows and returns once UCP completed every one. Timeout when
-  // neither a send completed nor the peer read anything for
-  // `timeout_seconds` (the stream is then unusable); Unavailable after a
-  // local or peer close or a peer failure.
+  // window allows and returns once UCP completed every one, or, for a
+  // write-behind Write (at most min(segment_bytes, write_behind_bytes)),
+  // once every send of its copy is started. Timeout when neither a send
+  // completed nor the peer read anything for `timeout_seconds` (the stream
+  // is then unusable); Unavailable after a local or peer close or a peer
+  // failure, including a buffered send of an earlier Write that failed.
   [[nodiscard]] Status Write(std::span<const uint8_t> bytes, double timeout_seconds) override;
   // Copies from the oldest complete segment. Timeout when nothing arrives in
   // time (the stream stays usable); Unavailable at the end of a closed
@@ -33,9 +36,15 @@ class UcxStream final : public Stream {
   // An eventfd, made on the first call, that is readable while Read would
   // return without waiting (data, a close, a failure); -1 if none can be made.
   int PollHandle() const override;
+  // The length of the announced rendezvous segment at the read offset (a
+  // Read of at least that size receives it without a copy), else 0.
+  size_t ReadableBytesHint() const override;
 
  private:
   Status WriteError(const StreamState& s) const;
+  // Sends CREDIT once a quarter window was read since the last one; may
+  // release `lock` (held on s.mu) to do so.
+  void GrantCredit(StreamState& s, std::unique_lock<std::mutex>& lock);
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<StreamState> state_;
 };

@@ -99,6 +99,7 @@ std::shared_ptr<StreamState> NewState(const UcxTransportOptions& o, std::shared_
   state->remote = control->RemoteAddress();
   state->window = o.window_bytes;
   state->segment_bytes = o.segment_bytes;
+  state->write_behind_limit = o.write_behind_bytes;
   state->control = std::move(control);
   *status = transport::ucx::RandomStreamId(&state->local_id);
   return state;
