@@ -25,8 +25,8 @@ namespace kvserve::transport::ucx {
 namespace {
 
 constexpr unsigned kAmId = 0x4B;
-// A flush that has not completed after this long (the peer is gone or not
-// progressing) is abandoned and the endpoint closed by force.
+// A flush during which no send completed for this long (the peer is gone
+// or not progressing) is abandoned and the endpoint closed by force.
 constexpr double kFlushSeconds = 2.0;
 // How long an announced rendezvous segment waits for a reader to fetch it
 // into its own buffer before the engine fetches it into a segment buffer.
@@ -209,6 +209,7 @@ class Engine::Impl {
     p.user_data = flush;
     ucs_status_ptr_t sp = ucp_ep_flush_nbx(ep, &p);
     if (!UCS_PTR_IS_PTR(sp) || sp == nullptr) {
+      s->flushed = sp == nullptr;
       delete flush;
       FinishClose(s);
       return;
@@ -234,8 +235,11 @@ class Engine::Impl {
     if (!s->control_done) {
       uint64_t total;
       {
+        // Flushed: every byte handed to UCP reached the peer (a completion
+        // callback may still be on its way); otherwise only those whose
+        // sends completed.
         std::lock_guard<std::mutex> lock(s->mu);
-        total = s->send_completed;
+        total = s->flushed && s->failure.ok() ? s->send_offset : s->send_completed;
       }
       uint8_t close[kCloseBytes];
       std::memcpy(close, kCloseMagic, 4);
@@ -344,8 +348,9 @@ class Engine::Impl {
     delete r;
   }
 
-  static void OnFlushDone(void* request, ucs_status_t, void* user_data) {
+  static void OnFlushDone(void* request, ucs_status_t status, void* user_data) {
     auto* flush = static_cast<FlushRequest*>(user_data);
+    flush->state->flushed = status == UCS_OK;
     flush->engine->ready_to_finish_.push_back(flush->state);
     delete flush;
     ucp_request_free(request);
@@ -454,48 +459,41 @@ class Engine::Impl {
         dst = seg.data.get();
         length = seg.length;
       }
-      auto* r = new RecvRequest{a.state, a.offset};
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      p.cb.recv_am = &Impl::OnRecvDone;
-      p.user_data = r;
-      ucs_status_ptr_t sp = ucp_am_recv_data_nbx(worker_, desc, dst, length, &p);
-      if (sp == nullptr) {
-        Received(r, UCS_OK);
-      } else if (UCS_PTR_IS_ERR(sp)) {
-        Received(r, UCS_PTR_STATUS(sp));
-      }
+      (void)StartReceive(a.state, a.offset, desc, dst, length);
     }
   }
 
-  // See Engine::Progress.
-  bool ProgressNow() {
-    std::unique_lock<std::mutex> worker(worker_mu_, std::try_to_lock);
-    if (!worker.owns_lock()) return false;
-    ucp_worker_progress(worker_);
+  // Starts receiving announced rendezvous data into dst; true while it is
+  // in flight (Received runs on completion), false when it already ended.
+  // Worker mutex held.
+  bool StartReceive(const std::shared_ptr<StreamState>& s, uint64_t offset, void* desc,
+                    uint8_t* dst, size_t length) {
+    auto* r = new RecvRequest{s, offset};
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.recv_am = &Impl::OnRecvDone;
+    p.user_data = r;
+    ucs_status_ptr_t sp = ucp_am_recv_data_nbx(worker_, desc, dst, length, &p);
+    if (sp == nullptr) {
+      Received(r, UCS_OK);
+      return false;
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+      Received(r, UCS_PTR_STATUS(sp));
+      return false;
+    }
     return true;
   }
 
   // See Engine::Fetch.
   void FetchNow(const std::shared_ptr<StreamState>& s, uint64_t offset, void* desc, uint8_t* dst,
                 size_t length) {
-    auto* r = new RecvRequest{s, offset};
+    bool in_flight;
     {
       std::lock_guard<std::mutex> worker(worker_mu_);
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      p.cb.recv_am = &Impl::OnRecvDone;
-      p.user_data = r;
-      ucs_status_ptr_t sp = ucp_am_recv_data_nbx(worker_, desc, dst, length, &p);
-      if (sp == nullptr) {
-        Received(r, UCS_OK);
-        r = nullptr;
-      } else if (UCS_PTR_IS_ERR(sp)) {
-        Received(r, UCS_PTR_STATUS(sp));
-        r = nullptr;
-      }
+      in_flight = StartReceive(s, offset, desc, dst, length);
     }
-    if (r != nullptr) {  // in flight: the engine thread drives it
+    if (in_flight) {  // the engine thread drives it
       bool wake;
       {
         std::lock_guard<std::mutex> lock(queue_mu_);
@@ -656,7 +654,19 @@ class Engine::Impl {
     const double now = MonotonicSeconds();
     for (auto it = flushing_.begin(); it != flushing_.end();) {
       auto s = *it++;
-      if (now >= s->flush_deadline) FinishClose(s);
+      if (now < s->flush_deadline) continue;
+      // Abandoned only after kFlushSeconds without a send completing: a
+      // slow reader still gets every byte written before the close.
+      double last_progress;
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        last_progress = s->last_progress;
+      }
+      if (last_progress + kFlushSeconds > now) {
+        s->flush_deadline = last_progress + kFlushSeconds;
+      } else {
+        FinishClose(s);
+      }
     }
     for (auto it = closes_.begin(); it != closes_.end();) {
       if (ucp_request_check_status(it->first) != UCS_INPROGRESS) {
@@ -675,9 +685,11 @@ class Engine::Impl {
     int busy_arms = 0;  // consecutive arms answered busy, since busy_arm_since
     double busy_arm_since = 0;
     for (;;) {
+      bool announced;  // segments waiting to be claimed (read under the worker mutex)
       {
         std::unique_lock<std::mutex> worker(worker_mu_);
         const bool busy = Step();
+        announced = !announced_.empty();
         if (busy) busy_arms = 0;
         {
           std::lock_guard<std::mutex> lock(queue_mu_);
@@ -703,7 +715,7 @@ class Engine::Impl {
         sleeping_ = true;
       }
       const bool pending = !flushing_.empty() || !closes_.empty();
-      const int timeout_ms = !wakeup_ || busy_arms > 0 || !announced_.empty() ? 1
+      const int timeout_ms = !wakeup_ || busy_arms > 0 || announced ? 1
                              : pending                                        ? 10
                                                                               : 200;
       int n = ::epoll_wait(epoll_fd_, events, 32, timeout_ms);
@@ -853,8 +865,6 @@ void Engine::Close(const std::shared_ptr<StreamState>& state, bool force) {
   Impl* impl = impl_.get();
   impl->Post([impl, state, force] { impl->BeginClose(state, force); });
 }
-
-bool Engine::Progress() { return impl_->ProgressNow(); }
 
 void Engine::Fetch(const std::shared_ptr<StreamState>& state, uint64_t offset, void* desc,
                    uint8_t* dst, size_t length) {

@@ -140,6 +140,7 @@ struct StreamState {
   // Engine-only (under the engine's worker mutex).
   void* ep = nullptr;  // ucp_ep_h
   bool closing = false;
+  bool flushed = false;  // the close's endpoint flush completed
   double flush_deadline = 0;
   std::vector<uint8_t> control_buffer;
   bool control_done = false;
@@ -191,12 +192,6 @@ class Engine {
   // the stream's mutex; dst must stay valid until then.
   void Fetch(const std::shared_ptr<StreamState>& state, uint64_t offset, void* desc,
              uint8_t* dst, size_t length);
-  // One round of UCP progress on the caller's thread, when no other thread
-  // is inside UCP; false when one was (nothing done). A reader waiting for
-  // its own fetch drives it so (with shared memory the copy then runs on
-  // the reader's thread, as a TCP recv would) instead of waiting for the
-  // engine thread to wake. Call without the stream's mutex.
-  bool Progress();
   // Sends CREDIT(read_total) to the peer.
   void Credit(const std::shared_ptr<StreamState>& state, uint64_t read_total);
   // Flushes and closes the stream's endpoint, then sends CLOSE on its

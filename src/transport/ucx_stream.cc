@@ -26,10 +26,6 @@ StreamState::~StreamState() {
 
 namespace {
 
-// Rounds of UCP progress a waiting Read makes on its own thread before it
-// sleeps on the stream's condition variable (~1 us each when idle).
-constexpr int kPollRounds = 256;
-
 // True when Read would return without waiting: a complete segment at the
 // read offset, a close or a failure. Called with s.mu held.
 // True when the oldest segment starts at the read offset and is complete
@@ -227,17 +223,11 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
       if (!direct) continue;  // copied out below once complete
       // UCX writes into the caller's buffer: wait for the fetch to end
       // (completion, or failure, which removes the segment), whatever the
-      // timeout; drive it on this thread for a while first.
-      auto fetched = [&] {
+      // timeout.
+      s.cv.wait(lock, [&] {
         auto f = s.segments.find(offset);
         return f == s.segments.end() || f->second.complete;
-      };
-      for (int round = 0; round < kPollRounds && !fetched(); ++round) {
-        lock.unlock();
-        (void)engine_->Progress();
-        lock.lock();
-      }
-      s.cv.wait(lock, fetched);
+      });
       auto done = s.segments.find(offset);
       if (done == s.segments.end())
         return s.failure.ok() ? Status::Unavailable("UCX receive from " + s.remote + " failed")
@@ -276,18 +266,10 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
     // Until something changes: data at the front, a close, a failure.
     const size_t held = s.segments.size();
     const bool was_closed = s.peer_closed, was_failed = !s.failure.ok();
-    auto changed = [&] {
+    WaitUntil(s, lock, [&] { return deadline; }, [&] {
       return FrontReady(s) || s.local_closed || s.peer_closed != was_closed ||
              !s.failure.ok() != was_failed || s.segments.size() != held;
-    };
-    // Poll UCP on this thread for a moment (a reply in flight lands without
-    // a wake-up of the engine thread and then of this one), then sleep.
-    for (int round = 0; round < kPollRounds && !changed(); ++round) {
-      lock.unlock();
-      (void)engine_->Progress();
-      lock.lock();
-    }
-    WaitUntil(s, lock, [&] { return deadline; }, changed);
+    });
   }
 }
 
