@@ -66,12 +66,6 @@ class Stream {
   // Servers use it to wait for many unauthenticated peers on one thread
   // (docs/transport.md §3, admission); it stays owned by the stream.
   virtual int PollHandle() const { return -1; }
-  // How many bytes a Read could place in one call right now: the length of
-  // a run the peer has already committed and that arrives whole (UCX: an
-  // announced rendezvous segment, which a Read of at least that size
-  // receives straight into the caller's buffer), or 0 when the stream has
-  // no such notion (TCP, loopback). Only a sizing hint for the reader.
-  virtual size_t ReadableBytesHint() const { return 0; }
 };
 
 // A Stream that forwards to a shared one: hands Connection (which wants
@@ -86,7 +80,6 @@ class SharedStream final : public Stream {
   void Close() override { s_->Close(); }
   std::string RemoteAddress() const override { return s_->RemoteAddress(); }
   int PollHandle() const override { return s_->PollHandle(); }
-  size_t ReadableBytesHint() const override { return s_->ReadableBytesHint(); }
 
  private:
   std::shared_ptr<Stream> s_;

@@ -126,16 +126,13 @@ class Connection::Impl {
     s = transport::DecodeMessageHeader(header_bytes, limit, &header);
     if (!s.ok()) return Break(s.WithContext("message from " + remote_));
     // Grow the buffer only as bytes arrive: a peer that declares a large
-    // length but sends little costs little memory. A run the stream says
-    // the peer already committed (UCX rendezvous, bounded by its window) is
-    // read whole, straight into the buffer.
+    // length but sends little costs little memory.
     std::vector<uint8_t>& payload = message->payload;
     payload.clear();
     size_t have = 0;
     while (have < header.length) {
-      size_t target = static_cast<size_t>(std::min<uint64_t>(
-          header.length, std::max<uint64_t>({kFirstReadChunk, 2 * have,
-                                             have + stream_->ReadableBytesHint()})));
+      size_t target = static_cast<size_t>(
+          std::min<uint64_t>(header.length, std::max<uint64_t>(kFirstReadChunk, 2 * have)));
       payload.resize(target);
       s = ReadFull(std::span<uint8_t>(payload).subspan(have, target - have), rest_timeout,
                    rest_timeout, &any);

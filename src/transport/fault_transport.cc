@@ -86,7 +86,6 @@ class FaultyStream final : public Stream {
   void Close() override { base_->Close(); }
   std::string RemoteAddress() const override { return base_->RemoteAddress(); }
   int PollHandle() const override { return base_->PollHandle(); }
-  size_t ReadableBytesHint() const override { return base_->ReadableBytesHint(); }
 
  private:
   std::unique_ptr<Stream> base_;

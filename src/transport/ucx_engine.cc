@@ -28,9 +28,6 @@ constexpr unsigned kAmId = 0x4B;
 // A flush during which no send completed for this long (the peer is gone
 // or not progressing) is abandoned and the endpoint closed by force.
 constexpr double kFlushSeconds = 2.0;
-// How long an announced rendezvous segment waits for a reader to fetch it
-// into its own buffer before the engine fetches it into a segment buffer.
-constexpr double kClaimSeconds = 0.002;
 constexpr char kCloseMagic[4] = {'K', 'V', 'S', 'C'};
 constexpr size_t kCloseBytes = 12;
 
@@ -223,14 +220,6 @@ class Engine::Impl {
   void FinishClose(std::shared_ptr<StreamState> s) {  // by value: erasing it below must not free it
     flushing_.remove(s);
     if (streams_.erase(s->local_id) == 0) return;  // already finished
-    {
-      // Announced rendezvous data no reader will fetch goes back to UCP.
-      std::lock_guard<std::mutex> lock(s->mu);
-      for (auto& [offset, seg] : s->segments) {
-        if (seg.desc != nullptr) ucp_am_data_release(worker_, seg.desc);
-        seg.desc = nullptr;
-      }
-    }
     CloseEp(*s);
     if (!s->control_done) {
       uint64_t total;
@@ -417,55 +406,26 @@ class Engine::Impl {
     }
     Segment seg;
     seg.length = length;
-    if (rndv) {
-      // Announced only: the reader fetches it (Engine::Fetch), into its own
-      // buffer when that can hold it; unclaimed for kClaimSeconds, the
-      // engine fetches it into a segment buffer (FetchUnclaimed), so a
-      // writer's sends complete within the window whether or not the peer
-      // reads meanwhile.
-      seg.desc = data;
+    AllocateSegment(*s, seg);
+    uint8_t* dst = seg.data.get();
+    if (!rndv) {
+      std::memcpy(dst, data, length);
+      seg.complete = true;
       s->segments.emplace(value, std::move(seg));
       s->Notify();
-      engine->announced_.push_back({s, value, MonotonicSeconds() + kClaimSeconds});
-      return UCS_INPROGRESS;
+      return UCS_OK;
     }
-    AllocateSegment(*s, seg);
-    std::memcpy(seg.data.get(), data, length);
-    seg.complete = true;
+    // Rendezvous: fetched at once into the segment buffer, so a write
+    // within the window completes whether or not the peer reads meanwhile.
     s->segments.emplace(value, std::move(seg));
-    s->Notify();
-    return UCS_OK;
+    lock.unlock();
+    (void)engine->StartReceive(s, value, data, dst, length);
+    return UCS_INPROGRESS;
   }
 
-  // Fetches, into segment buffers, the announced segments no reader
-  // claimed in time. Engine thread, worker mutex held.
-  void FetchUnclaimed() {
-    const double now = MonotonicSeconds();
-    while (!announced_.empty() && announced_.front().deadline <= now) {
-      Announced a = std::move(announced_.front());
-      announced_.pop_front();
-      void* desc = nullptr;
-      uint8_t* dst = nullptr;
-      size_t length = 0;
-      {
-        std::lock_guard<std::mutex> lock(a.state->mu);
-        auto it = a.state->segments.find(a.offset);
-        if (it == a.state->segments.end() || it->second.desc == nullptr) continue;  // claimed
-        Segment& seg = it->second;
-        desc = seg.desc;
-        seg.desc = nullptr;
-        seg.fetching = true;
-        AllocateSegment(*a.state, seg);
-        dst = seg.data.get();
-        length = seg.length;
-      }
-      (void)StartReceive(a.state, a.offset, desc, dst, length);
-    }
-  }
-
-  // Starts receiving announced rendezvous data into dst; true while it is
-  // in flight (Received runs on completion), false when it already ended.
-  // Worker mutex held.
+  // Starts receiving rendezvous data into dst; true while it is in flight
+  // (Received runs on completion), false when it already ended. Worker
+  // mutex held.
   bool StartReceive(const std::shared_ptr<StreamState>& s, uint64_t offset, void* desc,
                     uint8_t* dst, size_t length) {
     auto* r = new RecvRequest{s, offset};
@@ -483,24 +443,6 @@ class Engine::Impl {
       return false;
     }
     return true;
-  }
-
-  // See Engine::Fetch.
-  void FetchNow(const std::shared_ptr<StreamState>& s, uint64_t offset, void* desc, uint8_t* dst,
-                size_t length) {
-    bool in_flight;
-    {
-      std::lock_guard<std::mutex> worker(worker_mu_);
-      in_flight = StartReceive(s, offset, desc, dst, length);
-    }
-    if (in_flight) {  // the engine thread drives it
-      bool wake;
-      {
-        std::lock_guard<std::mutex> lock(queue_mu_);
-        wake = sleeping_;
-      }
-      if (wake) Wake();
-    }
   }
 
   static void OnRecvDone(void* request, ucs_status_t status, size_t, void* user_data) {
@@ -644,7 +586,6 @@ class Engine::Impl {
     // Bounded, so that commands (endpoint creation for a bootstrap waiting
     // on it) run even while UCX reports progress on every call.
     for (int i = 0; i < 256 && ucp_worker_progress(worker_) != 0; ++i) busy = true;
-    FetchUnclaimed();
     while (!ready_to_finish_.empty()) {
       auto s = ready_to_finish_.front();
       ready_to_finish_.pop_front();
@@ -685,11 +626,9 @@ class Engine::Impl {
     int busy_arms = 0;  // consecutive arms answered busy, since busy_arm_since
     double busy_arm_since = 0;
     for (;;) {
-      bool announced;  // segments waiting to be claimed (read under the worker mutex)
       {
         std::unique_lock<std::mutex> worker(worker_mu_);
         const bool busy = Step();
-        announced = !announced_.empty();
         if (busy) busy_arms = 0;
         {
           std::lock_guard<std::mutex> lock(queue_mu_);
@@ -715,9 +654,7 @@ class Engine::Impl {
         sleeping_ = true;
       }
       const bool pending = !flushing_.empty() || !closes_.empty();
-      const int timeout_ms = !wakeup_ || busy_arms > 0 || announced ? 1
-                             : pending                                        ? 10
-                                                                              : 200;
+      const int timeout_ms = !wakeup_ || busy_arms > 0 ? 1 : pending ? 10 : 200;
       int n = ::epoll_wait(epoll_fd_, events, 32, timeout_ms);
       {
         std::lock_guard<std::mutex> lock(queue_mu_);
@@ -801,13 +738,6 @@ class Engine::Impl {
   std::list<std::shared_ptr<StreamState>> flushing_;
   std::deque<std::shared_ptr<StreamState>> ready_to_finish_;
   std::list<std::pair<void*, EpContext*>> closes_;
-  // Announced rendezvous segments, oldest first, until claimed or fetched.
-  struct Announced {
-    std::shared_ptr<StreamState> state;
-    uint64_t offset = 0;
-    double deadline = 0;  // the engine fetches it itself from then on
-  };
-  std::deque<Announced> announced_;
   std::list<std::unique_ptr<EpContext>> contexts_;
 };
 
@@ -864,11 +794,6 @@ bool Engine::SendsAlwaysComplete() const { return impl_->peer_error_mode(); }
 void Engine::Close(const std::shared_ptr<StreamState>& state, bool force) {
   Impl* impl = impl_.get();
   impl->Post([impl, state, force] { impl->BeginClose(state, force); });
-}
-
-void Engine::Fetch(const std::shared_ptr<StreamState>& state, uint64_t offset, void* desc,
-                   uint8_t* dst, size_t length) {
-  impl_->FetchNow(state, offset, desc, dst, length);
 }
 
 void AllocateSegment(StreamState& s, Segment& seg) {

@@ -48,20 +48,13 @@ inline constexpr size_t kAmHeaderBytes = 32;
 inline constexpr uint8_t kAmData = 1;
 inline constexpr uint8_t kAmCredit = 2;
 
-// One received (or being received, or announced) run of stream bytes. A
-// rendezvous segment is first only announced: UCP holds its data
-// descriptor (`desc`) and the bytes stay at the sender until the reader
-// fetches them, straight into its own buffer when that holds the whole
-// segment (`direct`: no copy on the receiving side), else into `data`.
+// One received (or being received) run of stream bytes.
 struct Segment {
   std::unique_ptr<uint8_t[]> data;
   size_t length = 0;
   size_t consumed = 0;
   bool complete = false;
-  bool pooled = false;    // data is a segment_bytes buffer from the pool
-  void* desc = nullptr;   // announced rendezvous data, not yet fetched
-  bool fetching = false;  // a fetch is in flight
-  bool direct = false;    // ... into the reader's buffer
+  bool pooled = false;  // data is a segment_bytes buffer from the pool
 };
 
 struct StreamState;
@@ -185,13 +178,6 @@ class Engine {
   // peer-failure mode, network transports). Without it (shared memory) the
   // sends to a dead peer never complete, and nothing will read their bytes.
   bool SendsAlwaysComplete() const;
-  // Starts fetching the announced rendezvous segment at `offset` (whose
-  // descriptor the caller took: desc set to null, fetching set) into
-  // dst[0, length); on completion the segment is marked complete, on
-  // failure it is removed and the stream fails (both notify). Call without
-  // the stream's mutex; dst must stay valid until then.
-  void Fetch(const std::shared_ptr<StreamState>& state, uint64_t offset, void* desc,
-             uint8_t* dst, size_t length);
   // Sends CREDIT(read_total) to the peer.
   void Credit(const std::shared_ptr<StreamState>& state, uint64_t read_total);
   // Flushes and closes the stream's endpoint, then sends CLOSE on its

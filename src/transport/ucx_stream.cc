@@ -28,13 +28,12 @@ namespace {
 
 // True when Read would return without waiting: a complete segment at the
 // read offset, a close or a failure. Called with s.mu held.
-// True when the oldest segment starts at the read offset and is complete
-// or announced and not yet being fetched (Read fetches it). Called with
-// s.mu held.
+// True when the oldest segment starts at the read offset and is complete.
+// Called with s.mu held.
 bool FrontReady(const StreamState& s) {
   auto front = s.segments.begin();
-  return front != s.segments.end() && front->first + front->second.consumed == s.read_offset &&
-         (front->second.complete || front->second.desc != nullptr);
+  return front != s.segments.end() && front->second.complete &&
+         front->first + front->second.consumed == s.read_offset;
 }
 
 bool Readable(const StreamState& s) {
@@ -204,40 +203,6 @@ Result<size_t> UcxStream::Read(std::span<uint8_t> buffer, double timeout_seconds
     // were read).
     const bool at_front =
         it != s.segments.end() && it->first + it->second.consumed == s.read_offset;
-    if (at_front && it->second.desc != nullptr && !s.local_closed) {
-      // An announced rendezvous segment: fetch it, into the caller's buffer
-      // when that holds all of it (the bytes are then copied once, by UCX).
-      Segment& seg = it->second;
-      const uint64_t offset = it->first;
-      const size_t length = seg.length;
-      void* desc = seg.desc;
-      seg.desc = nullptr;
-      seg.fetching = true;
-      const bool direct = buffer.size() >= length;
-      seg.direct = direct;
-      if (!direct) AllocateSegment(s, seg);
-      uint8_t* dst = direct ? buffer.data() : seg.data.get();
-      lock.unlock();  // the engine's callbacks take s.mu (and may drop the segment)
-      engine_->Fetch(state_, offset, desc, dst, length);
-      lock.lock();
-      if (!direct) continue;  // copied out below once complete
-      // UCX writes into the caller's buffer: wait for the fetch to end
-      // (completion, or failure, which removes the segment), whatever the
-      // timeout.
-      s.cv.wait(lock, [&] {
-        auto f = s.segments.find(offset);
-        return f == s.segments.end() || f->second.complete;
-      });
-      auto done = s.segments.find(offset);
-      if (done == s.segments.end())
-        return s.failure.ok() ? Status::Unavailable("UCX receive from " + s.remote + " failed")
-                              : s.failure;
-      s.segments.erase(done);
-      s.read_offset += length;
-      ResetPollFd(s);
-      GrantCredit(s, lock);
-      return length;
-    }
     if (at_front && it->second.complete) {
       Segment& seg = it->second;
       const size_t n = std::min(buffer.size(), seg.length - seg.consumed);
@@ -305,15 +270,6 @@ int UcxStream::PollHandle() const {
     }
   }
   return state_->poll_fd;
-}
-
-size_t UcxStream::ReadableBytesHint() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  auto front = state_->segments.begin();
-  if (front == state_->segments.end() || front->first != state_->read_offset ||
-      front->second.desc == nullptr)
-    return 0;
-  return front->second.length;
 }
 
 }  // namespace kvserve::transport::ucx

@@ -36,9 +36,6 @@ class UcxStream final : public Stream {
   // An eventfd, made on the first call, that is readable while Read would
   // return without waiting (data, a close, a failure); -1 if none can be made.
   int PollHandle() const override;
-  // The length of the announced rendezvous segment at the read offset (a
-  // Read of at least that size receives it without a copy), else 0.
-  size_t ReadableBytesHint() const override;
 
  private:
   Status WriteError(const StreamState& s) const;

@@ -323,33 +323,7 @@ TEST_P(UcxTransportTest, WriteBehindCopiesTheCallersBytes) {
   EXPECT_TRUE(got == expected);
 }
 
-// A rendezvous segment is announced before its bytes move and fetched by
-// the reader: a Read waiting with room for it receives it whole (straight
-// into the caller's buffer) with the writer's bytes.
-TEST_P(UcxTransportTest, AnnouncedSegmentIsReadWholeIntoTheCallersBuffer) {
-  UcxTransportOptions o = transporttest::UcxOptions(GetParam());
-  auto a = NewUcxTransport(o);
-  auto b = NewUcxTransport(o);
-  ASSERT_TRUE(a.ok() && b.ok());
-  StreamPair p = Pair(**a, **b);
-  ASSERT_TRUE(p.client && p.server);
-  std::mt19937_64 rng(0xa11);
-  for (int round = 0; round < 4; ++round) {
-    const std::vector<uint8_t> bytes = RandomBytes(rng, o.segment_bytes);
-    EXPECT_EQ(p.server->ReadableBytesHint(), 0u);
-    std::vector<uint8_t> got(bytes.size() + 100);
-    Result<size_t> n = Status::Internal("unset");
-    std::thread reader([&] { n = p.server->Read(got, 10); });
-    ASSERT_TRUE(p.client->Write(bytes, 10).ok());
-    reader.join();
-    ASSERT_TRUE(n.ok()) << n.status().ToString();
-    ASSERT_EQ(*n, bytes.size());
-    got.resize(*n);
-    EXPECT_TRUE(got == bytes);
-  }
-}
-
-// Announced segments no reader claims are fetched by the engine, so a
+// The receiving engine fetches rendezvous segments as they arrive, so a
 // write within the peer's window completes whether or not the peer reads
 // meanwhile: two peers that each write several MiB (zero-copy writes,
 // beyond the write-behind limit) and only then read both finish.
