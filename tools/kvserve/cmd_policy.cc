@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cli_util.h"
 #include "command.h"
 #include "kvserve/controller.h"
 
@@ -29,10 +30,7 @@ std::string Gbps(double bytes_per_second) {
 }
 
 int RunPolicy(const PolicyArgs& a) {
-  auto fail = [](const Status& s) {
-    fmt::print(stderr, "kvserve policy: error: {}\n", s.ToString());
-    return 1;
-  };
+  auto fail = [](const Status& s) { return ReportError("policy", s); };
   Result<ProfileTable> table = ProfileTable::Load(a.table);
   if (!table.ok()) return fail(table.status());
   Result<int> w = table->WorkloadIndex(a.workload);

@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -66,7 +65,8 @@ int RunServe(const ServeArgs& a) {
   auto model = Model::Load(*dir, {.threads = a.threads});
   if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
   BlockStopSignals();
-  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(AdmissionOptions{}.max_unauthenticated) + 512);
+  lab::RaiseOpenFileLimit(static_cast<uint64_t>(AdmissionOptions{}.max_unauthenticated) + 512,
+                          ProgressTo(kCommand));
   auto secret = LoadServeSecret(kCommand, a.secret_file);
   if (!secret.ok()) return ReportError(kCommand, secret.status());
   auto transport = MakeTransport(a.transport, *secret);
@@ -89,25 +89,13 @@ int RunServe(const ServeArgs& a) {
     decode = std::move(*w);
     address = decode->address();
   } else {
-    std::string table_path = a.table;
-    if (table_path.empty()) {
-      auto data = DataDirectory();
-      const std::string profiles = data.ok() ? lab::DataPath(*data, "configs/profiles")
-                                             : std::string("configs/profiles");
-      table_path = lab::DefaultProfileTablePath(*dir, profiles);
-      if (table_path.empty()) {
-        const std::string want = profiles + "/" +
-                                 std::filesystem::path(*dir).lexically_normal().filename().string() +
-                                 "-unified.json";
-        return ReportError(kCommand,
-                           Status::NotFound("no measured profile table for " + *dir + " (no " + want +
-                                            "): pass --table FILE (configs/profile_table.example.json "
-                                            "holds hand-written, unmeasured numbers)"));
-      }
-      Progress(kCommand, "profile table {} (measured for this model)", table_path);
-    }
-    auto table = ProfileTable::Load(table_path);
-    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(table_path));
+    auto data = DataDirectory();
+    auto table_path = lab::PrefillTablePath(
+        a.table, *dir, data.ok() ? lab::DataPath(*data, "configs/profiles") : "configs/profiles");
+    if (!table_path.ok()) return ReportError(kCommand, table_path.status());
+    if (a.table.empty()) Progress(kCommand, "profile table {} (measured for this model)", *table_path);
+    auto table = ProfileTable::Load(*table_path);
+    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(*table_path));
     PrefillWorkerOptions o;
     o.listen_address = a.listen;
     o.decode_addresses = SplitList(a.decode);
@@ -119,13 +107,9 @@ int RunServe(const ServeArgs& a) {
     o.decode_connection = *c;
     o.decode_connection.shape_bytes_per_second = GbpsToBytesPerSecond(a.shape_gbps);
     o.model_id = std::filesystem::path(*dir).filename().string();
-    if (a.latency_model == "streamed") {
-      o.controller.model = {LatencyModelKind::kStreamed, 0};
-    } else if (a.latency_model == "serial") {
-      o.controller.model = {LatencyModelKind::kSerial, 1};
-    } else {
-      return ReportError(kCommand, Status::InvalidArgument("--latency-model must be streamed or serial"));
-    }
+    auto latency_model = lab::ParseWorkerLatencyModel(a.latency_model);
+    if (!latency_model.ok()) return ReportError(kCommand, latency_model.status());
+    o.controller.model = *latency_model;
     o.controller.bandit = !a.no_bandit;
     o.encode_threads = a.codec_threads;
     if (std::filesystem::exists(*dir + "/head_scores.json")) {
@@ -147,11 +131,9 @@ int RunServe(const ServeArgs& a) {
     prefill = std::move(*w);
     address = prefill->address();
   }
-  if (!a.address_file.empty()) {
-    const std::string tmp = a.address_file + ".tmp";
-    { std::ofstream(tmp) << address << "\n"; }
-    std::rename(tmp.c_str(), a.address_file.c_str());
-  }
+  if (Status s = a.address_file.empty() ? Status::Ok() : lab::WriteAddressFile(a.address_file, address);
+      !s.ok())
+    return ReportError(kCommand, s);
   Progress(kCommand, "{} worker listening on {}; Ctrl-C stops", a.role, address);
   fmt::print("{}\n", address);
   std::fflush(stdout);

@@ -2,18 +2,16 @@
 // the controller against its ablations, static profiles, raw and an oracle.
 #include <fmt/format.h>
 
-#include <cmath>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
+#include "cli_util.h"
 #include "command.h"
 #include "experiments/lab.h"
+#include "experiments/simulation_inputs.h"
 #include "experiments/simulation_report.h"
 #include "kvserve/controller.h"
-#include "workload_mix.h"
 
 namespace kvserve::cli {
 namespace {
@@ -38,24 +36,7 @@ struct SimulateArgs {
   std::string write_trace;
 };
 
-int Fail(const Status& s) {
-  fmt::print(stderr, "kvserve simulate: error: {}\n", s.ToString());
-  return 1;
-}
-
-Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t seed) {
-  if (name == "drop-drift") {
-    // Random walk around 25 Gbps; the link drops to 5 Gbps for 150 s and the
-    // codecs turn 1.5x slower halfway through the drop, for good.
-    return Trace::RandomWalk(25.0, 12.0, 50.0, 0.04, 1.0, duration, seed)
-        .WithBandwidthDrop(duration / 3.0, duration * 7.0 / 12.0, 5.0)
-        .WithCodecSlowdown(duration / 2.0, 1.5);
-  }
-  if (name == "steps") return Trace::Steps({40.0, 10.0, 25.0, 5.0, 100.0}, duration / 10.0, duration);
-  if (name == "random-walk") return Trace::RandomWalk(20.0, 2.0, 100.0, 0.08, 1.0, duration, seed);
-  return Status::InvalidArgument("unknown scenario \"" + name +
-                                 "\" (drop-drift | steps | random-walk)");
-}
+int Fail(const Status& s) { return ReportError("simulate", s); }
 
 int RunSimulate(const SimulateArgs& a) {
   Result<ProfileTable> table = ProfileTable::Load(a.table);
@@ -74,15 +55,15 @@ int RunSimulate(const SimulateArgs& a) {
   o.controller.learn_codec_drift = !a.no_codec_drift;
   o.goodput_noise_sigma = a.goodput_noise;
   o.profile_mismatch_sigma = a.profile_mismatch;
-  Result<Trace> trace = a.trace.empty() ? MakeScenario(a.scenario, a.duration, a.seed)
+  Result<Trace> trace = a.trace.empty() ? lab::MakeScenario(a.scenario, a.duration, a.seed)
                                         : Trace::Load(a.trace);
   if (!trace.ok()) return Fail(trace.status());
   o.trace = *trace;
   if (!a.write_trace.empty()) {
     if (Status s = lab::WriteTextFile(a.write_trace, o.trace.ToCsv()); !s.ok()) return Fail(s);
   }
-  const std::string mix = a.mix.empty() ? kDefaultMix : a.mix;
-  Result<std::vector<SimulatedWorkload>> workloads = ParseMix(mix);
+  const std::string mix = a.mix.empty() ? lab::kDefaultMix : a.mix;
+  Result<std::vector<SimulatedWorkload>> workloads = lab::ParseMix(mix);
   if (!workloads.ok()) return Fail(workloads.status());
   o.workloads = *workloads;
   Result<SimulationReport> report = Simulate(*table, o);

@@ -1,9 +1,9 @@
-// Copyright kvserve authors. The --mix syntax of the simulation commands.
-#include "workload_mix.h"
+// Copyright kvserve authors. experiments/simulation_inputs.h.
+#include "experiments/simulation_inputs.h"
 
 #include <sstream>
 
-namespace kvserve::cli {
+namespace kvserve::lab {
 
 Result<std::vector<SimulatedWorkload>> ParseMix(const std::string& mix) {
   std::vector<SimulatedWorkload> out;
@@ -32,4 +32,16 @@ Result<std::vector<SimulatedWorkload>> ParseMix(const std::string& mix) {
   return out;
 }
 
-}  // namespace kvserve::cli
+Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t seed) {
+  if (name == "drop-drift") {
+    return Trace::RandomWalk(25.0, 12.0, 50.0, 0.04, 1.0, duration, seed)
+        .WithBandwidthDrop(duration / 3.0, duration * 7.0 / 12.0, 5.0)
+        .WithCodecSlowdown(duration / 2.0, 1.5);
+  }
+  if (name == "steps") return Trace::Steps({40.0, 10.0, 25.0, 5.0, 100.0}, duration / 10.0, duration);
+  if (name == "random-walk") return Trace::RandomWalk(20.0, 2.0, 100.0, 0.08, 1.0, duration, seed);
+  return Status::InvalidArgument("unknown scenario \"" + name +
+                                 "\" (drop-drift | steps | random-walk)");
+}
+
+}  // namespace kvserve::lab

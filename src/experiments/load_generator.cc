@@ -1,0 +1,115 @@
+// Copyright kvserve authors. experiments/load_generator.h.
+#include "experiments/load_generator.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "experiments/lab.h"
+#include "kvserve/controller.h"
+#include "kvserve/transport.h"
+
+namespace kvserve::lab {
+
+Result<std::vector<ServeRequest>> DrawRequests(const LoadOptions& o) {
+  if (o.text_prompt.empty() && o.vocab < 1)
+    return Status::InvalidArgument("random prompts need a vocabulary size >= 1");
+  std::mt19937_64 rng(o.seed);
+  std::vector<std::vector<int32_t>> sent;
+  std::vector<ServeRequest> requests;
+  for (int i = 0; i < o.requests; ++i) {
+    ServeRequest r;
+    r.id = static_cast<uint64_t>(i);
+    r.workload = o.workload;
+    r.max_new_tokens = o.new_tokens;
+    r.slo_seconds = o.slo_ms > 0 ? o.slo_ms / 1e3 : kInfinity;
+    r.quality_min = o.quality_min;
+    r.method = o.method;
+    r.use_pool = o.repeat_fraction > 0;
+    r.sampling.seed = rng();
+    if (!o.text_prompt.empty()) {
+      r.prompt = o.text_prompt;
+    } else if (!sent.empty() && std::uniform_real_distribution<double>(0, 1)(rng) < o.repeat_fraction) {
+      r.prompt = sent[rng() % sent.size()];
+    } else {
+      r.prompt.resize(o.prompt_tokens);
+      for (auto& t : r.prompt) t = static_cast<int32_t>(rng() % o.vocab);
+      sent.push_back(r.prompt);
+    }
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+double LoadSummary::throughput() const {
+  return wall_seconds > 0 ? static_cast<double>(jct_seconds.size()) / wall_seconds : 0;
+}
+
+std::string LoadSummary::SummaryJson() const {
+  return fmt::format(
+      "{{\"summary\":true,\"requests\":{},\"failed\":{},\"clients\":{},\"wall_s\":{:.4f},"
+      "\"throughput_rps\":{:.4f},\"jct_mean_s\":{:.6f},\"jct_p50_s\":{:.6f},"
+      "\"jct_p90_s\":{:.6f},\"jct_p99_s\":{:.6f},\"prefix_hits\":{},\"rerouted\":{}}}\n",
+      requests, failed, clients, wall_seconds, throughput(), Mean(jct_seconds),
+      Percentile(jct_seconds, 0.5), Percentile(jct_seconds, 0.9), Percentile(jct_seconds, 0.99),
+      prefix_hits, router.rerouted);
+}
+
+Result<LoadSummary> RunLoad(
+    Router& router, const std::vector<ServeRequest>& requests, int concurrency,
+    const std::function<Status(const ServeRequest&, const RoutedResponse&)>& on_reply) {
+  LoadSummary out;
+  out.requests = static_cast<int>(requests.size());
+  out.clients = std::max(1, concurrency);
+  std::mutex mu;
+  Status fatal;
+  size_t next = 0;
+  auto client = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (next >= requests.size() || !fatal.ok()) return;
+        i = next++;
+      }
+      const ServeRequest& r = requests[i];
+      auto routed = router.Submit(r);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!routed.ok()) {
+        fatal = routed.status();
+        return;
+      }
+      const RequestTimings& t = routed->response.timings;
+      if (!routed->response.status.ok()) {
+        ++out.failed;
+      } else {
+        out.jct_seconds.push_back(t.jct_seconds);
+        out.profiles[t.profile]++;
+        out.prefix_hits += t.prefix_hit;
+        for (auto [name, v] :
+             {std::pair{"prefill", t.prefill_seconds}, {"encode", t.encode_seconds},
+              {"transfer", t.transfer_seconds}, {"decode_kv", t.decode_kv_seconds},
+              {"generation", t.generation_seconds}, {"kv", t.kv_seconds}, {"ttft", t.ttft_seconds}})
+          out.stage_seconds[name].push_back(v);
+      }
+      if (on_reply) {
+        if (Status s = on_reply(r, *routed); !s.ok()) {
+          fatal = s;
+          return;
+        }
+      }
+    }
+  };
+  const double start = MonotonicSeconds();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < out.clients; ++c) threads.emplace_back(client);
+  for (auto& t : threads) t.join();
+  out.wall_seconds = MonotonicSeconds() - start;
+  KVSERVE_RETURN_IF_ERROR(fatal);
+  out.router = router.stats();
+  return out;
+}
+
+}  // namespace kvserve::lab
