@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +41,40 @@ uint64_t RaiseOpenFileLimit(uint64_t wanted, const Progress& progress) {
          "the longest-waiting unauthenticated peers earlier (raise it with ulimit -n)",
          static_cast<uint64_t>(r.rlim_cur), wanted);
   return r.rlim_cur;
+}
+
+Result<std::unique_ptr<Transport>> MakeTransport(const TransportConfig& config,
+                                                 const std::string& secret) {
+  if (config.kind == "tcp") return NewTcpTransport();
+  if (config.kind != "ucx")
+    return Status::InvalidArgument("--transport must be tcp or ucx, not '" + config.kind + "'");
+  UcxTransportOptions o;
+  o.tls = config.ucx_tls;
+  o.net_devices = config.ucx_devices;
+  o.secret = secret;
+  o.window_bytes = static_cast<size_t>(config.ucx_window_kb) << 10;
+  o.segment_bytes = std::min(o.segment_bytes, o.window_bytes / 4);
+  return NewUcxTransport(o);
+}
+
+Result<std::unique_ptr<KvPool>> OpenPoolBackend(const PoolBackendConfig& config) {
+  if (config.backend == "memory") return NewMemoryPool({.budget_bytes = config.budget_mb << 20});
+  if (config.backend == "redis") {
+    RedisPoolOptions o;
+    o.host = config.redis_host;
+    o.port = config.redis_port;
+    o.key_prefix = config.redis_prefix;
+    return NewRedisPool(o);
+  }
+  if (config.backend == "redis-cluster") {
+    RedisClusterPoolOptions o;
+    o.seeds = SplitList(config.redis_nodes);
+    o.key_prefix = config.redis_prefix;
+    o.max_piece_bytes = config.piece_mb << 20;
+    return NewRedisClusterPool(o);
+  }
+  return Status::InvalidArgument("unknown pool backend '" + config.backend +
+                                 "' (memory | redis | redis-cluster)");
 }
 
 namespace {

@@ -13,8 +13,10 @@
 
 #include "experiments/lab.h"
 #include "kvserve/controller.h"
+#include "kvserve/pool.h"
 #include "kvserve/runtime.h"
 #include "kvserve/status.h"
+#include "kvserve/transport.h"
 
 namespace kvserve::lab {
 
@@ -28,6 +30,34 @@ Result<std::string> LoadSecret(const std::string& secret_file, const Progress& p
 // (docs/transport.md §3); warns through `progress` when the limit stays
 // below `wanted`. Returns the limit in force (0 when it cannot be read).
 uint64_t RaiseOpenFileLimit(uint64_t wanted, const Progress& progress);
+
+// Which transport a networked command uses (its --transport flags).
+struct TransportConfig {
+  std::string kind = "tcp";  // tcp | ucx
+  std::string ucx_tls;       // UCX_TLS syntax; empty = UCX's default / $UCX_TLS
+  std::string ucx_devices;   // UCX_NET_DEVICES syntax
+  uint64_t ucx_window_kb = UcxTransportOptions{}.window_bytes >> 10;
+};
+// The transport `config` names; `secret` keys the UCX bootstrap (the same
+// secret the connections prove). UCX segments are at most a quarter of the
+// window. InvalidArgument for an unknown kind.
+Result<std::unique_ptr<Transport>> MakeTransport(const TransportConfig& config,
+                                                 const std::string& secret);
+
+// A pool backend in this process (`kvserve serve --pool`, `pool serve
+// --backend`, `pool bench --backend`).
+struct PoolBackendConfig {
+  std::string backend;  // memory | redis | redis-cluster
+  uint64_t budget_mb = 1024;
+  std::string redis_host = "127.0.0.1";
+  int redis_port = 6379;
+  std::string redis_nodes = "127.0.0.1:7000";  // cluster seeds, comma-separated
+  std::string redis_prefix = "kvserve";
+  uint64_t piece_mb = RedisClusterPoolOptions{}.max_piece_bytes >> 20;
+};
+// Opens the backend `config.backend` names. InvalidArgument for another
+// name; the backend's errors (e.g. Unavailable when Redis is down).
+Result<std::unique_ptr<KvPool>> OpenPoolBackend(const PoolBackendConfig& config);
 
 // Blocks SIGINT/SIGTERM for every thread started after this call; then
 // WaitForStopSignal returns once one arrives, or after `seconds` when > 0.
