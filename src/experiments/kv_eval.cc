@@ -84,6 +84,39 @@ nlohmann::json ProfileEvaluation::Json() const {
   return j;
 }
 
+std::string ProfileEvaluation::LayerTable() const {
+  std::string out = fmt::format(
+      "\n{} = {}: CR {:.2f}x, encode {:.2f} GB/s, decode {:.2f} GB/s{}\n", name, profile,
+      compression_ratio, encode_gbps, decode_gbps,
+      kept_fraction < 1.0 ? fmt::format(", {:.1f}% of token rows kept", 100 * kept_fraction) : "");
+  out += fmt::format("{:>5} {:>3} {:>12} {:>12} {:>9}\n", "layer", "K/V", "max|err|", "RMSE",
+                     "SNR dB");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const ErrorStats& e = layers[i];
+    out += fmt::format("{:>5} {:>3} {:>12.5g} {:>12.5g} {:>9}\n", i / 2, i % 2 == 0 ? "K" : "V",
+                       e.max_abs, e.Rmse(), FormatSnr(e.SnrDb()));
+  }
+  return out;
+}
+
+std::string EvaluationTable(const std::vector<ProfileEvaluation>& rows) {
+  size_t w = 7;
+  for (const auto& r : rows) w = std::max(w, r.name.size());
+  std::string out = fmt::format(
+      "{:<{}} {:>8} {:>7} {:>7} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>6}\n", "profile",
+      w, "CR", "enc", "dec", "s_p", "K max|e|", "K RMSE", "K SNR", "V max|e|", "V RMSE", "V SNR",
+      "kept");
+  for (const auto& r : rows) {
+    out += fmt::format(
+        "{:<{}} {:>7.2f}x {:>7.2f} {:>7.2f} {:>7.2f} {:>10.4g} {:>10.4g} {:>7} {:>10.4g} {:>10.4g} "
+        "{:>7} {:>5.1f}%\n",
+        r.name, w, r.compression_ratio, r.encode_gbps, r.decode_gbps, r.round_trip_gbps,
+        r.key.max_abs, r.key.Rmse(), FormatSnr(r.key.SnrDb()), r.value.max_abs, r.value.Rmse(),
+        FormatSnr(r.value.SnrDb()), 100 * r.kept_fraction);
+  }
+  return out;
+}
+
 Result<ProfileEvaluation> EvaluateProfile(const std::string& name, const Profile& profile,
                                           const KvView& kv, const HeadScores* head_scores,
                                           int threads, int repeat, const Progress& progress) {

@@ -57,6 +57,26 @@ std::string LoadSummary::SummaryJson() const {
       prefix_hits, router.rerouted);
 }
 
+std::string LoadSummary::Text() const {
+  const std::vector<double>& jct = jct_seconds;
+  std::string per_worker;
+  for (size_t i = 0; i < router.served.size(); ++i)
+    per_worker += fmt::format("{}{}", i ? " " : "", router.served[i]);
+  std::string out = fmt::format("\n{} requests, {} failed, {} prefix hits, {} clients, {:.2f} s\n",
+                                requests, failed, prefix_hits, clients, wall_seconds);
+  out += fmt::format(
+      "throughput {:.2f} requests/s; JCT mean {:.1f} ms, p50 {:.1f} ms, p90 {:.1f} ms, p99 {:.1f} "
+      "ms\n",
+      throughput(), Mean(jct) * 1e3, Percentile(jct, 0.5) * 1e3, Percentile(jct, 0.9) * 1e3,
+      Percentile(jct, 0.99) * 1e3);
+  out += fmt::format("served per prefill worker: {}; re-routed {}; prefix-affinity picks {}\n",
+                     per_worker, router.rerouted, router.affinity);
+  for (const auto& [name, v] : stage_seconds)
+    out += fmt::format("  {:<11} mean {:.1f} ms\n", name, Mean(v) * 1e3);
+  for (const auto& [spec, n] : profiles) out += fmt::format("  profile {}: {} requests\n", spec, n);
+  return out;
+}
+
 Result<LoadSummary> RunLoad(
     Router& router, const std::vector<ServeRequest>& requests, int concurrency,
     const std::function<Status(const ServeRequest&, const RoutedResponse&)>& on_reply) {

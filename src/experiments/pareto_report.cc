@@ -1,6 +1,8 @@
 // Copyright kvserve authors. experiments/pareto_report.h.
 #include "experiments/pareto_report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -22,6 +24,25 @@ std::vector<WorkloadFront> ParetoFronts(const ProfileTable& table) {
     }
     for (int i : NonDominated(points)) f.front.push_back(f.rows[i]);
     out.push_back(std::move(f));
+  }
+  return out;
+}
+
+std::string ParetoText(const ProfileTable& table, const std::vector<WorkloadFront>& fronts) {
+  std::string out;
+  for (int w = 0; w < static_cast<int>(fronts.size()); ++w) {
+    out += fmt::format(
+        "workload {}: {} profiles, {} on the Pareto front (quality up, CR up, codec s/B down)\n",
+        table.workloads()[w], fronts[w].rows.size(), fronts[w].front.size());
+    out += fmt::format("  {:>8} {:>6} {:>9} {:>9} {:>10}  {}\n", "quality", "CR", "enc GB/s",
+                       "dec GB/s", "codec ns/B", "spec");
+    for (int p : fronts[w].front) {
+      const ProfileCost& c = table.profile(p);
+      out += fmt::format("  {:>8.4f} {:>6.2f} {:>9.3f} {:>9.3f} {:>10.3f}  {}\n",
+                         table.Quality(p, w), c.compression_ratio,
+                         c.encode_bytes_per_second / 1e9, c.decode_bytes_per_second / 1e9,
+                         c.CodecSecondsPerByte() * 1e9, c.spec);
+    }
   }
   return out;
 }

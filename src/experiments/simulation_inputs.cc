@@ -44,4 +44,11 @@ Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t se
                                  "\" (drop-drift | steps | random-walk)");
 }
 
+Result<LatencyModel> ParseLatencyModel(const std::string& name, int layers) {
+  if (name != "serial" && name != "streamed")
+    return Status::InvalidArgument("--model must be serial or streamed");
+  return LatencyModel{name == "streamed" ? LatencyModelKind::kStreamed : LatencyModelKind::kSerial,
+                      layers};
+}
+
 }  // namespace kvserve::lab

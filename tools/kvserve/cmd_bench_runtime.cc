@@ -19,19 +19,7 @@ using BenchRuntimeArgs = lab::RuntimeBenchOptions;
 int RunBenchRuntime(const BenchRuntimeArgs& a) {
   auto r = lab::RunRuntimeBench(a);
   if (!r.ok()) return ReportError("bench-runtime", r.status());
-  const ModelConfig& c = r->config;
-  fmt::print("model: {} layers, hidden {}, heads {}/{} (q/kv), head_dim {}, ffn {}, vocab {}: "
-             "{:.1f} M params\n",
-             c.layers, c.hidden_size, c.heads, c.kv_heads, c.head_dim, c.intermediate_size,
-             c.vocab_size, r->parameters / 1e6);
-  fmt::print("blas: {}\n", r->blas);
-  fmt::print("sgemm {}^3: {:.1f} GFLOP/s\n", a.sgemm_n, r->sgemm_gflops);
-  fmt::print("prefill {} tokens: {:.3f} s, {:.0f} tokens/s, {:.1f} GFLOP/s = {:.0f}% of sgemm\n",
-             a.context, r->prefill_seconds, a.context / r->prefill_seconds, r->prefill_gflops,
-             100 * r->prefill_gflops / r->sgemm_gflops);
-  fmt::print("decode {} tokens at {}+ context: {:.3f} s, {:.1f} tokens/s, {:.1f} GFLOP/s\n",
-             a.decode_tokens, a.context, r->decode_seconds, a.decode_tokens / r->decode_seconds,
-             r->decode_gflops);
+  fmt::print("{}", r->Text(a));
   fmt::print("{}", r->Json(a));
   return 0;
 }

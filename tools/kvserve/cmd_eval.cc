@@ -50,19 +50,7 @@ int RunEval(const EvalArgs& a) {
                                   ProgressTo("eval"));
     if (!r.ok()) return ReportError("eval", r.status());
     results.push_back(r->Json());
-    if (!a.json && per_layer) {
-      fmt::print("\n{} = {}: CR {:.2f}x, encode {:.2f} GB/s, decode {:.2f} GB/s{}\n", spec,
-                 r->profile, r->compression_ratio, r->encode_gbps, r->decode_gbps,
-                 r->kept_fraction < 1.0
-                     ? fmt::format(", {:.1f}% of token rows kept", 100 * r->kept_fraction)
-                     : "");
-      fmt::print("{:>5} {:>3} {:>12} {:>12} {:>9}\n", "layer", "K/V", "max|err|", "RMSE", "SNR dB");
-      for (size_t i = 0; i < r->layers.size(); ++i) {
-        const lab::ErrorStats& e = r->layers[i];
-        fmt::print("{:>5} {:>3} {:>12.5g} {:>12.5g} {:>9}\n", i / 2, i % 2 == 0 ? "K" : "V",
-                   e.max_abs, e.Rmse(), lab::FormatSnr(e.SnrDb()));
-      }
-    }
+    if (!a.json && per_layer) fmt::print("{}", r->LayerTable());
     rows.push_back(std::move(*r));
   }
 
@@ -80,23 +68,11 @@ int RunEval(const EvalArgs& a) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  size_t w = 7;
-  for (const auto& r : rows) w = std::max(w, r.name.size());
   fmt::print("\n{} {} {}{}, threads {}, best of {}; GB/s of uncompressed KV\n", a.input,
              DTypeName(view.dtype), ShapeString(view.shape),
              meta.count("synthetic") && meta["synthetic"] == "true" ? " (synthetic)" : "", threads,
              a.repeat);
-  fmt::print("{:<{}} {:>8} {:>7} {:>7} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>6}\n",
-             "profile", w, "CR", "enc", "dec", "s_p", "K max|e|", "K RMSE", "K SNR", "V max|e|",
-             "V RMSE", "V SNR", "kept");
-  for (const auto& r : rows) {
-    fmt::print(
-        "{:<{}} {:>7.2f}x {:>7.2f} {:>7.2f} {:>7.2f} {:>10.4g} {:>10.4g} {:>7} {:>10.4g} {:>10.4g} "
-        "{:>7} {:>5.1f}%\n",
-        r.name, w, r.compression_ratio, r.encode_gbps, r.decode_gbps, r.round_trip_gbps,
-        r.key.max_abs, r.key.Rmse(), lab::FormatSnr(r.key.SnrDb()), r.value.max_abs,
-        r.value.Rmse(), lab::FormatSnr(r.value.SnrDb()), 100 * r.kept_fraction);
-  }
+  fmt::print("{}", lab::EvaluationTable(rows));
   return 0;
 }
 

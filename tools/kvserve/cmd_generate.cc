@@ -9,6 +9,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/runtime_tools.h"
 #include "experiments/model_directory.h"
 #include "kvserve/runtime.h"
 #include "prompt_input.h"
@@ -39,8 +40,7 @@ int RunGenerate(GenerateArgs a) {
   const double start = NowSeconds();
   auto model = Model::Load(a.model, RuntimeOptions{a.threads});
   if (!model.ok()) return ReportError("generate", model.status());
-  std::string eos;
-  for (int id : (*model)->config().eos_token_ids) eos += (eos.empty() ? "" : ",") + std::to_string(id);
+  const std::string eos = lab::JoinIds((*model)->config().eos_token_ids);
   Progress("generate", "loaded {} ({} layers, {} M non-embedding params, eos ids {}) in {:.2f} s",
            a.model, (*model)->config().layers, (*model)->config().NonEmbeddingParameters() / 1e6,
            eos.empty() ? "none" : eos, NowSeconds() - start);
@@ -79,9 +79,7 @@ int RunGenerate(GenerateArgs a) {
     Progress("generate", "decoded {} tokens in {:.3f} s ({:.1f} tokens/s)", generated->size(), dt,
              generated->size() / dt);
   }
-  std::string ids;
-  for (size_t i = 0; i < generated->size(); ++i) ids += (i ? "," : "") + std::to_string((*generated)[i]);
-  fmt::print("tokens: {}\n", ids);
+  fmt::print("tokens: {}\n", lab::JoinIds(*generated));
   // The text, when the model has a tokenizer (a model without one, e.g. a
   // random-weight test model, prints ids only).
   auto tok = Tokenizer::Load(a.prompt.tokenizer.empty() ? a.model : a.prompt.tokenizer);

@@ -35,21 +35,7 @@ int RunPareto(const ParetoArgs& a) {
     plot_workload = *w;
   }
   const std::vector<lab::WorkloadFront> fronts = lab::ParetoFronts(*table);
-  for (int w = 0; w < static_cast<int>(fronts.size()); ++w) {
-    const std::vector<int>& rows = fronts[w].rows;
-    const std::vector<int>& front = fronts[w].front;
-    fmt::print("workload {}: {} profiles, {} on the Pareto front (quality up, CR up, codec s/B "
-               "down)\n",
-               table->workloads()[w], rows.size(), front.size());
-    fmt::print("  {:>8} {:>6} {:>9} {:>9} {:>10}  {}\n", "quality", "CR", "enc GB/s", "dec GB/s",
-               "codec ns/B", "spec");
-    for (int p : front) {
-      const ProfileCost& c = table->profile(p);
-      fmt::print("  {:>8.4f} {:>6.2f} {:>9.3f} {:>9.3f} {:>10.3f}  {}\n", table->Quality(p, w),
-                 c.compression_ratio, c.encode_bytes_per_second / 1e9,
-                 c.decode_bytes_per_second / 1e9, c.CodecSecondsPerByte() * 1e9, c.spec);
-    }
-  }
+  fmt::print("{}", lab::ParetoText(*table, fronts));
   if (!a.plot_data.empty()) {
     const auto j = lab::ParetoPlotJson(*table, a.table, plot_workload, fronts[plot_workload].front);
     if (Status s = lab::WriteTextFile(a.plot_data, j.dump(1) + "\n"); !s.ok())

@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/quality_report.h"
 #include "kvserve/quality.h"
 #include "kvserve/runtime.h"
 
@@ -31,8 +31,6 @@ struct QualityArgs {
   int bootstrap = 1000;
   bool json = false, per_sample = false, quiet = false;
 };
-
-std::string Pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%", 100 * v) : "n/a"; }
 
 int RunQuality(const QualityArgs& a) {
   constexpr const char* kCmd = "quality";
@@ -86,28 +84,7 @@ int RunQuality(const QualityArgs& a) {
       out.push_back(nlohmann::json::parse(r->ToJson(a.per_sample)));
       continue;
     }
-    const bool ppl = r->metric == QualityMetric::kPerplexity;
-    fmt::print("workload {}  profile {}  samples {}/{}{}\n", r->workload, r->profile,
-               r->samples_scored, r->samples_total, r->subset ? " (random subset)" : "");
-    if (ppl) {
-      fmt::print("  perplexity        {:.3f} (none {:.3f})\n", r->metric_value,
-                 r->baseline_metric_value);
-    } else {
-      fmt::print("  exact match       {} (none {})\n", Pct(r->metric_value),
-                 Pct(r->baseline_metric_value));
-    }
-    fmt::print("  relative quality  {}  95% CI [{}, {}]{}\n", Pct(r->relative),
-               Pct(r->relative_ci.low), Pct(r->relative_ci.high),
-               ppl ? "  (mean ppl_none/ppl)" : "");
-    fmt::print("  token accuracy    {} (none {}), relative {} [{}, {}]\n", Pct(r->token_accuracy),
-               Pct(r->baseline_token_accuracy), Pct(r->relative_token_accuracy),
-               Pct(r->relative_token_accuracy_ci.low), Pct(r->relative_token_accuracy_ci.high));
-    fmt::print("  CR                {:.2f} (aggregate {:.2f}, vs {})\n", r->cr_mean,
-               r->cr_aggregate, DTypeName(*dtype));
-    fmt::print("  encode / decode   {:.2f} / {:.2f} ms per sample\n", r->encode_ms_mean,
-               r->decode_ms_mean);
-    fmt::print("  prefills {} (cache hits {}), {:.2f} s\n", r->prefills, r->prefill_cache_hits,
-               r->seconds);
+    fmt::print("{}", lab::QualityReportText(*r, *dtype));
   }
   if (a.json) fmt::print("{}\n", out.size() == 1 ? out[0].dump(2) : out.dump(2));
   return 0;

@@ -135,21 +135,7 @@ int RunRouter(const RouterArgs& a) {
                           });
   if (!run.ok()) return ReportError(kCommand, run.status());
   const lab::LoadSummary& sum = *run;
-  const std::vector<double>& jct = sum.jct_seconds;
-  std::string per_worker;
-  for (size_t i = 0; i < sum.router.served.size(); ++i)
-    per_worker += fmt::format("{}{}", i ? " " : "", sum.router.served[i]);
-  fmt::print(stderr, "\n{} requests, {} failed, {} prefix hits, {} clients, {:.2f} s\n", a.requests,
-             sum.failed, sum.prefix_hits, a.concurrency, sum.wall_seconds);
-  fmt::print(stderr, "throughput {:.2f} requests/s; JCT mean {:.1f} ms, p50 {:.1f} ms, p90 {:.1f} ms, "
-             "p99 {:.1f} ms\n",
-             sum.throughput(), Mean(jct) * 1e3, Percentile(jct, 0.5) * 1e3,
-             Percentile(jct, 0.9) * 1e3, Percentile(jct, 0.99) * 1e3);
-  fmt::print(stderr, "served per prefill worker: {}; re-routed {}; prefix-affinity picks {}\n",
-             per_worker, sum.router.rerouted, sum.router.affinity);
-  for (const auto& [name, v] : sum.stage_seconds)
-    fmt::print(stderr, "  {:<11} mean {:.1f} ms\n", name, Mean(v) * 1e3);
-  for (const auto& [spec, n] : sum.profiles) fmt::print(stderr, "  profile {}: {} requests\n", spec, n);
+  fmt::print(stderr, "{}", sum.Text());
   if (!a.summary_file.empty()) {
     if (Status s = lab::WriteTextFile(a.summary_file, sum.SummaryJson()); !s.ok())
       return ReportError(kCommand, s);

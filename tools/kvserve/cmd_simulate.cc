@@ -44,12 +44,9 @@ int RunSimulate(const SimulateArgs& a) {
   SimulationOptions o;
   o.seed = a.seed;
   o.request_interval_seconds = a.interval;
-  if (a.model == "streamed") {
-    o.controller.model.kind = LatencyModelKind::kStreamed;
-  } else if (a.model != "serial") {
-    return Fail(Status::InvalidArgument("--model must be serial or streamed"));
-  }
-  o.controller.model.layers = a.layers;
+  Result<LatencyModel> model = lab::ParseLatencyModel(a.model, a.layers);
+  if (!model.ok()) return Fail(model.status());
+  o.controller.model = *model;
   o.probe_layers = a.probe_layers;
   o.controller.risk_sigmas = a.risk_sigmas;
   o.controller.learn_codec_drift = !a.no_codec_drift;

@@ -35,6 +35,10 @@ struct FrameReport {
   // `kvserve inspect --json`: the fields above, every chunk included, with
   // `file` as the file's name.
   nlohmann::json Json(const std::string& file) const;
+  // `kvserve inspect`'s tables: the header, bytes and share per section,
+  // bytes and CR per layer and K/V, and the first `chunks` chunk records
+  // (-1: all).
+  std::string Text(const std::string& file, int chunks) const;
 };
 
 // Inspects `frame`; InspectFrame's errors (Corruption for damaged bytes).

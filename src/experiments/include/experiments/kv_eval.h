@@ -57,7 +57,14 @@ struct ProfileEvaluation {
   // The fields above, per-layer errors included, as `kvserve eval --json`
   // prints one result.
   nlohmann::json Json() const;
+  // A title line (name, profile, CR, speeds, kept rows when some were
+  // pruned) and max |error|, RMSE and SNR per layer and K/V.
+  std::string LayerTable() const;
 };
+
+// One row per evaluation: CR, encode / decode / round-trip GB/s, and the
+// K and V error totals, the profile column as wide as the longest name.
+std::string EvaluationTable(const std::vector<ProfileEvaluation>& rows);
 
 // Encodes and decodes `kv` with `profile` (MeasureProfileCost: `threads`,
 // best of `repeat` per direction) and compares the result with the input.

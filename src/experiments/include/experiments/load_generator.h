@@ -52,6 +52,10 @@ struct LoadSummary {
   double throughput() const;  // successful requests per wall second
   // The one-line JSON object `kvserve router --summary` writes.
   std::string SummaryJson() const;
+  // The lines `kvserve router` ends with: counts, throughput and JCT
+  // mean / p50 / p90 / p99, requests per prefill worker, mean seconds per
+  // stage and requests per profile.
+  std::string Text() const;
 };
 
 // Sends `requests` through `router` from `concurrency` (>= 1) client

@@ -23,6 +23,10 @@ struct WorkloadFront {
 // One entry per workload of `table`, in the table's order.
 std::vector<WorkloadFront> ParetoFronts(const ProfileTable& table);
 
+// Per workload: how many profiles and how many on the front, then the
+// front's rows (quality, CR, encode / decode GB/s, codec ns/B, spec).
+std::string ParetoText(const ProfileTable& table, const std::vector<WorkloadFront>& fronts);
+
 // {"format": "kvserve-pareto-plot", "version": 1, "table", "workload",
 // "points": [{"spec", "quality", "compression_ratio", "codec_ns_per_byte",
 // "on_front"}]}: every row of `workload` with a finite quality, `front`

@@ -30,6 +30,9 @@ struct RuntimeBenchResult {
   double prefill_gflops = 0;   // matmul + causal-attention FLOPs
   double decode_seconds = 0;
   double decode_gflops = 0;
+  // The model, BLAS, sgemm, prefill and decode lines `kvserve
+  // bench-runtime` prints before the JSON.
+  std::string Text(const RuntimeBenchOptions& o) const;
   // The one-line JSON `kvserve bench-runtime` ends with.
   std::string Json(const RuntimeBenchOptions& o) const;
 };

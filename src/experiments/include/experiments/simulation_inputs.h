@@ -30,6 +30,11 @@ inline constexpr const char* kDefaultMix =
 // InvalidArgument for another name.
 Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t seed);
 
+// --model of `kvserve simulate` and `kvserve policy`: "serial" (Eq. 1) or
+// "streamed" (layer-pipelined over `layers` layers). InvalidArgument
+// otherwise.
+Result<LatencyModel> ParseLatencyModel(const std::string& name, int layers);
+
 }  // namespace kvserve::lab
 
 #endif  // KVSERVE_EXPERIMENTS_SIMULATION_INPUTS_H_
