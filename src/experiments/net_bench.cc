@@ -44,6 +44,43 @@ Result<std::vector<PoolBenchRow>> RunPoolBench(
   return rows;
 }
 
+std::string PoolBenchRow::Json(const std::string& backend, int count, double shape_gbps) const {
+  return fmt::format(
+      "{{\"backend\": \"{}\", \"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, "
+      "\"put_gbps\": {:.4f}, \"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, "
+      "\"get_gbps_max\": {:.4f}, \"put_GBps\": {:.4f}, \"get_GBps\": {:.4f}}}\n",
+      backend, bytes, count, shape_gbps, put_gbps.median, get_gbps.median, put_gbps.max,
+      get_gbps.max, put_gbps.median / 8, get_gbps.median / 8);
+}
+
+std::string PoolBenchRow::Text() const {
+  return fmt::format("{} MiB: put_gbps {:.4f} get_gbps {:.4f}\n", bytes >> 20, put_gbps.median,
+                     get_gbps.median);
+}
+
+std::string TransportBenchFrame::Json() const {
+  return fmt::format(
+      "{{\"frame\":{},\"frame_mib\":{},\"gbps\":{:.4f},\"busy_gbps\":{:.4f},"
+      "\"estimate_gbps\":{:.4f}}}\n",
+      transfer, frame_mib, gbps, busy_gbps, estimate_gbps);
+}
+
+std::string TransportBenchRow::Json(const std::string& transport, const std::string& tls,
+                                    int count) const {
+  return fmt::format(
+      "{{\"transport\":\"{}\",\"tls\":\"{}\",\"frame_mib\":{},\"count\":{},"
+      "\"gbps_median\":{:.4f},\"gbps_max\":{:.4f},\"gbps_min\":{:.4f},"
+      "\"busy_gbps_median\":{:.4f},\"estimate_gbps\":{:.4f}}}\n",
+      transport, tls, frame_mib, count, gbps.median, gbps.max, gbps.min, busy_gbps.median,
+      estimate_gbps);
+}
+
+std::string TransportBenchRow::Text(const std::string& transport, const std::string& tls) const {
+  return fmt::format(
+      "{} ({}) {:>6} MiB: median {:.2f} Gbps (min {:.2f}, max {:.2f}), estimate {:.2f} Gbps\n",
+      transport, tls, frame_mib, gbps.median, gbps.min, gbps.max, estimate_gbps);
+}
+
 Result<std::vector<double>> ParseFrameSizesMb(const std::string& list) {
   std::vector<double> sizes;
   for (const std::string& s : SplitList(list)) {

@@ -11,6 +11,7 @@
 #include "cli_util.h"
 #include "command.h"
 #include "experiments/net_bench.h"
+#include "experiments/pool_client.h"
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
@@ -62,12 +63,6 @@ Result<ConnectionOptions> ConnOptions(const PoolArgs& a, std::string local_id) {
   return o;
 }
 
-Result<uint64_t> ParseHash(const std::string& hex) {
-  if (hex.empty() || hex.size() > 16 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-    return Status::InvalidArgument("--hash must be 1-16 hex digits (the prefix hash)");
-  return std::strtoull(hex.c_str(), nullptr, 16);
-}
-
 int RunServe(const PoolArgs& a) {
   auto options = ConnOptions(a, "kvserve-pool");
   if (!options.ok()) return ReportError(kCommand, options.status());
@@ -115,43 +110,11 @@ int RunClient(const std::string& op, const PoolArgs& a) {
   if (!tcp.ok()) return ReportError(kCommand, tcp.status());
   auto pool = Client(a, tcp->get());
   if (!pool.ok()) return ReportError(kCommand, pool.status());
-  if (op == "stats") {
-    auto s = (*pool)->Stats();
-    if (!s.ok()) return ReportError(kCommand, s.status());
-    fmt::print("entries {}\nbytes {}\nhits {}\nmisses {}\nevictions {}\n", s->entries, s->bytes,
-               s->hits, s->misses, s->evictions);
-    return 0;
-  }
-  auto hash = ParseHash(a.hash_hex);
-  if (!hash.ok()) return ReportError(kCommand, hash.status());
-  if (op == "lookup") {
-    auto entries = (*pool)->Lookup(a.model, *hash);
-    if (!entries.ok()) return ReportError(kCommand, entries.status());
-    for (const auto& e : *entries) fmt::print("{}\t{}\n", e.profile, e.bytes);
-    return 0;
-  }
-  PoolKey key{a.model, *hash, a.profile};
-  if (op == "put") {
-    auto bytes = ReadBinaryFile(a.file);
-    if (!bytes.ok()) return ReportError(kCommand, bytes.status());
-    Status s = (*pool)->Put(key, *bytes);
-    if (!s.ok()) return ReportError(kCommand, s);
-    Progress(kCommand, "stored {} under {}/{:016x}/{}", HumanBytes(bytes->size()), a.model, *hash,
-             a.profile);
-    return 0;
-  }
-  if (op == "get") {
-    std::vector<uint8_t> bytes;
-    Status s = (*pool)->Get(key, &bytes);
-    if (s.ok()) s = WriteBinaryFile(a.file, bytes);
-    if (!s.ok()) return ReportError(kCommand, s);
-    return 0;
-  }
-  if (op == "delete") {
-    Status s = (*pool)->Delete(key);
-    return s.ok() ? 0 : ReportError(kCommand, s);
-  }
-  return ReportError(kCommand, Status::InvalidArgument("unknown operation " + op));
+  auto r = lab::RunPoolOperation(**pool, op, a.model, a.hash_hex, a.profile, a.file);
+  if (!r.ok()) return ReportError(kCommand, r.status());
+  fmt::print("{}", r->output);
+  if (!r->note.empty()) Progress(kCommand, "{}", r->note);
+  return 0;
 }
 
 // Puts and gets a random value `count` times per size; prints the goodput
@@ -184,20 +147,8 @@ int RunBench(const PoolArgs& a) {
                r.round, r.put_gbps, r.get_gbps);
   });
   if (!rows.ok()) return ReportError(kCommand, rows.status());
-  for (const lab::PoolBenchRow& r : *rows) {
-    if (a.json) {
-      // Gbps (1e9 bit/s) and GB/s (1e9 byte/s) of the medians and maxima.
-      fmt::print("{{\"backend\": \"{}\", \"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, "
-                 "\"put_gbps\": {:.4f}, \"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, "
-                 "\"get_gbps_max\": {:.4f}, \"put_GBps\": {:.4f}, \"get_GBps\": {:.4f}}}\n",
-                 a.bench_backend, r.bytes, a.count, a.shape_gbps, r.put_gbps.median,
-                 r.get_gbps.median, r.put_gbps.max, r.get_gbps.max, r.put_gbps.median / 8,
-                 r.get_gbps.median / 8);
-    } else {
-      fmt::print("{} MiB: put_gbps {:.4f} get_gbps {:.4f}\n", r.bytes >> 20, r.put_gbps.median,
-                 r.get_gbps.median);
-    }
-  }
+  for (const lab::PoolBenchRow& r : *rows)
+    fmt::print("{}", a.json ? r.Json(a.bench_backend, a.count, a.shape_gbps) : r.Text());
   std::fflush(stdout);
   return 0;
 }

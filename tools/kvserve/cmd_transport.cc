@@ -98,9 +98,7 @@ int RunBench(const TransportArgs& a) {
                               : "-";
   auto per_frame = [&](const lab::TransportBenchFrame& f) {
     if (!a.per_frame) return;
-    fmt::print("{{\"frame\":{},\"frame_mib\":{},\"gbps\":{:.4f},\"busy_gbps\":{:.4f},"
-               "\"estimate_gbps\":{:.4f}}}\n",
-               f.transfer, f.frame_mib, f.gbps, f.busy_gbps, f.estimate_gbps);
+    fmt::print("{}", f.Json());
     std::fflush(stdout);
   };
   auto rows = lab::RunTransportBench(
@@ -109,17 +107,8 @@ int RunBench(const TransportArgs& a) {
       per_frame);
   if (!rows.ok()) return ReportError(kCommand, rows.status());
   for (const lab::TransportBenchRow& r : *rows) {
-    if (a.json) {
-      fmt::print("{{\"transport\":\"{}\",\"tls\":\"{}\",\"frame_mib\":{},\"count\":{},"
-                 "\"gbps_median\":{:.4f},\"gbps_max\":{:.4f},\"gbps_min\":{:.4f},"
-                 "\"busy_gbps_median\":{:.4f},\"estimate_gbps\":{:.4f}}}\n",
-                 a.transport.kind, tls, r.frame_mib, a.count, r.gbps.median, r.gbps.max, r.gbps.min,
-                 r.busy_gbps.median, r.estimate_gbps);
-    } else if (!a.per_frame) {
-      fmt::print("{} ({}) {:>6} MiB: median {:.2f} Gbps (min {:.2f}, max {:.2f}), estimate {:.2f} Gbps\n",
-                 a.transport.kind, tls, r.frame_mib, r.gbps.median, r.gbps.min, r.gbps.max,
-                 r.estimate_gbps);
-    }
+    if (a.json || !a.per_frame)
+      fmt::print("{}", a.json ? r.Json(a.transport.kind, tls, a.count) : r.Text(a.transport.kind, tls));
   }
   std::fflush(stdout);
   (*connection)->Close();

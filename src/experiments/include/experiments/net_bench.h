@@ -27,6 +27,11 @@ struct PoolBenchRound {
 struct PoolBenchRow {
   uint64_t bytes = 0;
   SampleSummary put_gbps, get_gbps;  // over the rounds of this size
+  // One JSON line: medians and maxima in Gbps, medians in GB/s, with the
+  // backend, round count and shaping rate the run used.
+  std::string Json(const std::string& backend, int count, double shape_gbps) const;
+  // "64 MiB: put_gbps 1.2345 get_gbps 2.3456\n" (medians).
+  std::string Text() const;
 };
 
 // For each size in `sizes` (bytes; the order is kept), `count` (>= 1)
@@ -57,11 +62,16 @@ struct TransportBenchOptions {
 struct TransportBenchFrame {
   uint64_t transfer = 0;
   double frame_mib = 0, gbps = 0, busy_gbps = 0, estimate_gbps = 0;
+  std::string Json() const;  // one line
 };
 struct TransportBenchRow {
   double frame_mib = 0;
   SampleSummary gbps, busy_gbps;
   double estimate_gbps = 0;  // after the last frame of this size
+  // One JSON line / one text line naming the transport and its UCX
+  // transports (`tls`, "-" for TCP).
+  std::string Json(const std::string& transport, const std::string& tls, int count) const;
+  std::string Text(const std::string& transport, const std::string& tls) const;
 };
 
 // Sends the frames of `options` on `connection` (to a frame sink: anything
