@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <mutex>
 #include <random>
 #include <thread>
@@ -55,6 +57,36 @@ std::string LoadSummary::SummaryJson() const {
       requests, failed, clients, wall_seconds, throughput(), Mean(jct_seconds),
       Percentile(jct_seconds, 0.5), Percentile(jct_seconds, 0.9), Percentile(jct_seconds, 0.99),
       prefix_hits, router.rerouted);
+}
+
+std::string ReplyJson(const ServeRequest& r, const RoutedResponse& routed, bool with_text,
+                      const std::string& text) {
+  const ServeResponse& response = routed.response;
+  const RequestTimings& t = response.timings;
+  return fmt::format(
+      "{{\"id\":{},{}\"worker\":{},\"submissions\":{},\"profile\":\"{}\",\"jct_s\":{:.6f},"
+      "\"ttft_s\":{:.6f},\"prefill_s\":{:.6f},\"encode_s\":{:.6f},\"transfer_s\":{:.6f},"
+      "\"decode_kv_s\":{:.6f},\"generation_s\":{:.6f},\"kv_s\":{:.6f},\"kv_bytes\":{},"
+      "\"frame_bytes\":{},\"bandwidth_gbps\":{:.4f},\"prefix_hit\":{},\"prefix_chunks\":{},"
+      "\"attempts\":{}}}\n",
+      r.id,
+      with_text ? fmt::format("\"text\":{},\"tokens\":{},", nlohmann::json(text).dump(),
+                              nlohmann::json(response.tokens).dump())
+                : std::string(),
+      routed.worker, routed.submissions, t.profile, t.jct_seconds, t.ttft_seconds,
+      t.prefill_seconds, t.encode_seconds, t.transfer_seconds, t.decode_kv_seconds,
+      t.generation_seconds, t.kv_seconds, t.kv_bytes, t.frame_bytes,
+      BytesPerSecondToGbps(t.bandwidth_estimate), t.prefix_hit, t.prefix_chunks, t.attempts);
+}
+
+std::string ReplyLine(const ServeRequest& r, const RoutedResponse& routed) {
+  const RequestTimings& t = routed.response.timings;
+  return fmt::format(
+      "request {} on prefill {}: {} JCT {:.1f} ms (prefill {:.1f}, KV {:.1f}, generation {:.1f}) "
+      "{}{}",
+      r.id, routed.worker, t.profile, t.jct_seconds * 1e3, t.prefill_seconds * 1e3,
+      t.kv_seconds * 1e3, t.generation_seconds * 1e3, HumanBytes(t.frame_bytes),
+      t.prefix_hit ? fmt::format(" (prefix hit, {} chunks)", t.prefix_chunks) : "");
 }
 
 std::string LoadSummary::Text() const {

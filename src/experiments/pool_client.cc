@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "experiments/lab.h"
+#include "experiments/serving.h"
 
 namespace kvserve::lab {
 
@@ -51,6 +52,30 @@ Result<PoolOperationResult> RunPoolOperation(KvPool& pool, const std::string& op
     return r;
   }
   return Status::InvalidArgument("unknown operation " + op);
+}
+
+Status RunPoolServer(Transport& transport, KvPool& pool, const std::string& listen,
+                     const ConnectionOptions& connection, double duration_seconds,
+                     const std::string& backend, const std::string& transport_kind,
+                     const Progress& progress) {
+  BlockStopSignals();  // before threads start, so only the wait sees them
+  PoolServerOptions so;
+  so.listen_address = listen;
+  so.connection = connection;
+  RaiseOpenFileLimit(static_cast<uint64_t>(so.admission.max_unauthenticated) +
+                         static_cast<uint64_t>(so.admission.max_connections) + 256,
+                     progress);
+  KVSERVE_ASSIGN_OR_RETURN(auto server, PoolServer::Start(&transport, &pool, so));
+  Note(progress, "serving a {} pool on {} over {}; Ctrl-C stops", backend, server->address(),
+       transport_kind);
+  WaitForStopSignal(duration_seconds);
+  server->Stop();
+  auto stats = pool.Stats();
+  if (stats.ok())
+    Note(progress, "stopped: {} entries, {}, {} hits, {} misses, {} evictions, {} refused peers",
+         stats->entries, HumanBytes(stats->bytes), stats->hits, stats->misses, stats->evictions,
+         server->auth_failures());
+  return Status::Ok();
 }
 
 }  // namespace kvserve::lab

@@ -5,7 +5,30 @@
 
 #include <cmath>
 
+#include "experiments/lab.h"
+#include "experiments/profile_inputs.h"
+#include "kvserve/runtime.h"
+
 namespace kvserve::lab {
+
+Result<QualityReport> EvaluateQualityProfile(QualityEvaluator& evaluator,
+                                             const std::vector<EvalSample>& samples,
+                                             const Profile& profile,
+                                             const std::string& head_scores_path,
+                                             QualityOptions o) {
+  if (NeedsHeadScores(profile) && head_scores_path.empty()) {
+    return Status::InvalidArgument("profile '" + profile.ToString() +
+                                   "' needs per-head retrieval scores: pass --head-scores FILE "
+                                   "(`kvserve head-scores --model DIR` on training-split prompts "
+                                   "writes one)");
+  }
+  const ModelConfig& c = evaluator.model().config();
+  KVSERVE_ASSIGN_OR_RETURN(auto scores,
+                           LoadHeadScoresFor(profile, head_scores_path,
+                                             KvShape{c.layers, c.kv_heads, 1, c.head_dim}));
+  o.head_scores = scores.get();
+  return evaluator.Evaluate(samples, profile, o);
+}
 
 std::string Percent(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%", 100 * v) : "n/a"; }
 

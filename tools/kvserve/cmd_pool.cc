@@ -68,28 +68,12 @@ int RunServe(const PoolArgs& a) {
   if (!options.ok()) return ReportError(kCommand, options.status());
   auto pool = OpenPoolBackend(a.store);
   if (!pool.ok()) return ReportError(kCommand, pool.status());
-  BlockStopSignals();  // before threads start, so only the wait sees them
+  BlockStopSignals();  // before the transport's threads start
   auto transport = MakeTransport(a.transport, options->secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
-  PoolServerOptions so;
-  so.listen_address = a.listen;
-  so.connection = *options;
-  lab::RaiseOpenFileLimit(static_cast<uint64_t>(so.admission.max_unauthenticated) +
-                              static_cast<uint64_t>(so.admission.max_connections) + 256,
-                          ProgressTo(kCommand));
-  auto server = PoolServer::Start(transport->get(), pool->get(), so);
-  if (!server.ok()) return ReportError(kCommand, server.status());
-  Progress(kCommand, "serving a {} pool on {} over {}; Ctrl-C stops", a.store.backend,
-           (*server)->address(), a.transport.kind);
-  std::fflush(stdout);
-  WaitForStopSignal(a.duration_seconds);
-  (*server)->Stop();
-  auto stats = (*pool)->Stats();
-  if (stats.ok())
-    Progress(kCommand, "stopped: {} entries, {}, {} hits, {} misses, {} evictions, {} refused peers",
-             stats->entries, HumanBytes(stats->bytes), stats->hits, stats->misses,
-             stats->evictions, (*server)->auth_failures());
-  return 0;
+  Status s = lab::RunPoolServer(**transport, **pool, a.listen, *options, a.duration_seconds,
+                                a.store.backend, a.transport.kind, ProgressTo(kCommand));
+  return s.ok() ? 0 : ReportError(kCommand, s);
 }
 
 Result<std::unique_ptr<KvPool>> Client(const PoolArgs& a, Transport* tcp,

@@ -21,14 +21,10 @@ struct QualityArgs {
   std::string model, workload, eval_dir = "data/eval";  // under the data directory
   bool eval_dir_given = false;
   std::vector<std::string> profiles;
-  int samples = 0;
-  uint64_t seed = 0;
-  std::string cache_dir = ".cache/kvserve-quality";
+  QualityOptions o{.cache_dir = ".cache/kvserve-quality"};
   std::string head_scores;
   std::string wire_dtype = "f16";
   int threads = 0;
-  int codec_threads = 1;
-  int bootstrap = 1000;
   bool json = false, per_sample = false, quiet = false;
 };
 
@@ -57,28 +53,12 @@ int RunQuality(const QualityArgs& a) {
     Progress(kCmd, "loaded {} ({} layers) in {:.2f} s; workload {} ({} samples)", a.model,
              c.layers, NowSeconds() - t0, *path, samples->size());
   }
-  const KvShape shape{c.layers, c.kv_heads, 1, c.head_dim};
+  QualityOptions o = a.o;
+  o.wire_dtype = *dtype;
+  if (!a.quiet) o.progress = [](const std::string& line) { Progress(kCmd, "{}", line); };
   nlohmann::json out = nlohmann::json::array();
   for (const Profile& profile : profiles) {
-    if (NeedsHeadScores(profile) && a.head_scores.empty()) {
-      return ReportError(kCmd, Status::InvalidArgument(
-                                   "profile '" + profile.ToString() +
-                                   "' needs per-head retrieval scores: pass --head-scores FILE "
-                                   "(`kvserve head-scores --model DIR` on training-split prompts "
-                                   "writes one)"));
-    }
-    auto scores = LoadHeadScoresFor(profile, a.head_scores, shape);
-    if (!scores.ok()) return ReportError(kCmd, scores.status());
-    QualityOptions o;
-    o.samples = a.samples;
-    o.seed = a.seed;
-    o.cache_dir = a.cache_dir;
-    o.wire_dtype = *dtype;
-    o.head_scores = scores->get();
-    o.codec_threads = a.codec_threads;
-    o.bootstrap_resamples = a.bootstrap;
-    if (!a.quiet) o.progress = [](const std::string& line) { Progress(kCmd, "{}", line); };
-    auto r = (*ev)->Evaluate(*samples, profile, o);
+    auto r = lab::EvaluateQualityProfile(**ev, *samples, profile, a.head_scores, o);
     if (!r.ok()) return ReportError(kCmd, r.status());
     if (a.json) {
       out.push_back(nlohmann::json::parse(r->ToJson(a.per_sample)));
@@ -104,10 +84,10 @@ RunFn SetupQuality(CLI::App& sub) {
   sub.add_option("-w,--workload", a->workload, "workload file or name")->required();
   sub.add_option("-p,--profile", a->profiles, "profile spec(s) or preset name(s), comma-separated")
       ->required();
-  sub.add_option("-n,--samples", a->samples, "random subset of N samples (0 = all)")
+  sub.add_option("-n,--samples", a->o.samples, "random subset of N samples (0 = all)")
       ->capture_default_str();
-  sub.add_option("--seed", a->seed, "subset and bootstrap seed")->capture_default_str();
-  sub.add_option("--cache-dir", a->cache_dir, "prefill KV cache directory ('' = none)")
+  sub.add_option("--seed", a->o.seed, "subset and bootstrap seed")->capture_default_str();
+  sub.add_option("--cache-dir", a->o.cache_dir, "prefill KV cache directory ('' = none)")
       ->capture_default_str();
   sub.add_option("--head-scores", a->head_scores, "head-score JSON (mixhq, duo)");
   sub.add_option("--eval-dir", a->eval_dir,
@@ -117,9 +97,9 @@ RunFn SetupQuality(CLI::App& sub) {
   sub.add_option("--wire-dtype", a->wire_dtype, "dtype the KV is sent in (f16, bf16, f32)")
       ->capture_default_str();
   sub.add_option("--threads", a->threads, "runtime threads (0 = all cores)")->capture_default_str();
-  sub.add_option("--codec-threads", a->codec_threads, "encoder/decoder threads")
+  sub.add_option("--codec-threads", a->o.codec_threads, "encoder/decoder threads")
       ->capture_default_str();
-  sub.add_option("--bootstrap", a->bootstrap, "bootstrap resamples")->capture_default_str();
+  sub.add_option("--bootstrap", a->o.bootstrap_resamples, "bootstrap resamples")->capture_default_str();
   sub.add_flag("--json", a->json, "print the report as JSON");
   sub.add_flag("--per-sample", a->per_sample, "with --json: include per-sample scores");
   sub.add_flag("-q,--quiet", a->quiet, "no progress lines");

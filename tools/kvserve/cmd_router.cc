@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "command.h"
@@ -52,7 +51,6 @@ struct RouterArgs {
 Status PrintReply(const RouterArgs& a, const Tokenizer* tokenizer, const ServeRequest& r,
                   const RoutedResponse& routed) {
   const ServeResponse& response = routed.response;
-  const RequestTimings& t = response.timings;
   if (!response.status.ok()) {
     Progress(kCommand, "request {}: failed: {}", r.id, response.status.ToString());
     return Status::Ok();
@@ -64,28 +62,10 @@ Status PrintReply(const RouterArgs& a, const Tokenizer* tokenizer, const ServeRe
     text = std::move(*decoded);
   }
   if (a.json) {
-    fmt::print(
-        "{{\"id\":{},{}\"worker\":{},\"submissions\":{},\"profile\":\"{}\",\"jct_s\":{:.6f},"
-        "\"ttft_s\":{:.6f},\"prefill_s\":{:.6f},\"encode_s\":{:.6f},\"transfer_s\":{:.6f},"
-        "\"decode_kv_s\":{:.6f},\"generation_s\":{:.6f},\"kv_s\":{:.6f},\"kv_bytes\":{},"
-        "\"frame_bytes\":{},\"bandwidth_gbps\":{:.4f},\"prefix_hit\":{},\"prefix_chunks\":{},"
-        "\"attempts\":{}}}\n",
-        r.id,
-        tokenizer ? fmt::format("\"text\":{},\"tokens\":{},", nlohmann::json(text).dump(),
-                                nlohmann::json(response.tokens).dump())
-                  : std::string(),
-        routed.worker, routed.submissions, t.profile, t.jct_seconds, t.ttft_seconds,
-        t.prefill_seconds, t.encode_seconds, t.transfer_seconds, t.decode_kv_seconds,
-        t.generation_seconds, t.kv_seconds, t.kv_bytes, t.frame_bytes,
-        BytesPerSecondToGbps(t.bandwidth_estimate), t.prefix_hit, t.prefix_chunks, t.attempts);
+    fmt::print("{}", lab::ReplyJson(r, routed, tokenizer != nullptr, text));
     std::fflush(stdout);
   } else {
-    Progress(kCommand,
-             "request {} on prefill {}: {} JCT {:.1f} ms (prefill {:.1f}, KV {:.1f}, generation "
-             "{:.1f}) {}{}",
-             r.id, routed.worker, t.profile, t.jct_seconds * 1e3, t.prefill_seconds * 1e3,
-             t.kv_seconds * 1e3, t.generation_seconds * 1e3, HumanBytes(t.frame_bytes),
-             t.prefix_hit ? fmt::format(" (prefix hit, {} chunks)", t.prefix_chunks) : "");
+    Progress(kCommand, "{}", lab::ReplyLine(r, routed));
     if (tokenizer) fmt::print("{}\n", text);
   }
   return Status::Ok();

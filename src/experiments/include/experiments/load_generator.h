@@ -58,6 +58,16 @@ struct LoadSummary {
   std::string Text() const;
 };
 
+// One successful reply as `kvserve router --json` prints it: id, (with
+// `with_text`, the decoded `text` and the generated ids,) worker,
+// submissions, profile, every stage's seconds, bytes, bandwidth estimate and
+// prefix hit; one line.
+std::string ReplyJson(const ServeRequest& request, const RoutedResponse& routed, bool with_text,
+                      const std::string& text);
+// The same as a progress line: worker, profile, JCT and its main stages in
+// ms, frame bytes, prefix hit.
+std::string ReplyLine(const ServeRequest& request, const RoutedResponse& routed);
+
 // Sends `requests` through `router` from `concurrency` (>= 1) client
 // threads, each taking the next unsent request. `on_reply` (may be empty)
 // sees each reply, failed ones included, one at a time; an error it returns

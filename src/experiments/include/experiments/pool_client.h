@@ -1,13 +1,16 @@
-// Copyright kvserve authors. `kvserve pool put|get|delete|lookup|stats`: one
-// operation on a pool, as the text the command prints. Not part of the
-// installed library.
+// Copyright kvserve authors. `kvserve pool serve` (a pool server until a
+// stop signal) and `kvserve pool put|get|delete|lookup|stats` (one operation
+// on a pool, as the text the command prints). Not part of the installed
+// library.
 #ifndef KVSERVE_EXPERIMENTS_POOL_CLIENT_H_
 #define KVSERVE_EXPERIMENTS_POOL_CLIENT_H_
 
 #include <cstdint>
 #include <string>
 
+#include "experiments/lab.h"
 #include "kvserve/pool.h"
+#include "kvserve/transport.h"
 
 namespace kvserve::lab {
 
@@ -28,6 +31,17 @@ struct PoolOperationResult {
 Result<PoolOperationResult> RunPoolOperation(KvPool& pool, const std::string& op,
                                              const std::string& model, const std::string& hash_hex,
                                              const std::string& profile, const std::string& file);
+
+// Serves `pool` on `listen` over `transport` (connections authenticated
+// with `connection`) until SIGINT/SIGTERM, or for `duration_seconds` when
+// > 0: blocks the stop signals, raises the open-file limit for the
+// server's admission bounds, reports where it serves and, after stopping,
+// the pool's counters through `progress`. `backend` and `transport_kind`
+// name the pool and transport in those lines. PoolServer::Start's errors.
+Status RunPoolServer(Transport& transport, KvPool& pool, const std::string& listen,
+                     const ConnectionOptions& connection, double duration_seconds,
+                     const std::string& backend, const std::string& transport_kind,
+                     const Progress& progress);
 
 }  // namespace kvserve::lab
 

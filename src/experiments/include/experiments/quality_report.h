@@ -4,11 +4,22 @@
 #define KVSERVE_EXPERIMENTS_QUALITY_REPORT_H_
 
 #include <string>
+#include <vector>
 
 #include "kvserve/kv.h"
 #include "kvserve/quality.h"
 
 namespace kvserve::lab {
+
+// One profile through `evaluator` on `samples` with `o` (its head_scores
+// replaced by those loaded from `head_scores_path`, which the mixhq / duo
+// profiles need: InvalidArgument saying how to get a file when none is
+// given, or when the file is for another shape than the model's KV).
+Result<QualityReport> EvaluateQualityProfile(QualityEvaluator& evaluator,
+                                             const std::vector<EvalSample>& samples,
+                                             const Profile& profile,
+                                             const std::string& head_scores_path,
+                                             QualityOptions o);
 
 // "12.3%", or "n/a" for a value that is not finite.
 std::string Percent(double fraction);
