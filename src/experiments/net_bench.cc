@@ -11,6 +11,8 @@
 #include <span>
 #include <thread>
 
+#include "experiments/serving.h"
+
 namespace kvserve::lab {
 
 Result<std::vector<PoolBenchRow>> RunPoolBench(
@@ -168,6 +170,21 @@ FrameSinkCounts RunFrameSink(Listener& listener, const ConnectionOptions& option
   acceptor.join();
   for (auto& t : peers) t.join();
   return {frames.load(), bytes.load()};
+}
+
+Result<FrameSinkCounts> ServeFrameSink(Transport& transport, const std::string& listen,
+                                       const ConnectionOptions& options,
+                                       const std::string& address_file, double duration_seconds,
+                                       const std::function<void(const std::string&)>& on_listening,
+                                       const Progress& progress) {
+  BlockStopSignals();
+  KVSERVE_ASSIGN_OR_RETURN(auto listener, transport.Listen(listen));
+  const std::string address = listener->Address();
+  if (!address_file.empty()) {
+    KVSERVE_RETURN_IF_ERROR(WriteAddressFile(address_file, address));
+  }
+  if (on_listening) on_listening(address);
+  return RunFrameSink(*listener, options, [&] { WaitForStopSignal(duration_seconds); }, progress);
 }
 
 }  // namespace kvserve::lab

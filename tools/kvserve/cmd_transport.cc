@@ -60,20 +60,17 @@ int RunServe(const TransportArgs& a) {
   if (!options.ok()) return ReportError(kCommand, options.status());
   auto transport = MakeTransport(a.transport, secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
-  BlockStopSignals();
-  auto listener = (*transport)->Listen(a.listen);
-  if (!listener.ok()) return ReportError(kCommand, listener.status());
-  const std::string address = (*listener)->Address();
-  if (Status s = a.address_file.empty() ? Status::Ok() : lab::WriteAddressFile(a.address_file, address);
-      !s.ok())
-    return ReportError(kCommand, s);
-  Progress(kCommand, "frame sink ({}) listening on {}", a.transport.kind, address);
-  fmt::print("{}\n", address);
-  std::fflush(stdout);
-  const lab::FrameSinkCounts got = lab::RunFrameSink(
-      **listener, *options, [&] { WaitForStopSignal(a.duration_seconds); }, ProgressTo(kCommand));
-  Progress(kCommand, "stopped: {} frames, {} received", got.frames,
-           HumanBytes(static_cast<uint64_t>(got.bytes)));
+  auto got = lab::ServeFrameSink(
+      **transport, a.listen, *options, a.address_file, a.duration_seconds,
+      [&](const std::string& address) {
+        Progress(kCommand, "frame sink ({}) listening on {}", a.transport.kind, address);
+        fmt::print("{}\n", address);
+        std::fflush(stdout);
+      },
+      ProgressTo(kCommand));
+  if (!got.ok()) return ReportError(kCommand, got.status());
+  Progress(kCommand, "stopped: {} frames, {} received", got->frames,
+           HumanBytes(static_cast<uint64_t>(got->bytes)));
   return 0;
 }
 

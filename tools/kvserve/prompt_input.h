@@ -14,9 +14,12 @@
 
 namespace kvserve::cli {
 
+// Declares --prompt, --prompt-file, --prompt-ids, --random-prompt, --prompt-seed and
+// --tokenizer, bound to `p`.
+void AddPromptOptions(CLI::App& sub, lab::PromptSource* p);
+
 struct PromptInput : lab::PromptSource {
-  // Declares --prompt, --prompt-file, --prompt-ids, --random-prompt, --seed-prompt, --tokenizer.
-  void AddOptions(CLI::App& sub);
+  void AddOptions(CLI::App& sub) { AddPromptOptions(sub, this); }
   // lab::ResolvePrompt for `model`.
   Result<std::vector<int32_t>> Resolve(const std::string& model_dir, const Model& model) const {
     return lab::ResolvePrompt(*this, model_dir, model.config());

@@ -96,6 +96,17 @@ struct FrameSinkCounts {
 FrameSinkCounts RunFrameSink(Listener& listener, const ConnectionOptions& options,
                              const std::function<void()>& wait, const Progress& progress);
 
+// `kvserve transport serve`: listens on `listen` over `transport` (the stop
+// signals blocked first), writes the bound address to `address_file` (when
+// not empty) and tells `on_listening`, then runs a frame sink until
+// SIGINT/SIGTERM, or for `duration_seconds` when > 0. The listen and
+// address-file errors.
+Result<FrameSinkCounts> ServeFrameSink(Transport& transport, const std::string& listen,
+                                       const ConnectionOptions& options,
+                                       const std::string& address_file, double duration_seconds,
+                                       const std::function<void(const std::string&)>& on_listening,
+                                       const Progress& progress);
+
 }  // namespace kvserve::lab
 
 #endif  // KVSERVE_EXPERIMENTS_NET_BENCH_H_
