@@ -45,8 +45,8 @@ std::string ClusterReportMarkdown(const std::string& table_path, const ClusterSi
       o.model.kind == LatencyModelKind::kStreamed ? "streamed" : "serial", o.model.layers,
       o.profile_mismatch_sigma, o.latency_noise_sigma, o.decode_slots, o.generation_seconds,
       o.goodput_noise_sigma, o.prefill_workers * o.decode_workers, o.link_walk_sigma,
-      o.link_gbps_min, o.link_gbps_max, o.rack_spread, 100 * o.drop_fraction,
-      report.mean_link_gbps, mix);
+      o.link_gbps_min, o.link_gbps_max, o.rack_spread, 100 * o.drop_fraction, report.mean_link_gbps,
+      mix);
   md += report.ToMarkdown();
   const ClusterPolicyResult* adaptive = report.Find("adaptive");
   const ClusterPolicyResult* raw = report.Find("raw");

@@ -23,19 +23,21 @@ std::string FrameFileResult::DecompressText(const std::string& input,
   return fmt::format(
       "{} -> {}: {} -> {}, decode {:.3f} s ({:.2f} GB/s){}\n", input, output,
       HumanBytes(frame_bytes), HumanBytes(kv_bytes), seconds, GBPerSecond(kv_bytes, seconds),
-      pruned_rows ? fmt::format(", {} pruned (layer, K/V, head, token) rows written as 0", pruned_rows)
-                  : std::string());
+      pruned_rows
+          ? fmt::format(", {} pruned (layer, K/V, head, token) rows written as 0", pruned_rows)
+          : std::string());
 }
 
 Result<FrameFileResult> CompressKvFile(const std::string& input, const std::string& output,
-                                       const Profile& profile,
-                                       const std::string& head_scores_path, int threads,
-                                       const Progress& progress) {
+                                       const Profile& profile, const std::string& head_scores_path,
+                                       int threads, const Progress& progress) {
   Note(progress, "reading {}", input);
   KVSERVE_ASSIGN_OR_RETURN(KvCache cache, LoadKvFile(input));
-  KVSERVE_ASSIGN_OR_RETURN(auto scores, LoadHeadScoresFor(profile, head_scores_path, cache.shape()));
+  KVSERVE_ASSIGN_OR_RETURN(auto scores,
+                           LoadHeadScoresFor(profile, head_scores_path, cache.shape()));
   KVSERVE_ASSIGN_OR_RETURN(
-      auto encoder, EncoderContext::Create(profile, {.threads = threads, .head_scores = scores.get()}));
+      auto encoder,
+      EncoderContext::Create(profile, {.threads = threads, .head_scores = scores.get()}));
   const KvView view = cache.view();
   Note(progress, "encoding {} {} with {}", DTypeName(view.dtype), ShapeString(view.shape),
        profile.ToString());

@@ -66,10 +66,11 @@ nlohmann::json FrameReport::Json(const std::string& file) const {
 
 std::string FrameReport::Text(const std::string& file, int chunks) const {
   std::string out;
-  out += fmt::format("frame      {} ({} bytes), format version {}\n", file, file_bytes, info.version);
+  out +=
+      fmt::format("frame      {} ({} bytes), format version {}\n", file, file_bytes, info.version);
   out += fmt::format("profile    {}\n", info.profile.ToString());
   out += fmt::format("cache      {} {} (layers x kv_heads x tokens x head_dim), {} uncompressed\n",
-             DTypeName(info.dtype), ShapeString(info.shape), HumanBytes(logical_bytes));
+                     DTypeName(info.dtype), ShapeString(info.shape), HumanBytes(logical_bytes));
   out += fmt::format("CR         {:.3f}x (every frame byte counted)\n", compression_ratio);
   out += fmt::format("chunks     {}\n\n", info.chunk_count);
 
@@ -79,7 +80,8 @@ std::string FrameReport::Text(const std::string& file, int chunks) const {
     out += fmt::format("{:<36} {:>14} {:>6.2f}%\n", s.label, s.bytes, 100.0 * s.bytes / total);
   out += fmt::format("{:<36} {:>14} {:>6.2f}%\n\n", "total", info.stats.total_bytes, 100.0);
 
-  out += fmt::format("{:>5} {:>14} {:>14} {:>9} {:>9}\n", "layer", "K bytes", "V bytes", "K CR", "V CR");
+  out += fmt::format("{:>5} {:>14} {:>14} {:>9} {:>9}\n", "layer", "K bytes", "V bytes", "K CR",
+                     "V CR");
   const uint64_t per_kind = logical_bytes / 2 / std::max(1, info.shape.layers);
   auto ratio = [&](uint64_t b) { return b ? static_cast<double>(per_kind) / b : 0.0; };
   for (int l = 0; l < info.shape.layers; ++l) {
@@ -91,13 +93,14 @@ std::string FrameReport::Text(const std::string& file, int chunks) const {
   const size_t shown =
       chunks < 0 ? info.chunks.size() : std::min(info.chunks.size(), static_cast<size_t>(chunks));
   out += fmt::format("\nchunk table ({} of {} records{})\n", shown, info.chunks.size(),
-             shown < info.chunks.size() ? "; --chunks -1 shows all" : "");
+                     shown < info.chunks.size() ? "; --chunks -1 shows all" : "");
   out += fmt::format("{:>6} {:>12} {:>10} {:>5} {:>3} {:>11} {:>7} {:>5}\n", "#", "offset", "bytes",
-             "layer", "K/V", "token_begin", "tokens", "raw");
+                     "layer", "K/V", "token_begin", "tokens", "raw");
   for (size_t i = 0; i < shown; ++i) {
     const auto& c = info.chunks[i];
     out += fmt::format("{:>6} {:>12} {:>10} {:>5} {:>3} {:>11} {:>7} {:>5}\n", i, c.offset, c.size,
-               c.layer, c.kind == 0 ? "K" : "V", c.token_begin, c.tokens, c.raw ? "yes" : "no");
+                       c.layer, c.kind == 0 ? "K" : "V", c.token_begin, c.tokens,
+                       c.raw ? "yes" : "no");
   }
   return out;
 }

@@ -33,7 +33,9 @@ nlohmann::json ErrorStats::Json() const {
   return j;
 }
 
-std::string FormatSnr(double snr) { return std::isfinite(snr) ? fmt::format("{:.2f}", snr) : "inf"; }
+std::string FormatSnr(double snr) {
+  return std::isfinite(snr) ? fmt::format("{:.2f}", snr) : "inf";
+}
 
 std::vector<ErrorStats> CompareCaches(const KvView& ref, const KvView& got,
                                       const std::vector<uint8_t>& keep_mask, uint64_t* kept_rows) {
@@ -78,9 +80,8 @@ nlohmann::json ProfileEvaluation::Json() const {
                    {"key", key.Json()},
                    {"value", value.Json()}};
   for (size_t l = 0; l < layers.size() / 2; ++l)
-    j["layers"].push_back({{"layer", l},
-                           {"key", layers[l * 2].Json()},
-                           {"value", layers[l * 2 + 1].Json()}});
+    j["layers"].push_back(
+        {{"layer", l}, {"key", layers[l * 2].Json()}, {"value", layers[l * 2 + 1].Json()}});
   return j;
 }
 
@@ -102,10 +103,10 @@ std::string ProfileEvaluation::LayerTable() const {
 std::string EvaluationTable(const std::vector<ProfileEvaluation>& rows) {
   size_t w = 7;
   for (const auto& r : rows) w = std::max(w, r.name.size());
-  std::string out = fmt::format(
-      "{:<{}} {:>8} {:>7} {:>7} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>6}\n", "profile",
-      w, "CR", "enc", "dec", "s_p", "K max|e|", "K RMSE", "K SNR", "V max|e|", "V RMSE", "V SNR",
-      "kept");
+  std::string out =
+      fmt::format("{:<{}} {:>8} {:>7} {:>7} {:>7} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>6}\n",
+                  "profile", w, "CR", "enc", "dec", "s_p", "K max|e|", "K RMSE", "K SNR",
+                  "V max|e|", "V RMSE", "V SNR", "kept");
   for (const auto& r : rows) {
     out += fmt::format(
         "{:<{}} {:>7.2f}x {:>7.2f} {:>7.2f} {:>7.2f} {:>10.4g} {:>10.4g} {:>7} {:>10.4g} {:>10.4g} "
@@ -120,14 +121,13 @@ std::string EvaluationTable(const std::vector<ProfileEvaluation>& rows) {
 Result<ProfileEvaluation> EvaluateProfile(const std::string& name, const Profile& profile,
                                           const KvView& kv, const HeadScores* head_scores,
                                           int threads, int repeat, const Progress& progress) {
-  auto run = MeasureProfileCost(profile, kv,
-                                {.threads = threads,
-                                 .repeats = repeat,
-                                 .head_scores = head_scores,
-                                 .keep_output = true,
-                                 .progress = [&](const std::string& phase) {
-                                   Note(progress, "{}: {}", name, phase);
-                                 }});
+  auto run = MeasureProfileCost(
+      profile, kv,
+      {.threads = threads,
+       .repeats = repeat,
+       .head_scores = head_scores,
+       .keep_output = true,
+       .progress = [&](const std::string& phase) { Note(progress, "{}: {}", name, phase); }});
   if (!run.ok()) return run.status().WithContext(name);
   Note(progress, "{}: comparing", name);
   ProfileEvaluation r;

@@ -58,9 +58,9 @@ TEST(LabInputsTest, RandomBytesAreSeeded) {
 }
 
 TEST(LabInputsTest, BinaryFilesRoundTripAndMissingIsNotFound) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("kvserve-lab-bin-" + std::to_string(::getpid())))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("kvserve-lab-bin-" + std::to_string(::getpid())))
+          .string();
   const auto bytes = RandomBytes(70000, 3);
   ASSERT_TRUE(WriteBinaryFile(path, bytes).ok());
   auto back = ReadBinaryFile(path);
@@ -121,8 +121,8 @@ TEST(LabInputsTest, FrameReportAccountsForEveryByte) {
 }
 
 TEST(LabInputsTest, DrawnRequestsAreSeededAndRepeatPrompts) {
-  LoadOptions o{.requests = 40, .prompt_tokens = 12, .vocab = 50, .repeat_fraction = 0.5,
-                .seed = 3};
+  LoadOptions o{
+      .requests = 40, .prompt_tokens = 12, .vocab = 50, .repeat_fraction = 0.5, .seed = 3};
   auto a = DrawRequests(o);
   auto b = DrawRequests(o);
   ASSERT_TRUE(a.ok() && b.ok());

@@ -3,9 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -33,7 +32,8 @@ Result<std::vector<ServeRequest>> DrawRequests(const LoadOptions& o) {
     r.sampling.seed = rng();
     if (!o.text_prompt.empty()) {
       r.prompt = o.text_prompt;
-    } else if (!sent.empty() && std::uniform_real_distribution<double>(0, 1)(rng) < o.repeat_fraction) {
+    } else if (!sent.empty() &&
+               std::uniform_real_distribution<double>(0, 1)(rng) < o.repeat_fraction) {
       r.prompt = sent[rng() % sent.size()];
     } else {
       r.prompt.resize(o.prompt_tokens);
@@ -140,10 +140,13 @@ Result<LoadSummary> RunLoad(
         out.jct_seconds.push_back(t.jct_seconds);
         out.profiles[t.profile]++;
         out.prefix_hits += t.prefix_hit;
-        for (auto [name, v] :
-             {std::pair{"prefill", t.prefill_seconds}, {"encode", t.encode_seconds},
-              {"transfer", t.transfer_seconds}, {"decode_kv", t.decode_kv_seconds},
-              {"generation", t.generation_seconds}, {"kv", t.kv_seconds}, {"ttft", t.ttft_seconds}})
+        for (auto [name, v] : {std::pair{"prefill", t.prefill_seconds},
+                               {"encode", t.encode_seconds},
+                               {"transfer", t.transfer_seconds},
+                               {"decode_kv", t.decode_kv_seconds},
+                               {"generation", t.generation_seconds},
+                               {"kv", t.kv_seconds},
+                               {"ttft", t.ttft_seconds}})
           out.stage_seconds[name].push_back(v);
       }
       if (on_reply) {

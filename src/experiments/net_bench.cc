@@ -124,10 +124,10 @@ Result<std::vector<TransportBenchRow>> RunTransportBench(
       if (!stats.ok())
         return stats.status().WithContext(fmt::format("frame {} of {} MiB", round, mb));
       if (round < options.warmup) continue;
-      gbps.push_back(BytesPerSecondToGbps(static_cast<double>(stats->frame_bytes) /
-                                          stats->elapsed_seconds));
-      busy_gbps.push_back(BytesPerSecondToGbps(static_cast<double>(stats->wire_bytes) /
-                                               stats->busy_seconds));
+      gbps.push_back(
+          BytesPerSecondToGbps(static_cast<double>(stats->frame_bytes) / stats->elapsed_seconds));
+      busy_gbps.push_back(
+          BytesPerSecondToGbps(static_cast<double>(stats->wire_bytes) / stats->busy_seconds));
       if (on_frame) on_frame({transfer, mb, gbps.back(), busy_gbps.back(), estimate()});
     }
     rows.push_back({mb, Summarize(gbps), Summarize(busy_gbps), estimate()});
@@ -184,7 +184,8 @@ Result<FrameSinkCounts> ServeFrameSink(Transport& transport, const std::string& 
     KVSERVE_RETURN_IF_ERROR(WriteAddressFile(address_file, address));
   }
   if (on_listening) on_listening(address);
-  return RunFrameSink(*listener, options, [&] { WaitForStopSignal(duration_seconds); }, progress);
+  return RunFrameSink(
+      *listener, options, [&] { WaitForStopSignal(duration_seconds); }, progress);
 }
 
 }  // namespace kvserve::lab

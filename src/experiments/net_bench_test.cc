@@ -70,9 +70,8 @@ TEST(TransportBenchTest, SinkCountsEveryFrame) {
   std::promise<void> done;
   std::shared_future<void> finished = done.get_future().share();
   FrameSinkCounts counts;
-  std::thread sink([&] {
-    counts = RunFrameSink(**listener, options, [&] { finished.wait(); }, {});
-  });
+  std::thread sink(
+      [&] { counts = RunFrameSink(**listener, options, [&] { finished.wait(); }, {}); });
   BandwidthEstimator estimator;
   ConnectionOptions client = options;
   client.goodput = [&](std::string_view peer, double bytes, double seconds) {
@@ -81,8 +80,8 @@ TEST(TransportBenchTest, SinkCountsEveryFrame) {
   auto connection = Connection::Dial(*transport, (*listener)->Address(), client);
   ASSERT_TRUE(connection.ok()) << connection.status().ToString();
   std::vector<TransportBenchFrame> frames;
-  const TransportBenchOptions o{.sizes_mb = {0.25, 1}, .count = 3, .warmup = 1,
-                                .record_bytes = 64 << 10};
+  const TransportBenchOptions o{
+      .sizes_mb = {0.25, 1}, .count = 3, .warmup = 1, .record_bytes = 64 << 10};
   auto rows = RunTransportBench(**connection, estimator, o,
                                 [&](const TransportBenchFrame& f) { frames.push_back(f); });
   (*connection)->Close();

@@ -19,8 +19,8 @@ std::vector<WorkloadFront> ParetoFronts(const ProfileTable& table) {
       const double q = table.Quality(p, w);
       if (!std::isfinite(q)) continue;
       f.rows.push_back(p);
-      points.push_back({q, table.profile(p).compression_ratio,
-                        table.profile(p).CodecSecondsPerByte()});
+      points.push_back(
+          {q, table.profile(p).compression_ratio, table.profile(p).CodecSecondsPerByte()});
     }
     for (int i : NonDominated(points)) f.front.push_back(f.rows[i]);
     out.push_back(std::move(f));
@@ -39,9 +39,8 @@ std::string ParetoText(const ProfileTable& table, const std::vector<WorkloadFron
     for (int p : fronts[w].front) {
       const ProfileCost& c = table.profile(p);
       out += fmt::format("  {:>8.4f} {:>6.2f} {:>9.3f} {:>9.3f} {:>10.3f}  {}\n",
-                         table.Quality(p, w), c.compression_ratio,
-                         c.encode_bytes_per_second / 1e9, c.decode_bytes_per_second / 1e9,
-                         c.CodecSecondsPerByte() * 1e9, c.spec);
+                         table.Quality(p, w), c.compression_ratio, c.encode_bytes_per_second / 1e9,
+                         c.decode_bytes_per_second / 1e9, c.CodecSecondsPerByte() * 1e9, c.spec);
     }
   }
   return out;
@@ -58,10 +57,11 @@ nlohmann::ordered_json ParetoPlotJson(const ProfileTable& table, const std::stri
     const double q = table.Quality(p, workload);
     if (!std::isfinite(q)) continue;
     const ProfileCost& c = table.profile(p);
-    j["points"].push_back(
-        {{"spec", c.spec}, {"quality", q}, {"compression_ratio", c.compression_ratio},
-         {"codec_ns_per_byte", c.CodecSecondsPerByte() * 1e9},
-         {"on_front", std::find(front.begin(), front.end(), p) != front.end()}});
+    j["points"].push_back({{"spec", c.spec},
+                           {"quality", q},
+                           {"compression_ratio", c.compression_ratio},
+                           {"codec_ns_per_byte", c.CodecSecondsPerByte() * 1e9},
+                           {"on_front", std::find(front.begin(), front.end(), p) != front.end()}});
   }
   return j;
 }

@@ -27,8 +27,8 @@ std::string PresetsText(bool params) {
     name_w = std::max(name_w, p.name.size());
     spec_w = std::max(spec_w, p.spec.size());
   }
-  std::string out = fmt::format("{:<{}}  {:<{}}  {}\n", "preset", name_w, "spec", spec_w,
-                                "description");
+  std::string out =
+      fmt::format("{:<{}}  {:<{}}  {}\n", "preset", name_w, "spec", spec_w, "description");
   out += fmt::format("{:-<{}}  {:-<{}}  {:-<11}\n", "", name_w, "", spec_w, "");
   for (const auto& p : Presets())
     out += fmt::format("{:<{}}  {:<{}}  {}\n", p.name, name_w, p.spec, spec_w, p.description);

@@ -56,9 +56,9 @@ Result<std::unique_ptr<HeadScores>> LoadHeadScoresFor(const Profile& profile,
   }
   KVSERVE_ASSIGN_OR_RETURN(HeadScores scores, HeadScores::Load(path));
   if (scores.layers != shape.layers || scores.kv_heads != shape.kv_heads) {
-    return Status::InvalidArgument(fmt::format(
-        "head scores {} are for {} layers x {} heads, the cache has {} x {}", path, scores.layers,
-        scores.kv_heads, shape.layers, shape.kv_heads));
+    return Status::InvalidArgument(
+        fmt::format("head scores {} are for {} layers x {} heads, the cache has {} x {}", path,
+                    scores.layers, scores.kv_heads, shape.layers, shape.kv_heads));
   }
   return std::make_unique<HeadScores>(std::move(scores));
 }

@@ -23,9 +23,9 @@ Result<QualityReport> EvaluateQualityProfile(QualityEvaluator& evaluator,
                                    "writes one)");
   }
   const ModelConfig& c = evaluator.model().config();
-  KVSERVE_ASSIGN_OR_RETURN(auto scores,
-                           LoadHeadScoresFor(profile, head_scores_path,
-                                             KvShape{c.layers, c.kv_heads, 1, c.head_dim}));
+  KVSERVE_ASSIGN_OR_RETURN(
+      auto scores,
+      LoadHeadScoresFor(profile, head_scores_path, KvShape{c.layers, c.kv_heads, 1, c.head_dim}));
   o.head_scores = scores.get();
   return evaluator.Evaluate(samples, profile, o);
 }
@@ -34,9 +34,9 @@ std::string Percent(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%",
 
 std::string QualityReportText(const QualityReport& r, DType wire_dtype) {
   const bool ppl = r.metric == QualityMetric::kPerplexity;
-  std::string out = fmt::format("workload {}  profile {}  samples {}/{}{}\n", r.workload,
-                                r.profile, r.samples_scored, r.samples_total,
-                                r.subset ? " (random subset)" : "");
+  std::string out =
+      fmt::format("workload {}  profile {}  samples {}/{}{}\n", r.workload, r.profile,
+                  r.samples_scored, r.samples_total, r.subset ? " (random subset)" : "");
   if (ppl) {
     out += fmt::format("  perplexity        {:.3f} (none {:.3f})\n", r.metric_value,
                        r.baseline_metric_value);

@@ -19,9 +19,10 @@ std::string RuntimeBenchResult::Text(const RuntimeBenchOptions& o) const {
       c.layers, c.hidden_size, c.heads, c.kv_heads, c.head_dim, c.intermediate_size, c.vocab_size,
       parameters / 1e6);
   out += fmt::format("blas: {}\nsgemm {}^3: {:.1f} GFLOP/s\n", blas, o.sgemm_n, sgemm_gflops);
-  out += fmt::format("prefill {} tokens: {:.3f} s, {:.0f} tokens/s, {:.1f} GFLOP/s = {:.0f}% of sgemm\n",
-                     o.context, prefill_seconds, o.context / prefill_seconds, prefill_gflops,
-                     100 * prefill_gflops / sgemm_gflops);
+  out += fmt::format(
+      "prefill {} tokens: {:.3f} s, {:.0f} tokens/s, {:.1f} GFLOP/s = {:.0f}% of sgemm\n",
+      o.context, prefill_seconds, o.context / prefill_seconds, prefill_gflops,
+      100 * prefill_gflops / sgemm_gflops);
   out += fmt::format("decode {} tokens at {}+ context: {:.3f} s, {:.1f} tokens/s, {:.1f} GFLOP/s\n",
                      o.decode_tokens, o.context, decode_seconds, o.decode_tokens / decode_seconds,
                      decode_gflops);

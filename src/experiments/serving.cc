@@ -114,9 +114,9 @@ Result<std::string> PrefillTablePath(const std::string& flag, const std::string&
   if (!flag.empty()) return flag;
   std::string path = DefaultProfileTablePath(model_dir, profiles_dir);
   if (!path.empty()) return path;
-  const std::string want =
-      profiles_dir + "/" +
-      std::filesystem::path(model_dir).lexically_normal().filename().string() + "-unified.json";
+  const std::string want = profiles_dir + "/" +
+                           std::filesystem::path(model_dir).lexically_normal().filename().string() +
+                           "-unified.json";
   return Status::NotFound("no measured profile table for " + model_dir + " (no " + want +
                           "): pass --table FILE (configs/profile_table.example.json holds "
                           "hand-written, unmeasured numbers)");

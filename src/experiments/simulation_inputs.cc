@@ -38,7 +38,8 @@ Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t se
         .WithBandwidthDrop(duration / 3.0, duration * 7.0 / 12.0, 5.0)
         .WithCodecSlowdown(duration / 2.0, 1.5);
   }
-  if (name == "steps") return Trace::Steps({40.0, 10.0, 25.0, 5.0, 100.0}, duration / 10.0, duration);
+  if (name == "steps")
+    return Trace::Steps({40.0, 10.0, 25.0, 5.0, 100.0}, duration / 10.0, duration);
   if (name == "random-walk") return Trace::RandomWalk(20.0, 2.0, 100.0, 0.08, 1.0, duration, seed);
   return Status::InvalidArgument("unknown scenario \"" + name +
                                  "\" (drop-drift | steps | random-walk)");

@@ -16,8 +16,8 @@ namespace kvserve::lab {
 // of the encode (or decode) alone.
 struct FrameFileResult {
   uint64_t kv_bytes = 0, frame_bytes = 0;
-  uint64_t chunks = 0;        // compress: chunk records written
-  uint64_t pruned_rows = 0;   // decompress: token rows the profile pruned (written as 0)
+  uint64_t chunks = 0;       // compress: chunk records written
+  uint64_t pruned_rows = 0;  // decompress: token rows the profile pruned (written as 0)
   double seconds = 0;
   // "in -> out: 1.00 MiB -> 256 KiB (CR 4.00x), 16 chunks, encode ..." /
   // "in -> out: 256 KiB -> 1.00 MiB, decode ...".
@@ -29,9 +29,8 @@ struct FrameFileResult {
 // `head_scores_path` when the profile needs them; `threads` encoder
 // threads) and writes the frame to `output` whole or not at all.
 Result<FrameFileResult> CompressKvFile(const std::string& input, const std::string& output,
-                                       const Profile& profile,
-                                       const std::string& head_scores_path, int threads,
-                                       const Progress& progress);
+                                       const Profile& profile, const std::string& head_scores_path,
+                                       int threads, const Progress& progress);
 
 // Reads the frame file `input`, decodes it (every record and checksum
 // checked before the output is allocated; ResourceExhausted, with a hint,

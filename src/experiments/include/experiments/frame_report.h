@@ -5,11 +5,10 @@
 #define KVSERVE_EXPERIMENTS_FRAME_REPORT_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kvserve/codec.h"
 
@@ -26,8 +25,8 @@ struct FrameSection {
 struct FrameReport {
   FrameInfo info;
   uint64_t file_bytes = 0;
-  uint64_t logical_bytes = 0;      // the uncompressed KV the frame holds
-  double compression_ratio = 0;    // logical / file bytes (0 for no bytes)
+  uint64_t logical_bytes = 0;    // the uncompressed KV the frame holds
+  double compression_ratio = 0;  // logical / file bytes (0 for no bytes)
   std::vector<FrameSection> sections;
   // Chunk bytes per (layer, K/V), at layer * 2 + kind; they add up to the
   // chunk records' sizes.

@@ -29,7 +29,7 @@ struct GenerationOptions {
 struct GenerationResult {
   std::vector<int32_t> tokens;      // generated ids
   std::optional<std::string> text;  // their text, when the model has a tokenizer
-  Status text_error;  // why a tokenizer that is there could not give the text
+  Status text_error;                // why a tokenizer that is there could not give the text
 };
 
 // Loads the model, prefills the prompt (or imports o.import_kv: its logits

@@ -5,10 +5,9 @@
 #define KVSERVE_EXPERIMENTS_KV_EVAL_H_
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "experiments/lab.h"
 #include "kvserve/codec.h"
@@ -52,8 +51,8 @@ struct ProfileEvaluation {
   double encode_gbps = 0, decode_gbps = 0, round_trip_gbps = 0;  // GB/s of uncompressed KV
   double kept_fraction = 1;  // token rows kept (duo prunes some)
   bool bit_exact = false;
-  ErrorStats key, value;            // over all layers
-  std::vector<ErrorStats> layers;   // layer * 2 + kind
+  ErrorStats key, value;           // over all layers
+  std::vector<ErrorStats> layers;  // layer * 2 + kind
   // The fields above, per-layer errors included, as `kvserve eval --json`
   // prints one result.
   nlohmann::json Json() const;

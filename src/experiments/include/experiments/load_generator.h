@@ -19,8 +19,8 @@ namespace kvserve::lab {
 // What the requests ask for (ServeRequest's fields, one value for all).
 struct LoadOptions {
   int requests = 8;
-  int prompt_tokens = 256;  // random prompts
-  int vocab = 0;            // random prompt ids are in [0, vocab)
+  int prompt_tokens = 256;           // random prompts
+  int vocab = 0;                     // random prompt ids are in [0, vocab)
   std::vector<int32_t> text_prompt;  // non-empty: every request's prompt
   int new_tokens = 16;
   std::string workload;

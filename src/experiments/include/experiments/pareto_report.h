@@ -5,10 +5,9 @@
 #ifndef KVSERVE_EXPERIMENTS_PARETO_REPORT_H_
 #define KVSERVE_EXPERIMENTS_PARETO_REPORT_H_
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "kvserve/controller.h"
 

@@ -4,9 +4,8 @@
 #ifndef KVSERVE_EXPERIMENTS_PRESET_REPORT_H_
 #define KVSERVE_EXPERIMENTS_PRESET_REPORT_H_
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace kvserve::lab {
 

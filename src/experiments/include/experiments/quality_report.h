@@ -18,8 +18,7 @@ namespace kvserve::lab {
 Result<QualityReport> EvaluateQualityProfile(QualityEvaluator& evaluator,
                                              const std::vector<EvalSample>& samples,
                                              const Profile& profile,
-                                             const std::string& head_scores_path,
-                                             QualityOptions o);
+                                             const std::string& head_scores_path, QualityOptions o);
 
 // "12.3%", or "n/a" for a value that is not finite.
 std::string Percent(double fraction);

@@ -17,8 +17,8 @@ namespace kvserve::lab {
 struct ServeWorkerOptions {
   std::string role;  // prefill | decode
   std::string listen = "127.0.0.1:0";
-  std::string decode;  // prefill: decode worker addresses, comma-separated, tried in order
-  std::string table;   // prefill: profile table; "": the model's measured one
+  std::string decode;        // prefill: decode worker addresses, comma-separated, tried in order
+  std::string table;         // prefill: profile table; "": the model's measured one
   std::string workload;      // prefill: of requests that name none
   std::string address_file;  // also write the bound address here
   double shape_gbps = 0;     // prefill: token-bucket pacing of KV transfers (0: off)
@@ -26,7 +26,7 @@ struct ServeWorkerOptions {
   bool no_bandit = false;
   TransportConfig transport;
   PoolBackendConfig store{.backend = "none"};  // prefill: prefix pool
-  std::string pool_profiles;  // prefill: comma-separated; "": the profile sent
+  std::string pool_profiles;                   // prefill: comma-separated; "": the profile sent
   int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
   int threads = 0;  // model and BLAS threads (0 = all cores)
   int codec_threads = 1;

@@ -14,7 +14,7 @@ namespace kvserve::lab {
 
 struct SynthFileOptions {
   std::string output;
-  std::string shape = "small";  // a SynthShapePresets() name
+  std::string shape = "small";                             // a SynthShapePresets() name
   int layers = 0, kv_heads = 0, tokens = 0, head_dim = 0;  // > 0 overrides the preset's
   std::string dtype = "bf16";
   uint64_t seed = 1;
