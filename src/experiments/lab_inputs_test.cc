@@ -95,7 +95,7 @@ TEST(LabInputsTest, FrameReportAccountsForEveryByte) {
     auto kv = SynthesizeKv({.shape = {3, 2, 64, 32}, .dtype = DType::kF16, .seed = seed});
     ASSERT_TRUE(kv.ok());
     auto m = MeasureProfileCost(*Profile::Parse("kivi-2"), kv->view(),
-                                {.repeats = 1, .keep_output = true});
+                                {.repeats = 1, .keep_output = true, .progress = {}});
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     auto r = ReportFrame(m->frame);
     ASSERT_TRUE(r.ok()) << r.status().ToString();

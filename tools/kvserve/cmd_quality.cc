@@ -21,7 +21,7 @@ struct QualityArgs {
   std::string model, workload, eval_dir = "data/eval";  // under the data directory
   bool eval_dir_given = false;
   std::vector<std::string> profiles;
-  QualityOptions o{.cache_dir = ".cache/kvserve-quality"};
+  QualityOptions o = [] { QualityOptions q; q.cache_dir = ".cache/kvserve-quality"; return q; }();
   std::string head_scores;
   std::string wire_dtype = "f16";
   int threads = 0;

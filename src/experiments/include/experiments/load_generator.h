@@ -21,9 +21,9 @@ struct LoadOptions {
   int requests = 8;
   int prompt_tokens = 256;           // random prompts
   int vocab = 0;                     // random prompt ids are in [0, vocab)
-  std::vector<int32_t> text_prompt;  // non-empty: every request's prompt
+  std::vector<int32_t> text_prompt{};  // non-empty: every request's prompt
   int new_tokens = 16;
-  std::string workload;
+  std::string workload{};
   double slo_ms = 0;  // 0: none
   double quality_min = 0.97;
   std::string method = kMethodAdaptive;
