@@ -11,6 +11,7 @@
 #include "kvserve/kv_file.h"
 #include "kvserve/profile.h"
 #include "kvserve/profiler.h"
+#include "kvserve/timing.h"
 
 namespace kvserve::lab {
 
@@ -169,7 +170,7 @@ double MeasureMemcpySeconds(const void* src, size_t bytes, int threads, int repe
   std::memset(dst.data(), 1, bytes);  // prefault
   const auto* from = static_cast<const std::byte*>(src);
   const size_t slice = (bytes + threads - 1) / threads;
-  auto best = BestSeconds(repeat, [&](int) {
+  auto best = FastestSeconds(repeat, [&](int) {
     std::vector<std::thread> workers;
     for (int t = 1; t < threads; ++t) {
       const size_t begin = std::min(bytes, slice * t);

@@ -202,16 +202,6 @@ SampleSummary Summarize(std::vector<double> values) {
   return s;
 }
 
-Result<double> BestSeconds(int repeats, const std::function<Status(int round)>& run) {
-  double best = std::numeric_limits<double>::infinity();
-  for (int r = 0; r < std::max(1, repeats); ++r) {
-    const double start = NowSeconds();
-    KVSERVE_RETURN_IF_ERROR(run(r));
-    best = std::min(best, NowSeconds() - start);
-  }
-  return best;
-}
-
 std::vector<uint8_t> RandomBytes(size_t bytes, uint64_t seed) {
   std::vector<uint8_t> out(bytes);
   std::mt19937_64 rng(seed);

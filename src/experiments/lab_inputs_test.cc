@@ -1,5 +1,5 @@
 // Copyright kvserve authors. The lab's small shared pieces the commands
-// lean on: sample summaries and the one timing loop, seeded payloads,
+// lean on: sample summaries, seeded payloads,
 // binary files, profile lists, head scores, frame reports, Pareto fronts,
 // and the load generator's requests.
 #include <gtest/gtest.h>
@@ -26,27 +26,6 @@ TEST(LabInputsTest, SummarizeIsOrderFree) {
   EXPECT_EQ(s.min, 1);
   EXPECT_EQ(s.max, 5);
   EXPECT_EQ(Summarize({4, 1, 3, 2}).median, 3);  // the upper middle
-}
-
-TEST(LabInputsTest, BestSecondsRunsEveryRoundAndStopsAtAnError) {
-  std::vector<int> rounds;
-  auto best = BestSeconds(4, [&](int r) {
-    rounds.push_back(r);
-    return Status::Ok();
-  });
-  ASSERT_TRUE(best.ok());
-  EXPECT_EQ(rounds, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_GE(*best, 0);
-  rounds.clear();
-  auto failed = BestSeconds(4, [&](int r) {
-    rounds.push_back(r);
-    return r == 1 ? Status::IOError("boom") : Status::Ok();
-  });
-  EXPECT_EQ(failed.status().code(), StatusCode::kIOError);
-  EXPECT_EQ(rounds.size(), 2u);
-  int calls = 0;
-  ASSERT_TRUE(BestSeconds(0, [&](int) { return ++calls, Status::Ok(); }).ok());
-  EXPECT_EQ(calls, 1);  // at least once
 }
 
 TEST(LabInputsTest, RandomBytesAreSeeded) {

@@ -8,6 +8,8 @@
 #include <random>
 
 #include "experiments/lab.h"
+#include "kvserve/profiler.h"
+#include "kvserve/timing.h"
 
 namespace kvserve::lab {
 
@@ -56,7 +58,7 @@ Result<RuntimeBenchResult> RunRuntimeBench(const RuntimeBenchOptions& o) {
   std::vector<int32_t> prompt(o.context);
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
   PrefillResult kept;
-  KVSERVE_ASSIGN_OR_RETURN(r.prefill_seconds, BestSeconds(o.repeats, [&](int) -> Status {
+  KVSERVE_ASSIGN_OR_RETURN(r.prefill_seconds, FastestSeconds(o.repeats, [&](int) -> Status {
                              KVSERVE_ASSIGN_OR_RETURN(kept, (*model)->Prefill(prompt));
                              return Status::Ok();
                            }));

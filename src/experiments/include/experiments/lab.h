@@ -80,12 +80,6 @@ struct SampleSummary {
 };
 SampleSummary Summarize(std::vector<double> values);
 
-// The one timing loop of the lab: calls `run(round)` for round = 0 ..
-// repeats-1 (at least once), timing each call with NowSeconds, and returns
-// the fastest call's seconds. The first error `run` returns stops the loop
-// and is returned.
-Result<double> BestSeconds(int repeats, const std::function<Status(int round)>& run);
-
 // `bytes` pseudo-random bytes from a seeded mt19937_64 (the same seed gives
 // the same bytes): incompressible payloads for the transfer benches.
 std::vector<uint8_t> RandomBytes(size_t bytes, uint64_t seed);
