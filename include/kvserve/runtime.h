@@ -309,8 +309,9 @@ std::string RandomModelConfigJson(const RandomModelSpec& spec);
 // IOError on failure.
 Status WriteRandomModel(const std::string& dir, const RandomModelSpec& spec);
 
-// Benchmark helpers: the fp32 GEMM rate (GFLOP/s, best of `repeats`) of the
-// BLAS the runtime uses, on n x n x n products; and that BLAS's description.
+// Benchmark helpers: the fp32 GEMM rate (GFLOP/s, best of `repeats`, at
+// least one, after an untimed warm-up) of the BLAS the runtime uses, on
+// n x n x n products; and that BLAS's description.
 double MeasureSgemmGflops(int n, int repeats);
 std::string BlasDescription();
 // Caps the BLAS library's threads for the whole process (n >= 1; it is

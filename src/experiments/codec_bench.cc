@@ -11,6 +11,7 @@
 #include "kvserve/kv_file.h"
 #include "kvserve/profile.h"
 #include "kvserve/profiler.h"
+#include "kvserve/timing.h"
 
 namespace kvserve::lab {
 
@@ -169,9 +170,7 @@ double MeasureMemcpySeconds(const void* src, size_t bytes, int threads, int repe
   std::memset(dst.data(), 1, bytes);  // prefault
   const auto* from = static_cast<const std::byte*>(src);
   const size_t slice = (bytes + threads - 1) / threads;
-  double best = std::numeric_limits<double>::infinity();
-  for (int r = 0; r < std::max(1, repeat); ++r) {
-    const double start = NowSeconds();
+  auto best = FastestSeconds(repeat, [&](int) {
     std::vector<std::thread> workers;
     for (int t = 1; t < threads; ++t) {
       const size_t begin = std::min(bytes, slice * t);
@@ -181,9 +180,9 @@ double MeasureMemcpySeconds(const void* src, size_t bytes, int threads, int repe
     }
     std::memcpy(dst.data(), from, std::min(bytes, slice));
     for (auto& w : workers) w.join();
-    best = std::min(best, NowSeconds() - start);
-  }
-  return best;
+    return Status::Ok();
+  });
+  return *best;  // (the copy cannot fail)
 }
 
 }  // namespace kvserve::lab

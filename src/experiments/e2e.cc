@@ -1,10 +1,8 @@
 // Copyright kvserve authors. RunE2e (experiments/e2e.h): the end-to-end
 // benchmark of disaggregated serving (paper §7.2).
 #include <fmt/format.h>
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,13 +24,12 @@
 #include "kvserve/codec.h"
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
+#include "kvserve/process.h"
 #include "kvserve/profile.h"
 #include "kvserve/runtime.h"
 #include "kvserve/serve.h"
 #include "kvserve/profiler.h"
 #include "kvserve/transport.h"
-
-extern char** environ;
 
 namespace kvserve::lab {
 namespace {
@@ -55,10 +52,7 @@ class DecodeProcess {
                const std::string& secret, int cpu) {
     std::string exe = executable;
     if (exe.empty()) {
-      char self[4096];
-      const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-      if (n <= 0) return Status::IOError("cannot find the kvserve executable (/proc/self/exe)");
-      exe.assign(self, static_cast<size_t>(n));
+      KVSERVE_ASSIGN_OR_RETURN(exe, SelfExecutable());
     }
     dir_ = (std::filesystem::temp_directory_path() / ("kvserve-e2e-" + std::to_string(::getpid()))).string();
     std::filesystem::create_directories(dir_);
@@ -66,20 +60,9 @@ class DecodeProcess {
     std::vector<std::string> args = {exe, "serve", "--role", "decode", "--model", model_dir,
                                      "--listen", "127.0.0.1:0", "--address-file", address_file,
                                      "--threads", "1", "--codec-threads", "1"};
-    std::vector<std::string> env = {"KVSERVE_SECRET=" + secret};
-    for (char** e = environ; *e; ++e)
-      if (std::string_view(*e).rfind("KVSERVE_SECRET=", 0) != 0) env.push_back(*e);
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    const int rc = posix_spawn(&pid_, exe.c_str(), &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) return Status::IOError("cannot start the decode worker process");
+    auto pid = SpawnProcess(args, {"KVSERVE_SECRET=" + secret}, /*stdout_to_null=*/true);
+    if (!pid.ok()) return pid.status().WithContext("starting the decode worker process");
+    pid_ = *pid;
     if (cpu >= 0) PinToCpu(pid_, cpu);
     for (int i = 0; i < 1200; ++i) {  // up to 60 s (model loading)
       std::ifstream in(address_file);

@@ -6,6 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -94,6 +99,40 @@ Status WriteTextFile(const std::string& path, const std::string& text) {
   return Status::Ok();
 }
 
+Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    const int err = errno;
+    if (err == ENOENT) return Status::NotFound("no such file: " + path);
+    return Status::IOError("cannot open " + path + ": " + std::strerror(err));
+  }
+  std::vector<uint8_t> bytes;
+  uint8_t buffer[1 << 16];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
+  const bool failed = std::ferror(f);
+  std::fclose(f);
+  if (failed) return Status::IOError("cannot read " + path);
+  return bytes;
+}
+
+Status WriteBinaryFile(const std::string& path, std::span<const uint8_t> bytes) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return Status::IOError("cannot create " + tmp + ": " + std::strerror(errno));
+  const bool wrote = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  const bool closed = std::fclose(f) == 0;
+  if (!wrote || !closed) {
+    std::remove(tmp.c_str());
+    return Status::IOError("cannot write " + tmp);
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return Status::IOError("cannot rename " + tmp + " to " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -150,6 +189,27 @@ double Percentile(std::vector<double> values, double q) {
   const double rank = std::ceil(q * static_cast<double>(values.size()));
   const size_t index = rank <= 1 ? 0 : static_cast<size_t>(rank) - 1;
   return values[std::min(index, values.size() - 1)];
+}
+
+SampleSummary Summarize(std::vector<double> values) {
+  SampleSummary s;
+  if (values.empty()) return s;
+  std::sort(values.begin(), values.end());
+  s.count = values.size();
+  s.median = values[values.size() / 2];
+  s.min = values.front();
+  s.max = values.back();
+  return s;
+}
+
+std::vector<uint8_t> RandomBytes(size_t bytes, uint64_t seed) {
+  std::vector<uint8_t> out(bytes);
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < bytes; i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(out.data() + i, &r, std::min<size_t>(8, bytes - i));
+  }
+  return out;
 }
 
 double Mean(const std::vector<double>& values) {

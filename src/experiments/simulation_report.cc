@@ -3,11 +3,16 @@
 // (paper Fig. 16 right) from.
 #include "experiments/simulation_report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "experiments/lab.h"
+#include "experiments/simulation_inputs.h"
 
 namespace kvserve::lab {
 namespace {
@@ -84,6 +89,39 @@ nlohmann::ordered_json SimulationPlotJson(const SimulationReport& report) {
     series[name] = ms;
   }
   out["latency_rolling_mean_ms"] = series;
+  return out;
+}
+
+Result<SimulationRunOutput> RunSimulation(const SimulationRun& a) {
+  KVSERVE_ASSIGN_OR_RETURN(ProfileTable table, ProfileTable::Load(a.table));
+  SimulationOptions o;
+  o.seed = a.seed;
+  o.request_interval_seconds = a.interval;
+  KVSERVE_ASSIGN_OR_RETURN(o.controller.model, ParseLatencyModel(a.model, a.layers));
+  o.probe_layers = a.probe_layers;
+  o.controller.risk_sigmas = a.risk_sigmas;
+  o.controller.learn_codec_drift = !a.no_codec_drift;
+  o.goodput_noise_sigma = a.goodput_noise;
+  o.profile_mismatch_sigma = a.profile_mismatch;
+  KVSERVE_ASSIGN_OR_RETURN(o.trace, a.trace.empty() ? MakeScenario(a.scenario, a.duration, a.seed)
+                                                    : Trace::Load(a.trace));
+  if (!a.write_trace.empty()) {
+    KVSERVE_RETURN_IF_ERROR(WriteTextFile(a.write_trace, o.trace.ToCsv()));
+  }
+  const std::string mix = a.mix.empty() ? kDefaultMix : a.mix;
+  KVSERVE_ASSIGN_OR_RETURN(o.workloads, ParseMix(mix));
+  KVSERVE_ASSIGN_OR_RETURN(SimulationReport report, Simulate(table, o));
+  SimulationRunOutput out;
+  out.markdown = fmt::format(
+      "{} requests over {:.0f} s ({}), {} model, seed {}; mix {}; controllers: probe {} of {} "
+      "layers, risk guard {} sigma, codec-drift learning {}\n\n",
+      report.arrival_seconds.size(), o.trace.duration_seconds(),
+      a.trace.empty() ? "scenario " + a.scenario : a.trace, a.model, a.seed, mix, a.probe_layers,
+      a.layers, a.risk_sigmas, a.no_codec_drift ? "off" : "on");
+  out.markdown += SimulationMarkdown(report);
+  out.markdown += fmt::format("\nfull controller Decide(): p50 {:.2f} us, p99 {:.2f} us (this run)\n",
+                              report.decision_p50_seconds * 1e6, report.decision_p99_seconds * 1e6);
+  out.plot_json = SimulationPlotJson(report).dump() + "\n";
   return out;
 }
 

@@ -1,19 +1,14 @@
 // Copyright kvserve authors. MeasureProfileCost: the one timed encode/decode
-// loop (kvserve/profiler.h), shared by the profiler, the e2e calibration and
-// the CLI's bench and eval.
+// (kvserve/profiler.h, timed by kvserve/timing.h's FastestSeconds), shared by
+// the profiler, the e2e calibration and the lab's benches and eval.
 #include <algorithm>
-#include <chrono>
-#include <limits>
 #include <string>
 
 #include "kvserve/profiler.h"
+#include "kvserve/timing.h"
 
 namespace kvserve {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Best-of-`repeats` encode and decode seconds of `kv`, the frame in `*frame`
 // and the output in `*out` (both reused across runs).
@@ -21,22 +16,27 @@ Status TimeRoundTrip(EncoderContext& encoder, DecoderContext& decoder, const KvV
                      int repeats, const std::function<void(const std::string&)>& progress,
                      std::vector<uint8_t>* frame, KvCache* out, std::vector<uint8_t>* keep_mask,
                      double* encode_seconds, double* decode_seconds) {
-  *encode_seconds = *decode_seconds = std::numeric_limits<double>::infinity();
-  for (int r = 0; r < repeats; ++r) {
-    if (progress) progress("encode " + std::to_string(r + 1) + "/" + std::to_string(repeats));
-    frame->clear();
-    VectorSink sink(frame);
-    const double start = Now();
-    KVSERVE_RETURN_IF_ERROR(encoder.Encode(kv, sink));
-    *encode_seconds = std::min(*encode_seconds, Now() - start);
-  }
+  auto announce = [&](const char* phase, int r) {
+    if (progress)
+      progress(std::string(phase) + " " + std::to_string(r + 1) + "/" + std::to_string(repeats));
+  };
+  KVSERVE_ASSIGN_OR_RETURN(*encode_seconds,
+                           FastestSeconds(
+                               repeats,
+                               [&](int) {
+                                 VectorSink sink(frame);
+                                 return encoder.Encode(kv, sink);
+                               },
+                               [&](int r) {
+                                 announce("encode", r);
+                                 frame->clear();
+                               }));
   const MutableKvView target = out->mutable_view();
-  for (int r = 0; r < repeats; ++r) {
-    if (progress) progress("decode " + std::to_string(r + 1) + "/" + std::to_string(repeats));
-    const double start = Now();
-    KVSERVE_RETURN_IF_ERROR(decoder.Decode(*frame, target, keep_mask));
-    *decode_seconds = std::min(*decode_seconds, Now() - start);
-  }
+  KVSERVE_ASSIGN_OR_RETURN(
+      *decode_seconds,
+      FastestSeconds(
+          repeats, [&](int) { return decoder.Decode(*frame, target, keep_mask); },
+          [&](int r) { announce("decode", r); }));
   return Status::Ok();
 }
 

@@ -4,9 +4,10 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <random>
 #include <vector>
+
+#include "kvserve/timing.h"
 
 namespace kvserve::runtime {
 
@@ -33,15 +34,13 @@ double MeasureSgemmGflops(int n, int repeats) {
   std::vector<float> a(size_t(n) * n), b(size_t(n) * n), c(size_t(n) * n);
   for (auto& x : a) x = u(rng);
   for (auto& x : b) x = u(rng);
-  double best = 0;
-  for (int r = 0; r < repeats + 1; ++r) {  // first run warms up threads and caches
-    auto t0 = std::chrono::steady_clock::now();
+  auto sgemm = [&] {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
                 0.0f, c.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (r > 0) best = std::max(best, 2.0 * n * n * double(n) / s / 1e9);
-  }
-  return best;
+  };
+  sgemm();  // warms up threads and caches, untimed
+  auto seconds = FastestSeconds(repeats, [&](int) { return sgemm(), Status::Ok(); });
+  return 2.0 * n * n * double(n) / *seconds / 1e9;  // (the probe cannot fail)
 }
 
 std::string BlasDescription() {

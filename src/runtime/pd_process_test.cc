@@ -14,7 +14,7 @@
 #include <random>
 #include <set>
 
-#include "core/spawn.h"
+#include "kvserve/process.h"
 #include "kvserve/runtime.h"
 #include "runtime/test_model_util.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/spawn.h"
+#include "kvserve/process.h"
 #include "kvserve/transport.h"
 
 namespace kvserve::transporttest {

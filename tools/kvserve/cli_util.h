@@ -5,17 +5,12 @@
 
 #include <fmt/format.h>
 
-#include <cstdint>
 #include <cstdio>
-#include <memory>
-#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "experiments/lab.h"
-#include "kvserve/codec.h"
-#include "kvserve/profile.h"
+#include "experiments/profile_inputs.h"
 #include "kvserve/status.h"
 
 namespace kvserve::cli {
@@ -30,21 +25,8 @@ void Progress(std::string_view command, fmt::format_string<Args...> format, Args
   std::fflush(stderr);
 }
 
-// Reads a whole file. NotFound / IOError.
-Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path);
-// Writes `bytes` to `path` via a temporary file renamed into place. IOError.
-Status WriteBinaryFile(const std::string& path, std::span<const uint8_t> bytes);
-
-// Parses a spec string or preset name; the error names the bad input.
-Result<Profile> ResolveProfile(std::string_view spec);
-// Splits each item on commas outside parentheses ("kivi-2,kivi(k=2,v=4)"
-// -> "kivi-2", "kivi(k=2,v=4)") and trims spaces; empty pieces are dropped.
-std::vector<std::string> SplitProfileList(const std::vector<std::string>& items);
-// Loads `path` if non-empty. If the profile needs scores and none are given,
-// InvalidArgument with a hint on how to get a score file.
-Result<std::unique_ptr<HeadScores>> LoadHeadScoresFor(const Profile& profile,
-                                                      const std::string& path,
-                                                      const KvShape& shape);
+// A lab::Progress that prints each line as Progress(command, line).
+lab::Progress ProgressTo(std::string_view command);
 
 // The global --data-dir option (main.cc binds it; "" when not given).
 std::string& DataDirFlag();
@@ -55,14 +37,19 @@ Result<std::string> DataDirectory();
 // `path` when the user gave it (`user_set`), else <data directory>/`path`.
 Result<std::string> DefaultDataFile(const std::string& path, bool user_set);
 
-// Shared with the lab (experiments/lab.h).
+// Shared with the lab (experiments/lab.h, experiments/profile_inputs.h).
 using lab::GBPerSecond;
 using lab::HumanBytes;
+using lab::LoadHeadScoresFor;
 using lab::NeedsHeadScores;
 using lab::NowSeconds;
+using lab::ReadBinaryFile;
+using lab::ResolveProfile;
 using lab::ResolveThreads;
 using lab::RoundTripRate;
 using lab::ShapeString;
+using lab::SplitProfileList;
+using lab::WriteBinaryFile;
 
 }  // namespace kvserve::cli
 

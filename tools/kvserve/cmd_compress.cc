@@ -6,8 +6,7 @@
 
 #include "cli_util.h"
 #include "command.h"
-#include "kvserve/codec.h"
-#include "kvserve/kv_file.h"
+#include "experiments/frame_files.h"
 
 namespace kvserve::cli {
 namespace {
@@ -23,31 +22,10 @@ struct CompressArgs {
 int RunCompress(const CompressArgs& a) {
   auto profile = ResolveProfile(a.profile);
   if (!profile.ok()) return ReportError("compress", profile.status());
-  Progress("compress", "reading {}", a.input);
-  auto cache = LoadKvFile(a.input);
-  if (!cache.ok()) return ReportError("compress", cache.status());
-  auto scores = LoadHeadScoresFor(*profile, a.head_scores, cache->shape());
-  if (!scores.ok()) return ReportError("compress", scores.status());
-
-  EncodeOptions options;
-  options.threads = a.threads;
-  options.head_scores = scores->get();
-  auto encoder = EncoderContext::Create(*profile, options);
-  if (!encoder.ok()) return ReportError("compress", encoder.status());
-  const KvView view = cache->view();
-  Progress("compress", "encoding {} {} with {}", DTypeName(view.dtype), ShapeString(view.shape),
-           profile->ToString());
-  std::vector<uint8_t> frame;
-  VectorSink sink(&frame);
-  const double start = NowSeconds();
-  if (Status s = (*encoder)->Encode(view, sink); !s.ok()) return ReportError("compress", s);
-  const double seconds = NowSeconds() - start;
-  if (Status s = WriteBinaryFile(a.output, frame); !s.ok()) return ReportError("compress", s);
-  const uint64_t in = static_cast<uint64_t>(view.LogicalBytes());
-  fmt::print("{} -> {}: {} -> {} (CR {:.2f}x), {} chunks, encode {:.3f} s ({:.2f} GB/s)\n",
-             a.input, a.output, HumanBytes(in), HumanBytes(frame.size()),
-             frame.empty() ? 0.0 : static_cast<double>(in) / frame.size(),
-             (*encoder)->stats().chunks, seconds, GBPerSecond(in, seconds));
+  auto r = lab::CompressKvFile(a.input, a.output, *profile, a.head_scores, a.threads,
+                               ProgressTo("compress"));
+  if (!r.ok()) return ReportError("compress", r.status());
+  fmt::print("{}", r->CompressText(a.input, a.output));
   return 0;
 }
 

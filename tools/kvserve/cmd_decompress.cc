@@ -1,14 +1,12 @@
 // Copyright kvserve authors. `kvserve decompress`: frame file -> KV file.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <memory>
 #include <string>
 
 #include "cli_util.h"
 #include "command.h"
-#include "kvserve/codec.h"
-#include "kvserve/kv_file.h"
+#include "experiments/frame_files.h"
 
 namespace kvserve::cli {
 namespace {
@@ -21,39 +19,10 @@ struct DecompressArgs {
 };
 
 int RunDecompress(const DecompressArgs& a) {
-  auto frame = ReadBinaryFile(a.input);
-  if (!frame.ok()) return ReportError("decompress", frame.status());
-  DecodeOptions options;
-  options.threads = a.threads;
-  // DecodeFrame checks every record is there (and its checksum) before it
-  // allocates the output, and the output against --max-output-mb.
-  FrameInfo info;
-  std::vector<uint8_t> keep_mask;
-  const double start = NowSeconds();
-  auto decoded = DecodeFrame(*frame, a.max_output_mb << 20, options, &info, &keep_mask);
-  if (!decoded.ok()) {
-    Status s = decoded.status();
-    if (s.code() == StatusCode::kResourceExhausted)
-      s = s.WithContext("raise --max-output-mb to decode it");
-    return ReportError("decompress", s.WithContext(a.input));
-  }
-  KvCache& cache = *decoded;
-  Progress("decompress", "decoded {} {} ({})", DTypeName(info.dtype), ShapeString(info.shape),
-           info.profile.ToString());
-  const double seconds = NowSeconds() - start;
-  const size_t pruned = static_cast<size_t>(std::count(keep_mask.begin(), keep_mask.end(), 0));
-  KvFileMetadata meta{{"synthetic", "unknown"},
-                      {"decoded_from", a.input},
-                      {"profile", info.profile.ToString()},
-                      {"lossless", info.profile.IsLossless() ? "true" : "false"},
-                      {"pruned_token_rows", std::to_string(pruned)}};
-  if (Status s = SaveKvFile(a.output, cache.view(), meta); !s.ok())
-    return ReportError("decompress", s);
-  const uint64_t out = static_cast<uint64_t>(cache.view().LogicalBytes());
-  fmt::print("{} -> {}: {} -> {}, decode {:.3f} s ({:.2f} GB/s){}\n", a.input, a.output,
-             HumanBytes(frame->size()), HumanBytes(out), seconds, GBPerSecond(out, seconds),
-             pruned ? fmt::format(", {} pruned (layer, K/V, head, token) rows written as 0", pruned)
-                    : std::string());
+  auto r = lab::DecompressFrameFile(a.input, a.output, a.max_output_mb << 20, a.threads,
+                                    ProgressTo("decompress"));
+  if (!r.ok()) return ReportError("decompress", r.status());
+  fmt::print("{}", r->DecompressText(a.input, a.output));
   return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/runtime_tools.h"
 #include "kvserve/runtime.h"
 #include "prompt_input.h"
 
@@ -29,12 +30,7 @@ int RunHeadScores(const HeadScoresArgs& a) {
   auto tokens = a.prompt.Resolve(a.model, **model);
   if (!tokens.ok()) return ReportError("head-scores", tokens.status());
   // Calibration prompts: consecutive windows of the token stream.
-  std::vector<std::vector<int32_t>> prompts;
-  for (size_t begin = 0; begin < tokens->size() && static_cast<int>(prompts.size()) < a.prompts;
-       begin += a.prompt_tokens) {
-    const size_t end = std::min(tokens->size(), begin + a.prompt_tokens);
-    prompts.emplace_back(tokens->begin() + begin, tokens->begin() + end);
-  }
+  const auto prompts = lab::TokenWindows(*tokens, a.prompts, a.prompt_tokens);
   Progress("head-scores", "{} calibration prompts from {} tokens; sink {}, recent {}",
            prompts.size(), tokens->size(), a.calibration.sink_tokens,
            a.calibration.recent_tokens);

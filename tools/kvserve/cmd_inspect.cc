@@ -1,6 +1,5 @@
 // Copyright kvserve authors. `kvserve inspect`: what a frame holds.
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <iostream>
 #include <memory>
@@ -9,6 +8,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/frame_report.h"
 #include "kvserve/codec.h"
 
 namespace kvserve::cli {
@@ -20,105 +20,17 @@ struct InspectArgs {
   bool json = false;
 };
 
-struct Section {
-  const char* key;
-  const char* label;
-  uint64_t bytes;
-};
-
-std::vector<Section> Sections(const FrameStats& s) {
-  return {
-      {"header", "frame header (incl. profile, state)", s.header_bytes},
-      {"record_headers", "chunk record headers + checksums", s.record_header_bytes},
-      {"transform", "transform side info", s.transform_bytes},
-      {"params", "quantizer scales / zero points", s.param_bytes},
-      {"codes", "codec payload: quantised codes", s.code_bytes},
-      {"raw", "codec payload: raw tokens", s.raw_bytes},
-  };
-}
-
 int RunInspect(const InspectArgs& a) {
   auto frame = ReadBinaryFile(a.input);
   if (!frame.ok()) return ReportError("inspect", frame.status());
-  auto info_or = InspectFrame(*frame);
-  if (!info_or.ok()) return ReportError("inspect", info_or.status().WithContext(a.input));
-  const FrameInfo& info = *info_or;
-  const uint64_t logical =
-      static_cast<uint64_t>(info.shape.NumElements()) * DTypeSize(info.dtype);
-  const double cr = frame->empty() ? 0.0 : static_cast<double>(logical) / frame->size();
-
-  // Bytes per layer and K/V, from the chunk table.
-  std::vector<uint64_t> layer_bytes(static_cast<size_t>(info.shape.layers) * 2, 0);
-  for (const auto& c : info.chunks) {
-    if (c.layer >= 0 && c.layer < info.shape.layers && (c.kind == 0 || c.kind == 1))
-      layer_bytes[static_cast<size_t>(c.layer) * 2 + c.kind] += c.size;
-  }
-
+  auto report = lab::ReportFrame(*frame);
+  if (!report.ok()) return ReportError("inspect", report.status().WithContext(a.input));
   if (a.json) {
-    nlohmann::json j;
-    j["file"] = a.input;
-    j["file_bytes"] = frame->size();
-    j["version"] = info.version;
-    j["dtype"] = DTypeName(info.dtype);
-    j["shape"] = {{"layers", info.shape.layers},
-                  {"kv_heads", info.shape.kv_heads},
-                  {"tokens", info.shape.tokens},
-                  {"head_dim", info.shape.head_dim}};
-    j["profile"] = nlohmann::json::parse(info.profile.ToJson());
-    j["logical_bytes"] = logical;
-    j["compression_ratio"] = cr;
-    j["chunk_count"] = info.chunk_count;
-    for (const auto& s : Sections(info.stats)) j["sections"][s.key] = s.bytes;
-    j["sections"]["total"] = info.stats.total_bytes;
-    for (int l = 0; l < info.shape.layers; ++l)
-      j["layers"].push_back({{"layer", l},
-                             {"key_bytes", layer_bytes[static_cast<size_t>(l) * 2]},
-                             {"value_bytes", layer_bytes[static_cast<size_t>(l) * 2 + 1]}});
-    for (const auto& c : info.chunks)
-      j["chunks"].push_back({{"offset", c.offset},
-                             {"size", c.size},
-                             {"layer", c.layer},
-                             {"kind", c.kind == 0 ? "K" : "V"},
-                             {"token_begin", c.token_begin},
-                             {"tokens", c.tokens},
-                             {"raw", c.raw}});
-    std::cout << j.dump(2) << "\n";
+    std::cout << report->Json(a.input).dump(2) << "\n";
     return 0;
   }
 
-  fmt::print("frame      {} ({} bytes), format version {}\n", a.input, frame->size(), info.version);
-  fmt::print("profile    {}\n", info.profile.ToString());
-  fmt::print("cache      {} {} (layers x kv_heads x tokens x head_dim), {} uncompressed\n",
-             DTypeName(info.dtype), ShapeString(info.shape), HumanBytes(logical));
-  fmt::print("CR         {:.3f}x (every frame byte counted)\n", cr);
-  fmt::print("chunks     {}\n\n", info.chunk_count);
-
-  fmt::print("{:<36} {:>14} {:>7}\n", "section (pipeline stage)", "bytes", "share");
-  const double total = info.stats.total_bytes ? static_cast<double>(info.stats.total_bytes) : 1.0;
-  for (const auto& s : Sections(info.stats))
-    fmt::print("{:<36} {:>14} {:>6.2f}%\n", s.label, s.bytes, 100.0 * s.bytes / total);
-  fmt::print("{:<36} {:>14} {:>6.2f}%\n\n", "total", info.stats.total_bytes, 100.0);
-
-  fmt::print("{:>5} {:>14} {:>14} {:>9} {:>9}\n", "layer", "K bytes", "V bytes", "K CR", "V CR");
-  const uint64_t per_kind = logical / 2 / std::max(1, info.shape.layers);
-  auto ratio = [&](uint64_t b) { return b ? static_cast<double>(per_kind) / b : 0.0; };
-  for (int l = 0; l < info.shape.layers; ++l) {
-    const uint64_t k = layer_bytes[static_cast<size_t>(l) * 2];
-    const uint64_t v = layer_bytes[static_cast<size_t>(l) * 2 + 1];
-    fmt::print("{:>5} {:>14} {:>14} {:>8.2f}x {:>8.2f}x\n", l, k, v, ratio(k), ratio(v));
-  }
-
-  const size_t shown =
-      a.chunks < 0 ? info.chunks.size() : std::min(info.chunks.size(), static_cast<size_t>(a.chunks));
-  fmt::print("\nchunk table ({} of {} records{})\n", shown, info.chunks.size(),
-             shown < info.chunks.size() ? "; --chunks -1 shows all" : "");
-  fmt::print("{:>6} {:>12} {:>10} {:>5} {:>3} {:>11} {:>7} {:>5}\n", "#", "offset", "bytes",
-             "layer", "K/V", "token_begin", "tokens", "raw");
-  for (size_t i = 0; i < shown; ++i) {
-    const auto& c = info.chunks[i];
-    fmt::print("{:>6} {:>12} {:>10} {:>5} {:>3} {:>11} {:>7} {:>5}\n", i, c.offset, c.size,
-               c.layer, c.kind == 0 ? "K" : "V", c.token_begin, c.tokens, c.raw ? "yes" : "no");
-  }
+  fmt::print("{}", report->Text(a.input, a.chunks));
   return 0;
 }
 

@@ -7,6 +7,7 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/runtime_tools.h"
 #include "kvserve/kv_file.h"
 #include "kvserve/runtime.h"
 #include "prompt_input.h"
@@ -32,26 +33,8 @@ int RunKvDump(const KvDumpArgs& a) {
   if (!prefill.ok()) return ReportError("kv-dump", prefill.status());
   Progress("kv-dump", "prefill {} tokens in {:.3f} s", tokens->size(), NowSeconds() - t0);
   const KvView f32 = prefill->kv.view();
-  KvCache out(*dtype, f32.shape);
-  MutableKvView dst = out.mutable_view();
-  for (int l = 0; l < f32.shape.layers; ++l)
-    for (int k = 0; k < 2; ++k)
-      for (int h = 0; h < f32.shape.kv_heads; ++h)
-        for (int t = 0; t < f32.shape.tokens; ++t)
-          for (int d = 0; d < f32.shape.head_dim; ++d)
-            StoreFromFloat(LoadAsFloat(f32.At(l, k, h, t, d), DType::kF32), dst.At(l, k, h, t, d),
-                           *dtype);
-  const ModelConfig& c = (*model)->config();
-  KvFileMetadata meta = {
-      {"source", "kvserve kv-dump"},
-      {"model", a.model},
-      {"model_family", c.family == ModelFamily::kQwen2 ? "qwen2" : "llama"},
-      {"rope_theta", fmt::format("{}", c.rope_theta)},
-      {"synthetic", "false"},
-  };
-  std::string ids;
-  for (size_t i = 0; i < tokens->size(); ++i) ids += (i ? "," : "") + std::to_string((*tokens)[i]);
-  meta["token_ids"] = ids;
+  const KvCache out = lab::ConvertKv(f32, *dtype);
+  const KvFileMetadata meta = lab::KvDumpMetadata(a.model, (*model)->config(), *tokens);
   if (Status s = SaveKvFile(a.output, out.view(), meta); !s.ok()) return ReportError("kv-dump", s);
   Progress("kv-dump", "wrote {} ({} {}, {})", a.output, ShapeString(f32.shape), DTypeName(*dtype),
            HumanBytes(out.size_bytes()));

@@ -3,12 +3,14 @@
 // as bandwidth intervals in Gbps, with each profile's benefit threshold B*.
 #include <fmt/format.h>
 
-#include <cmath>
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include "cli_util.h"
 #include "command.h"
+#include "experiments/policy_report.h"
+#include "experiments/simulation_inputs.h"
 #include "kvserve/controller.h"
 
 namespace kvserve::cli {
@@ -23,59 +25,20 @@ struct PolicyArgs {
   int layers = 32;
 };
 
-std::string Gbps(double bytes_per_second) {
-  if (std::isinf(bytes_per_second)) return "inf";
-  return fmt::format("{:.3g}", BytesPerSecondToGbps(bytes_per_second));
-}
-
 int RunPolicy(const PolicyArgs& a) {
-  auto fail = [](const Status& s) {
-    fmt::print(stderr, "kvserve policy: error: {}\n", s.ToString());
-    return 1;
-  };
+  auto fail = [](const Status& s) { return ReportError("policy", s); };
   Result<ProfileTable> table = ProfileTable::Load(a.table);
   if (!table.ok()) return fail(table.status());
   Result<int> w = table->WorkloadIndex(a.workload);
   if (!w.ok()) return fail(w.status());
-  LatencyModel model;
-  if (a.model == "streamed") {
-    model.kind = LatencyModelKind::kStreamed;
-  } else if (a.model != "serial") {
-    return fail(Status::InvalidArgument("--model must be serial or streamed"));
-  }
-  model.layers = a.layers;
+  auto model = lab::ParseLatencyModel(a.model, a.layers);
+  if (!model.ok()) return fail(model.status());
   const double kv_bytes = a.kv_mib > 0.0 ? a.kv_mib * 1048576.0 : kInfinity;
   Result<std::vector<PolicyInterval>> policy =
-      PiecewisePolicy(*table, model, *w, a.quality_min, kv_bytes);
+      PiecewisePolicy(*table, *model, *w, a.quality_min, kv_bytes);
   if (!policy.ok()) return fail(policy.status());
-
-  int eligible = 0;
-  for (int p = 1; p < table->size(); ++p) eligible += table->Quality(p, *w) >= a.quality_min;
-  fmt::print("workload {}, quality floor {}: {} of {} profiles eligible; {} model{}; ", a.workload,
-             a.quality_min, eligible, table->size() - 1, a.model,
-             model.kind == LatencyModelKind::kStreamed ? fmt::format(" ({} layers)", a.layers)
-                                                       : "");
-  if (std::isinf(kv_bytes)) {
-    fmt::print("t0 ignored (pass --kv-mib to include it)\n\n");
-  } else {
-    fmt::print("V = {} MiB, t0 included\n\n", a.kv_mib);
-  }
-  size_t spec_w = 7;
-  for (const PolicyInterval& iv : *policy) {
-    spec_w = std::max(spec_w, table->profile(iv.profile).spec.size());
-  }
-  fmt::print("{:<22}  {:<{}}  {:>6}  {:>9}  {:>11}  {:>8}\n", "bandwidth (Gbps)", "profile",
-             spec_w, "cr", "B* (Gbps)", "B*(V) (Gbps)", "quality");
-  for (const PolicyInterval& iv : *policy) {
-    const ProfileCost& c = table->profile(iv.profile);
-    const bool raw = iv.profile == ProfileTable::kRaw;
-    fmt::print("{:<22}  {:<{}}  {:>6.2f}  {:>9}  {:>11}  {:>8.4f}\n",
-               fmt::format("[{}, {})", Gbps(iv.min_bandwidth), Gbps(iv.max_bandwidth)),
-               raw ? "none (raw)" : c.spec, spec_w, c.compression_ratio,
-               raw ? "-" : Gbps(BenefitThreshold(c)),
-               raw ? "-" : Gbps(BenefitThresholdForSize(model, c, kv_bytes)),
-               table->Quality(iv.profile, *w));
-  }
+  fmt::print("{}", lab::PolicyReportText(*table, *w, a.workload, a.quality_min, *model, a.model,
+                                         kv_bytes, *policy));
   return 0;
 }
 

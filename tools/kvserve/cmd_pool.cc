@@ -2,19 +2,16 @@
 // to it (put/get/lookup/stats), and `pool bench` to measure transfer goodput
 // to a pool over a (possibly tc- or token-bucket-shaped) link.
 #include <fmt/format.h>
-#include <signal.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/net_bench.h"
+#include "experiments/pool_client.h"
 #include "kvserve/controller.h"
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
@@ -66,51 +63,17 @@ Result<ConnectionOptions> ConnOptions(const PoolArgs& a, std::string local_id) {
   return o;
 }
 
-Result<uint64_t> ParseHash(const std::string& hex) {
-  if (hex.empty() || hex.size() > 16 || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
-    return Status::InvalidArgument("--hash must be 1-16 hex digits (the prefix hash)");
-  return std::strtoull(hex.c_str(), nullptr, 16);
-}
-
 int RunServe(const PoolArgs& a) {
   auto options = ConnOptions(a, "kvserve-pool");
   if (!options.ok()) return ReportError(kCommand, options.status());
   auto pool = OpenPoolBackend(a.store);
   if (!pool.ok()) return ReportError(kCommand, pool.status());
-  // Block the stop signals before threads start so only sigwait sees them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockStopSignals();  // before the transport's threads start
   auto transport = MakeTransport(a.transport, options->secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
-  PoolServerOptions so;
-  so.listen_address = a.listen;
-  so.connection = *options;
-  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(so.admission.max_unauthenticated) +
-                                   static_cast<uint64_t>(so.admission.max_connections) + 256);
-  auto server = PoolServer::Start(transport->get(), pool->get(), so);
-  if (!server.ok()) return ReportError(kCommand, server.status());
-  Progress(kCommand, "serving a {} pool on {} over {}; Ctrl-C stops", a.store.backend,
-           (*server)->address(), a.transport.kind);
-  std::fflush(stdout);
-  if (a.duration_seconds > 0) {
-    timespec ts{static_cast<time_t>(a.duration_seconds),
-                static_cast<long>((a.duration_seconds - static_cast<time_t>(a.duration_seconds)) * 1e9)};
-    while (sigtimedwait(&signals, nullptr, &ts) < 0 && errno == EINTR) {
-    }
-  } else {
-    int sig = 0;
-    sigwait(&signals, &sig);
-  }
-  (*server)->Stop();
-  auto stats = (*pool)->Stats();
-  if (stats.ok())
-    Progress(kCommand, "stopped: {} entries, {}, {} hits, {} misses, {} evictions, {} refused peers",
-             stats->entries, HumanBytes(stats->bytes), stats->hits, stats->misses,
-             stats->evictions, (*server)->auth_failures());
-  return 0;
+  Status s = lab::RunPoolServer(**transport, **pool, a.listen, *options, a.duration_seconds,
+                                a.store.backend, a.transport.kind, ProgressTo(kCommand));
+  return s.ok() ? 0 : ReportError(kCommand, s);
 }
 
 Result<std::unique_ptr<KvPool>> Client(const PoolArgs& a, Transport* tcp,
@@ -131,43 +94,11 @@ int RunClient(const std::string& op, const PoolArgs& a) {
   if (!tcp.ok()) return ReportError(kCommand, tcp.status());
   auto pool = Client(a, tcp->get());
   if (!pool.ok()) return ReportError(kCommand, pool.status());
-  if (op == "stats") {
-    auto s = (*pool)->Stats();
-    if (!s.ok()) return ReportError(kCommand, s.status());
-    fmt::print("entries {}\nbytes {}\nhits {}\nmisses {}\nevictions {}\n", s->entries, s->bytes,
-               s->hits, s->misses, s->evictions);
-    return 0;
-  }
-  auto hash = ParseHash(a.hash_hex);
-  if (!hash.ok()) return ReportError(kCommand, hash.status());
-  if (op == "lookup") {
-    auto entries = (*pool)->Lookup(a.model, *hash);
-    if (!entries.ok()) return ReportError(kCommand, entries.status());
-    for (const auto& e : *entries) fmt::print("{}\t{}\n", e.profile, e.bytes);
-    return 0;
-  }
-  PoolKey key{a.model, *hash, a.profile};
-  if (op == "put") {
-    auto bytes = ReadBinaryFile(a.file);
-    if (!bytes.ok()) return ReportError(kCommand, bytes.status());
-    Status s = (*pool)->Put(key, *bytes);
-    if (!s.ok()) return ReportError(kCommand, s);
-    Progress(kCommand, "stored {} under {}/{:016x}/{}", HumanBytes(bytes->size()), a.model, *hash,
-             a.profile);
-    return 0;
-  }
-  if (op == "get") {
-    std::vector<uint8_t> bytes;
-    Status s = (*pool)->Get(key, &bytes);
-    if (s.ok()) s = WriteBinaryFile(a.file, bytes);
-    if (!s.ok()) return ReportError(kCommand, s);
-    return 0;
-  }
-  if (op == "delete") {
-    Status s = (*pool)->Delete(key);
-    return s.ok() ? 0 : ReportError(kCommand, s);
-  }
-  return ReportError(kCommand, Status::InvalidArgument("unknown operation " + op));
+  auto r = lab::RunPoolOperation(**pool, op, a.model, a.hash_hex, a.profile, a.file);
+  if (!r.ok()) return ReportError(kCommand, r.status());
+  fmt::print("{}", r->output);
+  if (!r->note.empty()) Progress(kCommand, "{}", r->note);
+  return 0;
 }
 
 // Puts and gets a random value `count` times per size; prints the goodput
@@ -194,52 +125,15 @@ int RunBench(const PoolArgs& a) {
   std::vector<uint64_t> sizes;
   for (const std::string& s : SplitList(a.sizes_mb)) sizes.push_back(std::stoull(s) << 20);
   if (sizes.empty()) sizes.push_back(a.bench_mb << 20);
-  std::vector<uint8_t> value(*std::max_element(sizes.begin(), sizes.end()));
-  std::mt19937_64 rng(1);
-  for (size_t i = 0; i + 8 <= value.size(); i += 8) {
-    uint64_t r = rng();
-    std::memcpy(value.data() + i, &r, 8);
-  }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  for (uint64_t bytes : sizes) {
-    const std::span<const uint8_t> frame(value.data(), bytes);
-    std::vector<double> put_gbps, get_gbps;
-    std::vector<uint8_t> got;
-    for (int i = 0; i < a.count; ++i) {
-      PoolKey key{"bench", static_cast<uint64_t>(i), "none"};
-      double t0 = NowSeconds();
-      Status s = (*pool)->Put(key, frame);
-      double t1 = NowSeconds();
-      if (s.ok()) s = (*pool)->Get(key, &got);
-      double t2 = NowSeconds();
-      if (s.ok() && (got.size() != bytes || std::memcmp(got.data(), frame.data(), bytes) != 0))
-        s = Status::Corruption("the pool returned other bytes than were stored");
-      if (s.ok()) s = (*pool)->Delete(key);
-      if (!s.ok()) return ReportError(kCommand, s);
-      put_gbps.push_back(BytesPerSecondToGbps(bytes / (t1 - t0)));
-      get_gbps.push_back(BytesPerSecondToGbps(bytes / (t2 - t1)));
-      if (!a.json)
-        Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps", bytes >> 20, i,
-                 put_gbps.back(), get_gbps.back());
-    }
-    if (a.json) {
-      // Gbps (1e9 bit/s) and GB/s (1e9 byte/s) of the medians and maxima.
-      fmt::print("{{\"backend\": \"{}\", \"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, "
-                 "\"put_gbps\": {:.4f}, \"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, "
-                 "\"get_gbps_max\": {:.4f}, \"put_GBps\": {:.4f}, \"get_GBps\": {:.4f}}}\n",
-                 a.bench_backend, bytes, a.count, a.shape_gbps, median(put_gbps),
-                 median(get_gbps), *std::max_element(put_gbps.begin(), put_gbps.end()),
-                 *std::max_element(get_gbps.begin(), get_gbps.end()), median(put_gbps) / 8,
-                 median(get_gbps) / 8);
-    } else {
-      fmt::print("{} MiB: put_gbps {:.4f} get_gbps {:.4f}\n", bytes >> 20, median(put_gbps),
-                 median(get_gbps));
-    }
-    std::fflush(stdout);
-  }
+  auto rows = lab::RunPoolBench(**pool, sizes, a.count, [&](const lab::PoolBenchRound& r) {
+    if (!a.json)
+      Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps", r.bytes >> 20,
+               r.round, r.put_gbps, r.get_gbps);
+  });
+  if (!rows.ok()) return ReportError(kCommand, rows.status());
+  for (const lab::PoolBenchRow& r : *rows)
+    fmt::print("{}", a.json ? r.Json(a.bench_backend, a.count, a.shape_gbps) : r.Text());
+  std::fflush(stdout);
   return 0;
 }
 

@@ -1,14 +1,12 @@
 // Copyright kvserve authors. `kvserve presets`: the built-in profiles.
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include <algorithm>
 #include <iostream>
 #include <memory>
 
 #include "cli_util.h"
 #include "command.h"
-#include "kvserve/profile.h"
+#include "experiments/preset_report.h"
 
 namespace kvserve::cli {
 namespace {
@@ -20,35 +18,9 @@ struct PresetsArgs {
 
 int RunPresets(const PresetsArgs& a) {
   if (a.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& p : Presets()) {
-      auto profile = Profile::Parse(p.spec);
-      out.push_back({{"name", p.name},
-                     {"spec", p.spec},
-                     {"description", p.description},
-                     {"lossless", profile.ok() && profile->IsLossless()}});
-    }
-    std::cout << out.dump(2) << "\n";
-    return 0;
-  }
-  size_t name_w = 6, spec_w = 4;
-  for (const auto& p : Presets()) {
-    name_w = std::max(name_w, p.name.size());
-    spec_w = std::max(spec_w, p.spec.size());
-  }
-  fmt::print("{:<{}}  {:<{}}  {}\n", "preset", name_w, "spec", spec_w, "description");
-  fmt::print("{:-<{}}  {:-<{}}  {:-<11}\n", "", name_w, "", spec_w, "");
-  for (const auto& p : Presets()) {
-    fmt::print("{:<{}}  {:<{}}  {}\n", p.name, name_w, p.spec, spec_w, p.description);
-  }
-  if (a.params) {
-    fmt::print("\nparameters (key, applies to, [min, max], default: meaning)\n");
-    for (const auto& info : AllParams()) {
-      static const char* kScope[] = {"transform", "quantizer", "codec", "pipeline"};
-      fmt::print("  {:<10} {:<9} [{}, {}] default {}: {}\n", info.key,
-                 kScope[static_cast<int>(info.scope)], info.min_value, info.max_value,
-                 info.default_value, info.help);
-    }
+    std::cout << lab::PresetsJson().dump(2) << "\n";
+  } else {
+    fmt::print("{}", lab::PresetsText(a.params));
   }
   return 0;
 }

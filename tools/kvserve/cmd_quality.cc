@@ -4,13 +4,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/quality_report.h"
 #include "kvserve/quality.h"
 #include "kvserve/runtime.h"
 
@@ -21,18 +21,12 @@ struct QualityArgs {
   std::string model, workload, eval_dir = "data/eval";  // under the data directory
   bool eval_dir_given = false;
   std::vector<std::string> profiles;
-  int samples = 0;
-  uint64_t seed = 0;
-  std::string cache_dir = ".cache/kvserve-quality";
+  QualityOptions o = [] { QualityOptions q; q.cache_dir = ".cache/kvserve-quality"; return q; }();
   std::string head_scores;
   std::string wire_dtype = "f16";
   int threads = 0;
-  int codec_threads = 1;
-  int bootstrap = 1000;
   bool json = false, per_sample = false, quiet = false;
 };
-
-std::string Pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}%", 100 * v) : "n/a"; }
 
 int RunQuality(const QualityArgs& a) {
   constexpr const char* kCmd = "quality";
@@ -59,55 +53,18 @@ int RunQuality(const QualityArgs& a) {
     Progress(kCmd, "loaded {} ({} layers) in {:.2f} s; workload {} ({} samples)", a.model,
              c.layers, NowSeconds() - t0, *path, samples->size());
   }
-  const KvShape shape{c.layers, c.kv_heads, 1, c.head_dim};
+  QualityOptions o = a.o;
+  o.wire_dtype = *dtype;
+  if (!a.quiet) o.progress = [](const std::string& line) { Progress(kCmd, "{}", line); };
   nlohmann::json out = nlohmann::json::array();
   for (const Profile& profile : profiles) {
-    if (NeedsHeadScores(profile) && a.head_scores.empty()) {
-      return ReportError(kCmd, Status::InvalidArgument(
-                                   "profile '" + profile.ToString() +
-                                   "' needs per-head retrieval scores: pass --head-scores FILE "
-                                   "(`kvserve head-scores --model DIR` on training-split prompts "
-                                   "writes one)"));
-    }
-    auto scores = LoadHeadScoresFor(profile, a.head_scores, shape);
-    if (!scores.ok()) return ReportError(kCmd, scores.status());
-    QualityOptions o;
-    o.samples = a.samples;
-    o.seed = a.seed;
-    o.cache_dir = a.cache_dir;
-    o.wire_dtype = *dtype;
-    o.head_scores = scores->get();
-    o.codec_threads = a.codec_threads;
-    o.bootstrap_resamples = a.bootstrap;
-    if (!a.quiet) o.progress = [](const std::string& line) { Progress(kCmd, "{}", line); };
-    auto r = (*ev)->Evaluate(*samples, profile, o);
+    auto r = lab::EvaluateQualityProfile(**ev, *samples, profile, a.head_scores, o);
     if (!r.ok()) return ReportError(kCmd, r.status());
     if (a.json) {
       out.push_back(nlohmann::json::parse(r->ToJson(a.per_sample)));
       continue;
     }
-    const bool ppl = r->metric == QualityMetric::kPerplexity;
-    fmt::print("workload {}  profile {}  samples {}/{}{}\n", r->workload, r->profile,
-               r->samples_scored, r->samples_total, r->subset ? " (random subset)" : "");
-    if (ppl) {
-      fmt::print("  perplexity        {:.3f} (none {:.3f})\n", r->metric_value,
-                 r->baseline_metric_value);
-    } else {
-      fmt::print("  exact match       {} (none {})\n", Pct(r->metric_value),
-                 Pct(r->baseline_metric_value));
-    }
-    fmt::print("  relative quality  {}  95% CI [{}, {}]{}\n", Pct(r->relative),
-               Pct(r->relative_ci.low), Pct(r->relative_ci.high),
-               ppl ? "  (mean ppl_none/ppl)" : "");
-    fmt::print("  token accuracy    {} (none {}), relative {} [{}, {}]\n", Pct(r->token_accuracy),
-               Pct(r->baseline_token_accuracy), Pct(r->relative_token_accuracy),
-               Pct(r->relative_token_accuracy_ci.low), Pct(r->relative_token_accuracy_ci.high));
-    fmt::print("  CR                {:.2f} (aggregate {:.2f}, vs {})\n", r->cr_mean,
-               r->cr_aggregate, DTypeName(*dtype));
-    fmt::print("  encode / decode   {:.2f} / {:.2f} ms per sample\n", r->encode_ms_mean,
-               r->decode_ms_mean);
-    fmt::print("  prefills {} (cache hits {}), {:.2f} s\n", r->prefills, r->prefill_cache_hits,
-               r->seconds);
+    fmt::print("{}", lab::QualityReportText(*r, *dtype));
   }
   if (a.json) fmt::print("{}\n", out.size() == 1 ? out[0].dump(2) : out.dump(2));
   return 0;
@@ -127,10 +84,10 @@ RunFn SetupQuality(CLI::App& sub) {
   sub.add_option("-w,--workload", a->workload, "workload file or name")->required();
   sub.add_option("-p,--profile", a->profiles, "profile spec(s) or preset name(s), comma-separated")
       ->required();
-  sub.add_option("-n,--samples", a->samples, "random subset of N samples (0 = all)")
+  sub.add_option("-n,--samples", a->o.samples, "random subset of N samples (0 = all)")
       ->capture_default_str();
-  sub.add_option("--seed", a->seed, "subset and bootstrap seed")->capture_default_str();
-  sub.add_option("--cache-dir", a->cache_dir, "prefill KV cache directory ('' = none)")
+  sub.add_option("--seed", a->o.seed, "subset and bootstrap seed")->capture_default_str();
+  sub.add_option("--cache-dir", a->o.cache_dir, "prefill KV cache directory ('' = none)")
       ->capture_default_str();
   sub.add_option("--head-scores", a->head_scores, "head-score JSON (mixhq, duo)");
   sub.add_option("--eval-dir", a->eval_dir,
@@ -140,9 +97,9 @@ RunFn SetupQuality(CLI::App& sub) {
   sub.add_option("--wire-dtype", a->wire_dtype, "dtype the KV is sent in (f16, bf16, f32)")
       ->capture_default_str();
   sub.add_option("--threads", a->threads, "runtime threads (0 = all cores)")->capture_default_str();
-  sub.add_option("--codec-threads", a->codec_threads, "encoder/decoder threads")
+  sub.add_option("--codec-threads", a->o.codec_threads, "encoder/decoder threads")
       ->capture_default_str();
-  sub.add_option("--bootstrap", a->bootstrap, "bootstrap resamples")->capture_default_str();
+  sub.add_option("--bootstrap", a->o.bootstrap_resamples, "bootstrap resamples")->capture_default_str();
   sub.add_flag("--json", a->json, "print the report as JSON");
   sub.add_flag("--per-sample", a->per_sample, "with --json: include per-sample scores");
   sub.add_flag("-q,--quiet", a->quiet, "no progress lines");

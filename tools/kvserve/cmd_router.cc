@@ -3,20 +3,14 @@
 // reports each request's timings and the JCT distribution.
 #include <fmt/format.h>
 
-#include <filesystem>
-#include <fstream>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/load_generator.h"
 #include "kvserve/controller.h"
 #include "kvserve/router.h"
 #include "kvserve/runtime.h"
@@ -52,26 +46,29 @@ struct RouterArgs {
   bool json = false;
 };
 
-// The tokenizer of --model and the ids of the text prompt (as `kvserve
-// generate` builds them: the tokenizer's template, else the config's bos).
-Result<std::pair<std::unique_ptr<Tokenizer>, std::vector<int32_t>>> TextPrompt(const RouterArgs& a) {
-  KVSERVE_ASSIGN_OR_RETURN(std::string dir, ServeModelDirectory(kCommand, a.model));
-  std::string text = a.prompt;
-  if (!a.prompt_file.empty()) {
-    KVSERVE_ASSIGN_OR_RETURN(auto bytes, ReadBinaryFile(a.prompt_file));
-    text.assign(bytes.begin(), bytes.end());
+// The reply of a successful request: a JSON line with --json, else a
+// progress line (and the generated text, with a text prompt).
+Status PrintReply(const RouterArgs& a, const Tokenizer* tokenizer, const ServeRequest& r,
+                  const RoutedResponse& routed) {
+  const ServeResponse& response = routed.response;
+  if (!response.status.ok()) {
+    Progress(kCommand, "request {}: failed: {}", r.id, response.status.ToString());
+    return Status::Ok();
   }
-  KVSERVE_ASSIGN_OR_RETURN(auto config_bytes, ReadBinaryFile(dir + "/config.json"));
-  KVSERVE_ASSIGN_OR_RETURN(auto config, ParseModelConfig(std::string(config_bytes.begin(), config_bytes.end())));
-  KVSERVE_ASSIGN_OR_RETURN(auto tokenizer, Tokenizer::Load(dir));
-  KVSERVE_ASSIGN_OR_RETURN(auto ids, tokenizer->EncodePrompt(text, config.bos_token_id));
-  if (ids.empty()) return Status::InvalidArgument("the prompt has no tokens");
-  for (int32_t id : ids) {
-    if (id >= config.vocab_size) {
-      return Status::InvalidArgument("prompt token " + std::to_string(id) + " is outside the model's vocabulary");
-    }
+  std::string text;
+  if (tokenizer) {
+    auto decoded = tokenizer->Decode(response.tokens);
+    if (!decoded.ok()) return decoded.status().WithContext("decoding the reply");
+    text = std::move(*decoded);
   }
-  return std::pair{std::move(tokenizer), std::move(ids)};
+  if (a.json) {
+    fmt::print("{}", lab::ReplyJson(r, routed, tokenizer != nullptr, text));
+    std::fflush(stdout);
+  } else {
+    Progress(kCommand, "{}", lab::ReplyLine(r, routed));
+    if (tokenizer) fmt::print("{}\n", text);
+  }
+  return Status::Ok();
 }
 
 int RunRouter(const RouterArgs& a) {
@@ -84,162 +81,46 @@ int RunRouter(const RouterArgs& a) {
   o.connection.secret = *secret;
   o.connection.local_id = "router";
   o.pool_chunk_tokens = a.pool_chunk_tokens;
+  lab::LoadOptions load{.requests = a.requests, .prompt_tokens = a.prompt_tokens,
+                        .vocab = a.vocab, .new_tokens = a.new_tokens, .workload = a.workload,
+                        .slo_ms = a.slo_ms, .quality_min = a.quality_min, .method = a.method,
+                        .repeat_fraction = a.repeat_fraction, .seed = a.seed};
   // A text prompt: tokenized here with the model's tokenizer (as a serving
   // front end does), and the generated ids are printed as text.
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<int32_t> text_prompt;
+  lab::TextPrompt prompt;
   if (!a.prompt.empty() || !a.prompt_file.empty()) {
-    if (!a.prompt.empty() && !a.prompt_file.empty()) {
+    if (!a.prompt.empty() && !a.prompt_file.empty())
       return ReportError(kCommand, Status::InvalidArgument("give --prompt or --prompt-file, not both"));
-    }
-    auto prompt = TextPrompt(a);
-    if (!prompt.ok()) return ReportError(kCommand, prompt.status());
-    tokenizer = std::move(prompt->first);
-    text_prompt = std::move(prompt->second);
-  }
-  int vocab = a.vocab;
-  if (vocab <= 0 && text_prompt.empty()) {
     auto dir = ServeModelDirectory(kCommand, a.model);
     if (!dir.ok()) return ReportError(kCommand, dir.status());
-    auto text = ReadBinaryFile(*dir + "/config.json");
-    if (!text.ok()) return ReportError(kCommand, text.status());
-    auto config = ParseModelConfig(std::string(text->begin(), text->end()));
+    auto text = a.prompt_file.empty() ? Result<std::string>(a.prompt) : lab::ReadTextFile(a.prompt_file);
+    auto loaded = text.ok() ? lab::LoadTextPrompt(*dir, *text) : Result<lab::TextPrompt>(text.status());
+    if (!loaded.ok()) return ReportError(kCommand, loaded.status());
+    prompt = std::move(*loaded);
+    load.text_prompt = prompt.ids;
+  } else if (load.vocab <= 0) {
+    auto dir = ServeModelDirectory(kCommand, a.model);
+    auto config = dir.ok() ? lab::LoadModelConfig(*dir) : Result<ModelConfig>(dir.status());
     if (!config.ok()) return ReportError(kCommand, config.status());
-    vocab = config->vocab_size;
+    load.vocab = config->vocab_size;
   }
+  auto requests = lab::DrawRequests(load);
+  if (!requests.ok()) return ReportError(kCommand, requests.status());
   auto transport = MakeTransport(a.transport, *secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   Router router(transport->get(), o);
-  // The requests, drawn up front so that the sequence does not depend on
-  // the concurrency.
-  std::mt19937_64 rng(a.seed);
-  std::vector<std::vector<int32_t>> sent;
-  std::vector<ServeRequest> requests;
-  for (int i = 0; i < a.requests; ++i) {
-    ServeRequest r;
-    r.id = static_cast<uint64_t>(i);
-    r.workload = a.workload;
-    r.max_new_tokens = a.new_tokens;
-    r.slo_seconds = a.slo_ms > 0 ? a.slo_ms / 1e3 : kInfinity;
-    r.quality_min = a.quality_min;
-    r.method = a.method;
-    r.use_pool = a.repeat_fraction > 0;
-    r.sampling.seed = rng();
-    if (!text_prompt.empty()) {
-      r.prompt = text_prompt;
-    } else if (!sent.empty() && std::uniform_real_distribution<double>(0, 1)(rng) < a.repeat_fraction) {
-      r.prompt = sent[rng() % sent.size()];
-    } else {
-      r.prompt.resize(a.prompt_tokens);
-      for (auto& t : r.prompt) t = static_cast<int32_t>(rng() % vocab);
-      sent.push_back(r.prompt);
-    }
-    requests.push_back(std::move(r));
-  }
-  std::mutex mu;
-  std::vector<double> jct;
-  std::map<std::string, int> profiles;
-  std::map<std::string, std::vector<double>> stages;
-  int failed = 0, hits = 0;
-  Status fatal;
-  size_t next = 0;
-  auto client = [&] {
-    for (;;) {
-      size_t i;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        if (next >= requests.size() || !fatal.ok()) return;
-        i = next++;
-      }
-      const ServeRequest& r = requests[i];
-      auto routed = router.Submit(r);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!routed.ok()) {
-        fatal = routed.status();
-        return;
-      }
-      const ServeResponse& response = routed->response;
-      const RequestTimings& t = response.timings;
-      if (!response.status.ok()) {
-        ++failed;
-        Progress(kCommand, "request {}: failed: {}", r.id, response.status.ToString());
-        continue;
-      }
-      jct.push_back(t.jct_seconds);
-      profiles[t.profile]++;
-      hits += t.prefix_hit;
-      for (auto [name, v] : {std::pair{"prefill", t.prefill_seconds}, {"encode", t.encode_seconds},
-                             {"transfer", t.transfer_seconds}, {"decode_kv", t.decode_kv_seconds},
-                             {"generation", t.generation_seconds}, {"kv", t.kv_seconds},
-                             {"ttft", t.ttft_seconds}})
-        stages[name].push_back(v);
-      std::string text;
-      if (tokenizer) {
-        auto decoded = tokenizer->Decode(response.tokens);
-        if (!decoded.ok()) {
-          fatal = decoded.status().WithContext("decoding the reply");
-          return;
-        }
-        text = std::move(*decoded);
-      }
-      if (a.json) {
-        fmt::print(
-            "{{\"id\":{},{}\"worker\":{},\"submissions\":{},\"profile\":\"{}\",\"jct_s\":{:.6f},"
-            "\"ttft_s\":{:.6f},\"prefill_s\":{:.6f},\"encode_s\":{:.6f},\"transfer_s\":{:.6f},"
-            "\"decode_kv_s\":{:.6f},\"generation_s\":{:.6f},\"kv_s\":{:.6f},\"kv_bytes\":{},"
-            "\"frame_bytes\":{},\"bandwidth_gbps\":{:.4f},\"prefix_hit\":{},\"prefix_chunks\":{},"
-            "\"attempts\":{}}}\n",
-            r.id,
-            tokenizer ? fmt::format("\"text\":{},\"tokens\":{},", nlohmann::json(text).dump(),
-                                    nlohmann::json(response.tokens).dump())
-                      : std::string(),
-            routed->worker, routed->submissions, t.profile, t.jct_seconds, t.ttft_seconds,
-            t.prefill_seconds, t.encode_seconds, t.transfer_seconds, t.decode_kv_seconds,
-            t.generation_seconds, t.kv_seconds, t.kv_bytes, t.frame_bytes,
-            BytesPerSecondToGbps(t.bandwidth_estimate), t.prefix_hit, t.prefix_chunks, t.attempts);
-        std::fflush(stdout);
-      } else {
-        Progress(kCommand,
-                 "request {} on prefill {}: {} JCT {:.1f} ms (prefill {:.1f}, KV {:.1f}, generation "
-                 "{:.1f}) {}{}",
-                 r.id, routed->worker, t.profile, t.jct_seconds * 1e3, t.prefill_seconds * 1e3,
-                 t.kv_seconds * 1e3, t.generation_seconds * 1e3, HumanBytes(t.frame_bytes),
-                 t.prefix_hit ? fmt::format(" (prefix hit, {} chunks)", t.prefix_chunks) : "");
-        if (tokenizer) fmt::print("{}\n", text);
-      }
-    }
-  };
-  const double start = MonotonicSeconds();
-  std::vector<std::thread> threads;
-  for (int c = 0; c < a.concurrency; ++c) threads.emplace_back(client);
-  for (auto& t : threads) t.join();
-  const double wall = MonotonicSeconds() - start;
-  if (!fatal.ok()) return ReportError(kCommand, fatal);
-  const RouterStats rs = router.stats();
-  std::string per_worker;
-  for (size_t i = 0; i < rs.served.size(); ++i)
-    per_worker += fmt::format("{}{}", i ? " " : "", rs.served[i]);
-  fmt::print(stderr, "\n{} requests, {} failed, {} prefix hits, {} clients, {:.2f} s\n", a.requests,
-             failed, hits, a.concurrency, wall);
-  fmt::print(stderr, "throughput {:.2f} requests/s; JCT mean {:.1f} ms, p50 {:.1f} ms, p90 {:.1f} ms, "
-             "p99 {:.1f} ms\n",
-             static_cast<double>(jct.size()) / wall, Mean(jct) * 1e3, Percentile(jct, 0.5) * 1e3,
-             Percentile(jct, 0.9) * 1e3, Percentile(jct, 0.99) * 1e3);
-  fmt::print(stderr, "served per prefill worker: {}; re-routed {}; prefix-affinity picks {}\n",
-             per_worker, rs.rerouted, rs.affinity);
-  for (const auto& [name, v] : stages) fmt::print(stderr, "  {:<11} mean {:.1f} ms\n", name, Mean(v) * 1e3);
-  for (const auto& [spec, n] : profiles) fmt::print(stderr, "  profile {}: {} requests\n", spec, n);
+  auto run = lab::RunLoad(router, *requests, a.concurrency,
+                          [&](const ServeRequest& r, const RoutedResponse& routed) {
+                            return PrintReply(a, prompt.tokenizer.get(), r, routed);
+                          });
+  if (!run.ok()) return ReportError(kCommand, run.status());
+  const lab::LoadSummary& sum = *run;
+  fmt::print(stderr, "{}", sum.Text());
   if (!a.summary_file.empty()) {
-    std::ofstream out(a.summary_file);
-    out << fmt::format("{{\"summary\":true,\"requests\":{},\"failed\":{},\"clients\":{},\"wall_s\":{:.4f},"
-               "\"throughput_rps\":{:.4f},\"jct_mean_s\":{:.6f},\"jct_p50_s\":{:.6f},"
-               "\"jct_p90_s\":{:.6f},\"jct_p99_s\":{:.6f},\"prefix_hits\":{},\"rerouted\":{}}}\n",
-               a.requests, failed, a.concurrency, wall, static_cast<double>(jct.size()) / wall,
-               Mean(jct), Percentile(jct, 0.5), Percentile(jct, 0.9), Percentile(jct, 0.99), hits,
-               rs.rerouted);
-    if (!out) return ReportError(kCommand, Status::IOError("cannot write " + a.summary_file));
+    if (Status s = lab::WriteTextFile(a.summary_file, sum.SummaryJson()); !s.ok())
+      return ReportError(kCommand, s);
   }
-  return failed == 0 ? 0 : 1;
+  return sum.failed == 0 ? 0 : 1;
 }
 
 RunFn SetupRouter(CLI::App& sub) {

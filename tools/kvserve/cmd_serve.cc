@@ -4,20 +4,12 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "cli_util.h"
 #include "command.h"
-#include "experiments/model_directory.h"
-#include "kvserve/codec.h"
-#include "kvserve/controller.h"
-#include "kvserve/pool.h"
-#include "kvserve/runtime.h"
-#include "kvserve/serve.h"
-#include "kvserve/transport.h"
+#include "experiments/serve_worker.h"
 #include "pool_cli.h"
 #include "serve_cli.h"
 #include "transport_cli.h"
@@ -27,142 +19,30 @@ namespace {
 
 constexpr std::string_view kCommand = "serve";
 
-struct ServeArgs {
-  std::string role;
+struct ServeArgs : lab::ServeWorkerOptions {
   std::string model;
-  std::string listen = "127.0.0.1:0";
-  std::string decode;  // prefill: decode worker addresses
-  std::string table;  // default: the model's measured table
-  std::string workload;
   std::string secret_file;
-  std::string address_file;
-  double shape_gbps = 0;
-  std::string latency_model = "streamed";
-  bool no_bandit = false;
-  TransportFlags transport;
-  PoolBackendFlags store{.backend = "none"};
-  std::string pool_profiles;
-  int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
-  int threads = 0;
-  int codec_threads = 1;
-  double duration_seconds = 0;
-  double timeout_seconds = 30;
 };
-
-Result<ConnectionOptions> Options(const ServeArgs& a, const std::string& id) {
-  ConnectionOptions o;
-  KVSERVE_ASSIGN_OR_RETURN(o.secret, LoadServeSecret(kCommand, a.secret_file));
-  o.local_id = id;
-  o.io_timeout_seconds = a.timeout_seconds;
-  return o;
-}
 
 int RunServe(const ServeArgs& a) {
   if (a.role != "prefill" && a.role != "decode")
     return ReportError(kCommand, Status::InvalidArgument("--role must be prefill or decode"));
   auto dir = ServeModelDirectory(kCommand, a.model);
   if (!dir.ok()) return ReportError(kCommand, dir.status());
-  if (a.threads > 0) SetBlasThreads(a.threads);
-  auto model = Model::Load(*dir, {.threads = a.threads});
-  if (!model.ok()) return ReportError(kCommand, model.status().WithContext("loading " + *dir));
-  BlockStopSignals();
-  RaiseOpenFileLimit(kCommand, static_cast<uint64_t>(AdmissionOptions{}.max_unauthenticated) + 512);
   auto secret = LoadServeSecret(kCommand, a.secret_file);
   if (!secret.ok()) return ReportError(kCommand, secret.status());
-  auto transport = MakeTransport(a.transport, *secret);
-  if (!transport.ok()) return ReportError(kCommand, transport.status());
-  Transport* tcp = transport->get();
-  std::string address;
-  std::unique_ptr<DecodeWorker> decode;
-  std::unique_ptr<PrefillWorker> prefill;
-  std::unique_ptr<KvPool> pool;
-  std::unique_ptr<HeadScores> head_scores;  // <model>/head_scores.json, for mixhq/duo
-  if (a.role == "decode") {
-    DecodeWorkerOptions o;
-    o.listen_address = a.listen;
-    auto c = Options(a, "decode");
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    o.connection = *c;
-    o.decode_threads = a.codec_threads;
-    auto w = DecodeWorker::Start(tcp, model->get(), o);
-    if (!w.ok()) return ReportError(kCommand, w.status());
-    decode = std::move(*w);
-    address = decode->address();
-  } else {
-    std::string table_path = a.table;
-    if (table_path.empty()) {
-      auto data = DataDirectory();
-      const std::string profiles = data.ok() ? lab::DataPath(*data, "configs/profiles")
-                                             : std::string("configs/profiles");
-      table_path = lab::DefaultProfileTablePath(*dir, profiles);
-      if (table_path.empty()) {
-        const std::string want = profiles + "/" +
-                                 std::filesystem::path(*dir).lexically_normal().filename().string() +
-                                 "-unified.json";
-        return ReportError(kCommand,
-                           Status::NotFound("no measured profile table for " + *dir + " (no " + want +
-                                            "): pass --table FILE (configs/profile_table.example.json "
-                                            "holds hand-written, unmeasured numbers)"));
-      }
-      Progress(kCommand, "profile table {} (measured for this model)", table_path);
-    }
-    auto table = ProfileTable::Load(table_path);
-    if (!table.ok()) return ReportError(kCommand, table.status().WithContext(table_path));
-    PrefillWorkerOptions o;
-    o.listen_address = a.listen;
-    o.decode_addresses = SplitList(a.decode);
-    if (o.decode_addresses.empty())
-      return ReportError(kCommand, Status::InvalidArgument("--role prefill needs --decode HOST:PORT[,...]"));
-    auto c = Options(a, "prefill");
-    if (!c.ok()) return ReportError(kCommand, c.status());
-    o.client_connection = *c;
-    o.decode_connection = *c;
-    o.decode_connection.shape_bytes_per_second = GbpsToBytesPerSecond(a.shape_gbps);
-    o.model_id = std::filesystem::path(*dir).filename().string();
-    if (a.latency_model == "streamed") {
-      o.controller.model = {LatencyModelKind::kStreamed, 0};
-    } else if (a.latency_model == "serial") {
-      o.controller.model = {LatencyModelKind::kSerial, 1};
-    } else {
-      return ReportError(kCommand, Status::InvalidArgument("--latency-model must be streamed or serial"));
-    }
-    o.controller.bandit = !a.no_bandit;
-    o.encode_threads = a.codec_threads;
-    if (std::filesystem::exists(*dir + "/head_scores.json")) {
-      auto scores = HeadScores::Load(*dir + "/head_scores.json");
-      if (scores.ok()) head_scores = std::make_unique<HeadScores>(std::move(*scores));
-      o.head_scores = head_scores.get();
-    }
-    if (a.store.backend != "none") {
-      auto opened = OpenPoolBackend(a.store);
-      if (!opened.ok()) return ReportError(kCommand, opened.status());
-      pool = std::move(*opened);
-    }
-    o.pool = pool.get();
-    o.pool_store_profiles = SplitList(a.pool_profiles);
-    o.pool_chunk_tokens = a.pool_chunk_tokens;
-    o.default_workload = a.workload;
-    auto w = PrefillWorker::Start(tcp, model->get(), std::move(*table), o);
-    if (!w.ok()) return ReportError(kCommand, w.status());
-    prefill = std::move(*w);
-    address = prefill->address();
-  }
-  if (!a.address_file.empty()) {
-    const std::string tmp = a.address_file + ".tmp";
-    { std::ofstream(tmp) << address << "\n"; }
-    std::rename(tmp.c_str(), a.address_file.c_str());
-  }
-  Progress(kCommand, "{} worker listening on {}; Ctrl-C stops", a.role, address);
-  fmt::print("{}\n", address);
-  std::fflush(stdout);
-  WaitForStopSignal(a.duration_seconds);
-  if (decode) {
-    decode->Stop();
-    Progress(kCommand, "stopped: {} requests answered, {} frames refused, {} peers refused",
-             decode->completed(), decode->refused_frames(), decode->auth_failures());
-  }
-  if (prefill) prefill->Stop();
-  return 0;
+  auto data = DataDirectory();
+  const std::string profiles =
+      data.ok() ? lab::DataPath(*data, "configs/profiles") : "configs/profiles";
+  Status s = lab::RunServeWorker(
+      a, *dir, profiles, *secret,
+      [&](const std::string& address) {
+        Progress(kCommand, "{} worker listening on {}; Ctrl-C stops", a.role, address);
+        fmt::print("{}\n", address);
+        std::fflush(stdout);
+      },
+      ProgressTo(kCommand));
+  return s.ok() ? 0 : ReportError(kCommand, s);
 }
 
 RunFn SetupServe(CLI::App& sub) {

@@ -2,109 +2,29 @@
 // the controller against its ablations, static profiles, raw and an oracle.
 #include <fmt/format.h>
 
-#include <cmath>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 
+#include "cli_util.h"
 #include "command.h"
 #include "experiments/lab.h"
+#include "experiments/simulation_inputs.h"
 #include "experiments/simulation_report.h"
 #include "kvserve/controller.h"
-#include "workload_mix.h"
 
 namespace kvserve::cli {
 namespace {
 
-struct SimulateArgs {
-  std::string table;
-  std::string trace;
-  std::string scenario = "drop-drift";
-  std::string mix;
-  std::string model = "serial";
-  int layers = 32;
-  int probe_layers = 1;
-  double risk_sigmas = 2.0;
-  bool no_codec_drift = false;
-  double goodput_noise = 0.05;
-  double profile_mismatch = 0.1;
-  double duration = 600.0;
-  double interval = 0.05;
-  uint64_t seed = 1;
-  std::string plot_data;
-  std::string markdown;
-  std::string write_trace;
-};
-
-int Fail(const Status& s) {
-  fmt::print(stderr, "kvserve simulate: error: {}\n", s.ToString());
-  return 1;
-}
-
-Result<Trace> MakeScenario(const std::string& name, double duration, uint64_t seed) {
-  if (name == "drop-drift") {
-    // Random walk around 25 Gbps; the link drops to 5 Gbps for 150 s and the
-    // codecs turn 1.5x slower halfway through the drop, for good.
-    return Trace::RandomWalk(25.0, 12.0, 50.0, 0.04, 1.0, duration, seed)
-        .WithBandwidthDrop(duration / 3.0, duration * 7.0 / 12.0, 5.0)
-        .WithCodecSlowdown(duration / 2.0, 1.5);
-  }
-  if (name == "steps") return Trace::Steps({40.0, 10.0, 25.0, 5.0, 100.0}, duration / 10.0, duration);
-  if (name == "random-walk") return Trace::RandomWalk(20.0, 2.0, 100.0, 0.08, 1.0, duration, seed);
-  return Status::InvalidArgument("unknown scenario \"" + name +
-                                 "\" (drop-drift | steps | random-walk)");
-}
+using SimulateArgs = lab::SimulationRun;
 
 int RunSimulate(const SimulateArgs& a) {
-  Result<ProfileTable> table = ProfileTable::Load(a.table);
-  if (!table.ok()) return Fail(table.status());
-  SimulationOptions o;
-  o.seed = a.seed;
-  o.request_interval_seconds = a.interval;
-  if (a.model == "streamed") {
-    o.controller.model.kind = LatencyModelKind::kStreamed;
-  } else if (a.model != "serial") {
-    return Fail(Status::InvalidArgument("--model must be serial or streamed"));
-  }
-  o.controller.model.layers = a.layers;
-  o.probe_layers = a.probe_layers;
-  o.controller.risk_sigmas = a.risk_sigmas;
-  o.controller.learn_codec_drift = !a.no_codec_drift;
-  o.goodput_noise_sigma = a.goodput_noise;
-  o.profile_mismatch_sigma = a.profile_mismatch;
-  Result<Trace> trace = a.trace.empty() ? MakeScenario(a.scenario, a.duration, a.seed)
-                                        : Trace::Load(a.trace);
-  if (!trace.ok()) return Fail(trace.status());
-  o.trace = *trace;
-  if (!a.write_trace.empty()) {
-    if (Status s = lab::WriteTextFile(a.write_trace, o.trace.ToCsv()); !s.ok()) return Fail(s);
-  }
-  const std::string mix = a.mix.empty() ? kDefaultMix : a.mix;
-  Result<std::vector<SimulatedWorkload>> workloads = ParseMix(mix);
-  if (!workloads.ok()) return Fail(workloads.status());
-  o.workloads = *workloads;
-  Result<SimulationReport> report = Simulate(*table, o);
-  if (!report.ok()) return Fail(report.status());
-
-  std::string md = fmt::format(
-      "{} requests over {:.0f} s ({}), {} model, seed {}; mix {}; controllers: probe {} of {} "
-      "layers, risk guard {} sigma, codec-drift learning {}\n\n",
-      report->arrival_seconds.size(), o.trace.duration_seconds(),
-      a.trace.empty() ? "scenario " + a.scenario : a.trace, a.model, a.seed, mix, a.probe_layers,
-      a.layers, a.risk_sigmas, a.no_codec_drift ? "off" : "on");
-  md += lab::SimulationMarkdown(*report);
-  md += fmt::format("\nfull controller Decide(): p50 {:.2f} us, p99 {:.2f} us (this run)\n",
-                    report->decision_p50_seconds * 1e6, report->decision_p99_seconds * 1e6);
-  std::cout << md;
-  if (!a.markdown.empty()) {
-    if (Status s = lab::WriteTextFile(a.markdown, md); !s.ok()) return Fail(s);
-  }
-  if (!a.plot_data.empty()) {
-    if (Status s = lab::WriteTextFile(a.plot_data, lab::SimulationPlotJson(*report).dump() + "\n");
-        !s.ok())
-      return Fail(s);
+  auto Fail = [](const Status& s) { return ReportError("simulate", s); };
+  auto run = lab::RunSimulation(a);
+  if (!run.ok()) return Fail(run.status());
+  std::cout << run->markdown;
+  for (const auto& [path, text] : {std::pair{a.markdown, run->markdown}, {a.plot_data, run->plot_json}}) {
+    if (Status s = path.empty() ? Status::Ok() : lab::WriteTextFile(path, text); !s.ok()) return Fail(s);
   }
   return 0;
 }

@@ -6,51 +6,17 @@
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/synth_files.h"
 #include "kvserve/kv_file.h"
 
 namespace kvserve::cli {
 namespace {
 
-struct SynthArgs {
-  std::string output;
-  std::string shape = "small";
-  int layers = 0, kv_heads = 0, tokens = 0, head_dim = 0;
-  std::string dtype = "bf16";
-  uint64_t seed = 1;
-  std::string head_scores;
-  SynthOptions model;
-};
+using SynthArgs = lab::SynthFileOptions;
 
 int RunSynth(const SynthArgs& a) {
-  auto preset = FindSynthShapePreset(a.shape);
-  if (!preset.ok()) return ReportError("synth", preset.status());
-  auto dtype = ParseDType(a.dtype);
-  if (!dtype.ok()) return ReportError("synth", dtype.status());
-  SynthOptions o = a.model;
-  o.shape = preset->shape;
-  if (a.layers > 0) o.shape.layers = a.layers;
-  if (a.kv_heads > 0) o.shape.kv_heads = a.kv_heads;
-  if (a.tokens > 0) o.shape.tokens = a.tokens;
-  if (a.head_dim > 0) o.shape.head_dim = a.head_dim;
-  o.dtype = *dtype;
-  o.seed = a.seed;
-  const double start = NowSeconds();
-  Progress("synth", "generating {} cache {} (layers x kv_heads x tokens x head_dim), {}, seed {}",
-           DTypeName(o.dtype), ShapeString(o.shape),
-           HumanBytes(static_cast<uint64_t>(o.shape.NumElements()) * DTypeSize(o.dtype)), o.seed);
-  auto cache = SynthesizeKv(o);
-  if (!cache.ok()) return ReportError("synth", cache.status());
-  KvFileMetadata meta = SynthMetadata(o);
-  meta["synth.shape_preset"] = a.shape;
-  Progress("synth", "writing {}", a.output);
-  if (Status s = SaveKvFile(a.output, cache->view(), meta); !s.ok()) return ReportError("synth", s);
-  if (!a.head_scores.empty()) {
-    const HeadScores scores = SynthesizeHeadScores(o.shape.layers, o.shape.kv_heads, o.seed);
-    if (Status s = scores.Save(a.head_scores); !s.ok()) return ReportError("synth", s);
-    Progress("synth", "wrote synthetic head scores {}", a.head_scores);
-  }
-  Progress("synth", "done in {:.1f} s", NowSeconds() - start);
-  return 0;
+  Status s = lab::WriteSynthFiles(a, ProgressTo("synth"));
+  return s.ok() ? 0 : ReportError("synth", s);
 }
 
 RunFn SetupSynth(CLI::App& sub) {

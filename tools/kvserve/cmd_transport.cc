@@ -5,18 +5,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <fstream>
-#include <list>
 #include <memory>
-#include <random>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "cli_util.h"
 #include "command.h"
+#include "experiments/net_bench.h"
 #include "kvserve/controller.h"
 #include "kvserve/transport.h"
 #include "serve_cli.h"
@@ -66,75 +60,25 @@ int RunServe(const TransportArgs& a) {
   if (!options.ok()) return ReportError(kCommand, options.status());
   auto transport = MakeTransport(a.transport, secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
-  BlockStopSignals();
-  auto listener = (*transport)->Listen(a.listen);
-  if (!listener.ok()) return ReportError(kCommand, listener.status());
-  const std::string address = (*listener)->Address();
-  if (!a.address_file.empty()) {
-    const std::string tmp = a.address_file + ".tmp";
-    { std::ofstream(tmp) << address << "\n"; }
-    std::rename(tmp.c_str(), a.address_file.c_str());
-  }
-  Progress(kCommand, "frame sink ({}) listening on {}", a.transport.kind, address);
-  fmt::print("{}\n", address);
-  std::fflush(stdout);
-  std::atomic<bool> stop{false};
-  std::atomic<int64_t> frames{0}, bytes{0};
-  std::list<std::thread> peers;
-  std::thread acceptor([&] {
-    while (!stop.load()) {
-      auto c = Connection::Accept(**listener, *options, 0.2);
-      if (!c.ok()) {
-        if (c.status().code() != StatusCode::kTimeout && !stop.load())
-          Progress(kCommand, "refused a peer: {}", c.status().ToString());
-        continue;
-      }
-      peers.emplace_back([&, connection = std::shared_ptr<Connection>(std::move(*c))] {
-        while (!stop.load()) {
-          auto frame = ReceiveFrame(*connection, {}, 0.5);
-          if (frame.ok()) {
-            frames.fetch_add(1);
-            bytes.fetch_add(static_cast<int64_t>(frame->frame_bytes));
-            continue;
-          }
-          if (frame.status().code() == StatusCode::kTimeout) continue;
-          if (frame.status().code() != StatusCode::kUnavailable)
-            Progress(kCommand, "peer {}: {}", connection->peer_id(), frame.status().ToString());
-          return;
-        }
-      });
-    }
-  });
-  WaitForStopSignal(a.duration_seconds);
-  stop = true;
-  (*listener)->Close();
-  acceptor.join();
-  for (auto& t : peers) t.join();
-  Progress(kCommand, "stopped: {} frames, {} received", frames.load(),
-           HumanBytes(static_cast<uint64_t>(bytes.load())));
+  auto got = lab::ServeFrameSink(
+      **transport, a.listen, *options, a.address_file, a.duration_seconds,
+      [&](const std::string& address) {
+        Progress(kCommand, "frame sink ({}) listening on {}", a.transport.kind, address);
+        fmt::print("{}\n", address);
+        std::fflush(stdout);
+      },
+      ProgressTo(kCommand));
+  if (!got.ok()) return ReportError(kCommand, got.status());
+  Progress(kCommand, "stopped: {} frames, {} received", got->frames,
+           HumanBytes(static_cast<uint64_t>(got->bytes)));
   return 0;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Sends `count` frames of each size (header + records of record_kb) and
 // reports the goodput of each: frame bytes / (Begin to the receiver's ack).
 int RunBench(const TransportArgs& a) {
-  std::vector<double> sizes;
-  for (const std::string& s : SplitList(a.sizes_mb)) {
-    try {
-      sizes.push_back(std::stod(s));
-    } catch (const std::exception&) {
-      return ReportError(kCommand, Status::InvalidArgument("--sizes-mb: '" + s + "' is not a number"));
-    }
-    if (!(sizes.back() > 0) || sizes.back() > 1024)
-      return ReportError(kCommand, Status::InvalidArgument("--sizes-mb: sizes must be in (0, 1024]"));
-  }
-  if (sizes.empty()) return ReportError(kCommand, Status::InvalidArgument("--sizes-mb is empty"));
+  auto sizes = lab::ParseFrameSizesMb(a.sizes_mb);
+  if (!sizes.ok()) return ReportError(kCommand, sizes.status());
   std::string secret;
   auto options = Options(a, "transport-bench", &secret);
   if (!options.ok()) return ReportError(kCommand, options.status());
@@ -146,63 +90,24 @@ int RunBench(const TransportArgs& a) {
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   auto connection = Connection::Dial(**transport, a.server, *options);
   if (!connection.ok()) return ReportError(kCommand, connection.status());
-  const size_t largest = static_cast<size_t>(*std::max_element(sizes.begin(), sizes.end()) * 1048576);
-  std::vector<uint8_t> payload(largest);
-  std::mt19937_64 rng(7);
-  for (size_t i = 0; i + 8 <= payload.size(); i += 8) {
-    const uint64_t r = rng();
-    std::memcpy(payload.data() + i, &r, 8);
-  }
-  const std::vector<uint8_t> header(64, 0x5A);
-  const size_t record = static_cast<size_t>(a.record_kb) << 10;
-  FrameSender sender(connection->get());
-  uint64_t transfer = 0;
   const std::string tls = a.transport.kind == "ucx"
                               ? (a.transport.ucx_tls.empty() ? "default" : a.transport.ucx_tls)
                               : "-";
-  for (double mb : sizes) {
-    const size_t frame_bytes = static_cast<size_t>(mb * 1048576);
-    std::vector<double> gbps, busy_gbps;
-    for (int round = 0; round < a.warmup + a.count; ++round) {
-      Status s = sender.Begin(++transfer, header);
-      for (size_t off = 0; s.ok() && off < frame_bytes; off += record)
-        s = sender.SendRecord(
-            std::span<const uint8_t>(payload).subspan(off, std::min(record, frame_bytes - off)));
-      Result<TransferStats> stats = s.ok() ? sender.Finish() : Result<TransferStats>(s);
-      if (!stats.ok())
-        return ReportError(kCommand, stats.status().WithContext(
-                                         fmt::format("frame {} of {} MiB", round, mb)));
-      if (round < a.warmup) continue;
-      const double g = BytesPerSecondToGbps(static_cast<double>(stats->frame_bytes) /
-                                            stats->elapsed_seconds);
-      const double b = BytesPerSecondToGbps(static_cast<double>(stats->wire_bytes) /
-                                            stats->busy_seconds);
-      gbps.push_back(g);
-      busy_gbps.push_back(b);
-      if (a.per_frame) {
-        fmt::print("{{\"frame\":{},\"frame_mib\":{},\"gbps\":{:.4f},\"busy_gbps\":{:.4f},"
-                   "\"estimate_gbps\":{:.4f}}}\n",
-                   transfer, mb, g, b,
-                   BytesPerSecondToGbps(estimator.Estimate((*connection)->peer_id())));
-        std::fflush(stdout);
-      }
-    }
-    const double estimate = BytesPerSecondToGbps(estimator.Estimate((*connection)->peer_id()));
-    if (a.json) {
-      fmt::print("{{\"transport\":\"{}\",\"tls\":\"{}\",\"frame_mib\":{},\"count\":{},"
-                 "\"gbps_median\":{:.4f},\"gbps_max\":{:.4f},\"gbps_min\":{:.4f},"
-                 "\"busy_gbps_median\":{:.4f},\"estimate_gbps\":{:.4f}}}\n",
-                 a.transport.kind, tls, mb, a.count, Median(gbps),
-                 *std::max_element(gbps.begin(), gbps.end()),
-                 *std::min_element(gbps.begin(), gbps.end()), Median(busy_gbps), estimate);
-    } else if (!a.per_frame) {
-      fmt::print("{} ({}) {:>6} MiB: median {:.2f} Gbps (min {:.2f}, max {:.2f}), estimate {:.2f} Gbps\n",
-                 a.transport.kind, tls, mb, Median(gbps),
-                 *std::min_element(gbps.begin(), gbps.end()),
-                 *std::max_element(gbps.begin(), gbps.end()), estimate);
-    }
+  auto per_frame = [&](const lab::TransportBenchFrame& f) {
+    if (!a.per_frame) return;
+    fmt::print("{}", f.Json());
     std::fflush(stdout);
+  };
+  auto rows = lab::RunTransportBench(
+      **connection, estimator,
+      {.sizes_mb = *sizes, .count = a.count, .warmup = a.warmup, .record_bytes = a.record_kb << 10},
+      per_frame);
+  if (!rows.ok()) return ReportError(kCommand, rows.status());
+  for (const lab::TransportBenchRow& r : *rows) {
+    if (a.json || !a.per_frame)
+      fmt::print("{}", a.json ? r.Json(a.transport.kind, tls, a.count) : r.Text(a.transport.kind, tls));
   }
+  std::fflush(stdout);
   (*connection)->Close();
   return 0;
 }

@@ -1,8 +1,6 @@
 // Copyright kvserve authors. Pool backends from CLI flags.
 #include "pool_cli.h"
 
-#include "serve_cli.h"
-
 namespace kvserve::cli {
 
 void AddRedisFlags(CLI::App* app, PoolBackendFlags* flags) {
@@ -17,26 +15,6 @@ void AddRedisFlags(CLI::App* app, PoolBackendFlags* flags) {
                   "redis-cluster: frames above this many MiB are split across keys of one slot")
       ->check(CLI::Range(uint64_t{1}, uint64_t{512}))
       ->capture_default_str();
-}
-
-Result<std::unique_ptr<KvPool>> OpenPoolBackend(const PoolBackendFlags& flags) {
-  if (flags.backend == "memory") return NewMemoryPool({.budget_bytes = flags.budget_mb << 20});
-  if (flags.backend == "redis") {
-    RedisPoolOptions o;
-    o.host = flags.redis_host;
-    o.port = flags.redis_port;
-    o.key_prefix = flags.redis_prefix;
-    return NewRedisPool(o);
-  }
-  if (flags.backend == "redis-cluster") {
-    RedisClusterPoolOptions o;
-    o.seeds = SplitList(flags.redis_nodes);
-    o.key_prefix = flags.redis_prefix;
-    o.max_piece_bytes = flags.piece_mb << 20;
-    return NewRedisClusterPool(o);
-  }
-  return Status::InvalidArgument("unknown pool backend '" + flags.backend +
-                                 "' (memory | redis | redis-cluster)");
 }
 
 }  // namespace kvserve::cli

@@ -1,6 +1,5 @@
-// Copyright kvserve authors. Prompt options shared by the runtime commands
-// (generate, kv-dump, head-scores): text through the model's tokenizer, or
-// token ids given directly, or seeded random ids (for tokenizer-less models).
+// Copyright kvserve authors. The prompt flags shared by the runtime commands
+// (generate, kv-dump, head-scores); lab::ResolvePrompt turns them into ids.
 #ifndef KVSERVE_TOOLS_KVSERVE_PROMPT_INPUT_H_
 #define KVSERVE_TOOLS_KVSERVE_PROMPT_INPUT_H_
 
@@ -10,27 +9,22 @@
 #include <string>
 #include <vector>
 
+#include "experiments/prompt_source.h"
 #include "kvserve/runtime.h"
 
 namespace kvserve::cli {
 
-struct PromptInput {
-  std::string text;
-  std::string file;
-  std::string ids;  // "1,2,3"
-  int random_tokens = 0;
-  uint64_t seed = 1;
-  std::string tokenizer;  // default: the model directory
+// Declares --prompt, --prompt-file, --prompt-ids, --random-prompt, --prompt-seed and
+// --tokenizer, bound to `p`.
+void AddPromptOptions(CLI::App& sub, lab::PromptSource* p);
 
-  // Declares --prompt, --prompt-file, --prompt-ids, --random-prompt, --seed-prompt, --tokenizer.
-  void AddOptions(CLI::App& sub);
-  // The prompt's token ids. InvalidArgument if none or several sources are
-  // given; NotFound/Corruption from the tokenizer.
-  Result<std::vector<int32_t>> Resolve(const std::string& model_dir, const Model& model) const;
+struct PromptInput : lab::PromptSource {
+  void AddOptions(CLI::App& sub) { AddPromptOptions(sub, this); }
+  // lab::ResolvePrompt for `model`.
+  Result<std::vector<int32_t>> Resolve(const std::string& model_dir, const Model& model) const {
+    return lab::ResolvePrompt(*this, model_dir, model.config());
+  }
 };
-
-// "1,2,3" -> {1, 2, 3}. InvalidArgument on a bad number.
-Result<std::vector<int32_t>> ParseIds(const std::string& text);
 
 }  // namespace kvserve::cli
 

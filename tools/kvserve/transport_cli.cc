@@ -28,18 +28,4 @@ void AddConnectionFlags(CLI::App* app, TransportFlags* flags, std::string* secre
       ->capture_default_str();
 }
 
-Result<std::unique_ptr<Transport>> MakeTransport(const TransportFlags& flags,
-                                                 const std::string& secret) {
-  if (flags.kind == "tcp") return NewTcpTransport();
-  if (flags.kind != "ucx")
-    return Status::InvalidArgument("--transport must be tcp or ucx, not '" + flags.kind + "'");
-  UcxTransportOptions o;
-  o.tls = flags.ucx_tls;
-  o.net_devices = flags.ucx_devices;
-  o.secret = secret;
-  o.window_bytes = static_cast<size_t>(flags.ucx_window_kb) << 10;
-  o.segment_bytes = std::min(o.segment_bytes, o.window_bytes / 4);
-  return NewUcxTransport(o);
-}
-
 }  // namespace kvserve::cli

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +47,11 @@ std::string DataPath(const std::string& data_dir, const std::string& relative);
 // into place). NotFound / IOError naming the path.
 Result<std::string> ReadTextFile(const std::string& path);
 Status WriteTextFile(const std::string& path, const std::string& text);
+// Reads a whole binary file: NotFound "no such file: PATH", IOError. Writes
+// one via PATH.tmp renamed into place (nothing is left behind on failure):
+// IOError naming the step that failed.
+Result<std::vector<uint8_t>> ReadBinaryFile(const std::string& path);
+Status WriteBinaryFile(const std::string& path, std::span<const uint8_t> bytes);
 
 // Monotonic seconds; the process's CPU seconds (user + system); the 1-min
 // load average (-1 when unknown).
@@ -64,6 +70,19 @@ std::vector<std::string> SplitList(const std::string& list);
 // The q-quantile (0..1, nearest rank) of `values`; 0 when empty.
 double Percentile(std::vector<double> values, double q);
 double Mean(const std::vector<double>& values);
+
+// Repeated measurements of one quantity, summarised: `median` is the upper
+// middle value (values[n/2] of the sorted values, so an odd count gives the
+// true median), `min` and `max` the extremes; all 0 for no values.
+struct SampleSummary {
+  size_t count = 0;
+  double median = 0, min = 0, max = 0;
+};
+SampleSummary Summarize(std::vector<double> values);
+
+// `bytes` pseudo-random bytes from a seeded mt19937_64 (the same seed gives
+// the same bytes): incompressible payloads for the transfer benches.
+std::vector<uint8_t> RandomBytes(size_t bytes, uint64_t seed);
 
 // "1.50 GiB", "12.0 KiB", "17 B".
 std::string HumanBytes(uint64_t bytes);

@@ -1,5 +1,5 @@
-// Copyright kvserve authors.
-#include "core/spawn.h"
+// Copyright kvserve authors. kvserve/process.h: SpawnProcess and SelfExecutable.
+#include "kvserve/process.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>

@@ -1,5 +1,5 @@
-// Copyright kvserve authors. posix_spawn with an amended environment.
-#include "core/spawn.h"
+// Copyright kvserve authors. kvserve/process.h: posix_spawn with an amended environment.
+#include "kvserve/process.h"
 
 #include <fcntl.h>
 #include <spawn.h>

@@ -1,8 +1,9 @@
-// Copyright kvserve authors. Starting a child process (the tools' worker
-// processes, tests' child roles) with posix_spawn: this process's
-// environment with some variables set, optionally stdout to /dev/null.
-#ifndef KVSERVE_CORE_SPAWN_H_
-#define KVSERVE_CORE_SPAWN_H_
+// Copyright kvserve authors. Starting a child process (a worker process of
+// the tools and the e2e benchmark, a test's child role) with posix_spawn:
+// this process's environment with some variables set, optionally stdout to
+// /dev/null.
+#ifndef KVSERVE_PROCESS_H_
+#define KVSERVE_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -29,4 +30,4 @@ namespace kvserve {
 
 }  // namespace kvserve
 
-#endif  // KVSERVE_CORE_SPAWN_H_
+#endif  // KVSERVE_PROCESS_H_
