@@ -29,7 +29,7 @@ What is measured where:
   (Ctrl-C, a crash in ``evaluate``) resumes where it stopped.
 
 The Pareto table (``out``) has the format of ``ProfileTable`` /
-``kvserve policy --table`` / the serving workers' ``--table``.
+``kvserve policy TABLE`` / the serving workers' ``--table``.
 """
 from __future__ import annotations
 
@@ -370,9 +370,9 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
                      if best else "nothing feasible"))
     if out is not None:
         if table_json is None:
-            raise NoFeasibleProfileError(
-                f"no evaluated profile reached quality_min {quality_min} ({len(rows)} evaluations); "
-                f"{out} not written", result)
+            why = (f"no evaluated profile reached quality_min {quality_min}" if result.best is None else
+                   f"no feasible profile compresses (CR > 1): {raw['table_error']}")
+            raise NoFeasibleProfileError(f"{why} ({len(rows)} evaluations); {out} not written", result)
         _write_atomically(os.fspath(out), table_json)
         result.out = os.fspath(out)
     return result

@@ -69,7 +69,7 @@ QualityEstimate ToEstimate(py::handle value, const Profile& profile) {
       throw py::type_error(where + " returned " + std::string(py::str(py::type::of(value).attr("__name__"))) +
                            "; expected a float or (quality, ci_half_width, samples)");
     }
-    q.quality = py::float_(value).cast<double>();
+    q.quality = py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>();
   }
   if (!std::isfinite(q.quality)) throw py::value_error(where + " returned a non-finite quality");
   if (!std::isfinite(q.ci_half_width) || q.ci_half_width < 0)
@@ -133,10 +133,6 @@ class PyCodecMeter final : public CodecMeter {
       pending_->Keep(e);
     } catch (const py::builtin_exception& e) {
       e.set_error();
-      py::error_already_set kept;
-      pending_->Keep(kept);
-    } catch (const py::cast_error& e) {
-      PyErr_SetString(PyExc_TypeError, (std::string("measure(): ") + e.what()).c_str());
       py::error_already_set kept;
       pending_->Keep(kept);
     }
@@ -313,9 +309,14 @@ py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::obje
   out["codec_from_db"] = from_db;
   out["evaluator"] = a.evaluator_name;
   out["table_json"] = py::none();
+  out["table_error"] = py::none();
   if (best_row >= 0) {
     auto table = BuildParetoTable(entries, a.workload, a.quality_min);
-    if (table.ok()) out["table_json"] = table->ToJson();
+    if (table.ok()) {
+      out["table_json"] = table->ToJson();
+    } else {
+      out["table_error"] = table.status().message();
+    }
   }
   return out;
 }

@@ -169,10 +169,10 @@ class ProfileSearchTest(unittest.TestCase):
                 return bits_quality(profile)
 
             with self.assertRaises(Boom) as ctx:
-                run(space, flaky, kv, quality_min=0.96, budget=10, db=db)
+                run(space, flaky, kv, quality_min=0.96, budget=10, db=db, evaluator="engine")
             self.assertIn("engine crashed on", str(ctx.exception))
             again = Counter()
-            r = run(space, again, kv, quality_min=0.96, budget=10, db=db)
+            r = run(space, again, kv, quality_min=0.96, budget=10, db=db, evaluator="engine")
             self.assertGreaterEqual(r.reused, 3)
             self.assertTrue(set(done) <= {row.spec for row in r.rows})
             self.assertFalse(set(done) & set(again.calls))
@@ -238,7 +238,8 @@ class ProfileSearchTest(unittest.TestCase):
         quality_min = 0.96
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "table.json")
-            r = run(kivi_space(), bits_quality, kv, quality_min=quality_min, budget=12, workload="chat",
+            space = kivi_space()
+            r = run(space, bits_quality, kv, quality_min=quality_min, budget=len(space), workload="chat",
                     out=out, searcher="exhaustive")
             self.assertEqual(r.out, out)
             table = kvserve.ProfileTable.load(out)
@@ -249,22 +250,28 @@ class ProfileSearchTest(unittest.TestCase):
                 self.assertIn(p.spec, feasible)
                 self.assertGreaterEqual(table.quality(i, "chat"), quality_min)
                 self.assertAlmostEqual(p.compression_ratio, feasible[p.spec].compression_ratio)
-            doc = json.load(open(out))
+            with open(out) as f:
+                doc = json.load(f)
             self.assertIn("kvserve.profile", doc["comment"])
             self.assertIn("quality_kind", doc)
             # A controller decides from it.
             c = kvserve.Controller(table)
             self.assertEqual(c.choose("chat", kv_bytes=1e9, bandwidth=1e8, quality_min=quality_min).action, "send")
             if os.access(CLI, os.X_OK):
-                got = subprocess.run([CLI, "policy", "--table", out, "--workload", "chat"],
+                got = subprocess.run([CLI, "policy", out, "--workload", "chat", "--quality-min", str(quality_min)],
                                      capture_output=True, text=True)
                 self.assertEqual(got.returncode, 0, got.stderr)
+                self.assertIn(r.best.spec, got.stdout)  # the max-CR profile wins at low bandwidth
             # Nothing feasible: no table, and the error carries the trace.
             with self.assertRaises(kvserve.NoFeasibleProfileError) as ctx:
                 run(kivi_space(bits=(2,)), bits_quality, kv, quality_min=0.999, budget=3,
                     out=os.path.join(d, "none.json"))
             self.assertGreater(len(ctx.exception.result.rows), 0)
             self.assertFalse(os.path.exists(os.path.join(d, "none.json")))
+            # Only `none` feasible: nothing that compresses, no table either.
+            with self.assertRaisesRegex(kvserve.NoFeasibleProfileError, "CR > 1"):
+                run(kivi_space(bits=(2,)), bits_quality, kv, quality_min=0.99, budget=2, searcher="exhaustive",
+                    out=os.path.join(d, "none.json"))
 
     def test_progress_line(self):
         kv = synth(40, shape=SHAPE)
@@ -361,7 +368,8 @@ class TaskEvaluatorTest(unittest.TestCase):
                                 sample_set=ev.sample_set, out=out, progress=False)
             self.assertEqual(len(r.rows), 3)
             self.assertEqual(kvserve.ProfileTable.load(out).workloads, ["qa"])
-            self.assertIn("task:", json.load(open(out))["quality_kind"])
+            with open(out) as f:
+                self.assertIn("task:", json.load(f)["quality_kind"])
 
 
 if __name__ == "__main__":
