@@ -118,11 +118,17 @@ class ProfileSearchTest(unittest.TestCase):
         if torch is None:
             self.skipTest("torch not installed")
         kv = synth(33, dtype="f32", shape=SHAPE)
-        space = kivi_space(bits=(2, 4))
+        # rANS: the CR depends on the values (pack's does not).
+        space = [s.replace("+pack", "+rans") for s in kivi_space(bits=(2, 4))]
         a = run(space, bits_quality, kv, quality_min=0.9, budget=5, searcher="exhaustive")
         t = torch.from_numpy(kv)
-        pairs = [(t[l, 0], t[l, 1]) for l in range(t.shape[0])]
-        for other in (t, pairs):
+        views = [(t[l, 0], t[l, 1]) for l in range(t.shape[0])]  # one strided view
+        # K token-major (strides differ from V's): the layers are gathered into a copy.
+        copies = [(t[l, 0].permute(1, 0, 2).contiguous().permute(1, 0, 2), t[l, 1].clone())
+                  for l in range(t.shape[0])]
+        self.assertTrue(kvserve.describe_layout(views)["single_view"])
+        self.assertFalse(kvserve.describe_layout(copies)["single_view"])
+        for other in (t, views, copies):
             b = run(space, bits_quality, other, quality_min=0.9, budget=5, searcher="exhaustive")
             self.assertEqual([x.spec for x in a.rows], [x.spec for x in b.rows])
             self.assertEqual([x.compression_ratio for x in a.rows], [x.compression_ratio for x in b.rows])
