@@ -326,6 +326,103 @@ class StatisticsTest(unittest.TestCase):
         self.assertEqual(kvserve._kvserve.choose_subset(10, 0, 0), list(range(10)))
 
 
+class ToyCausalLM(torch.nn.Module if torch is not None else object):
+    """A seeded two-layer attention LM with the transformers calling
+    convention the task evaluator uses (input_ids, past_key_values as a
+    legacy tuple of (1, heads, tokens, head_dim) pairs, attention_mask) --
+    a real model of our own, so the evaluator's path (prefill, wire cast,
+    encode, decode, restore, teacher-forced scoring, bootstrap) runs on CPU
+    without transformers."""
+
+    def __init__(self, vocab=64, heads=2, head_dim=32, layers=2, seed=0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        width = heads * head_dim
+        self.heads, self.head_dim = heads, head_dim
+        self.emb = torch.nn.Parameter(torch.randn(vocab, width, generator=g))
+        self.w = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(3, width, width, generator=g) / width ** 0.5) for _ in range(layers)])
+        self.config = type("Config", (), {"bos_token_id": 1, "name_or_path": "toy"})()
+
+    def forward(self, input_ids, past_key_values=None, attention_mask=None, use_cache=True):
+        x = self.emb[input_ids[0]]
+        n, h, d = x.shape[0], self.heads, self.head_dim
+        cache = []
+        for l, w in enumerate(self.w):
+            q, k, v = ((x @ w[i]).view(n, h, d).transpose(0, 1) for i in range(3))
+            if past_key_values is not None:
+                pk, pv = past_key_values[l]
+                k, v = torch.cat([pk[0].to(k.dtype), k], 1), torch.cat([pv[0].to(v.dtype), v], 1)
+            total = k.shape[1]
+            pos = torch.arange(total - n, total)[:, None]
+            bias = torch.where(torch.arange(total)[None, :] <= pos, 0.0, float("-inf"))
+            if attention_mask is not None:
+                bias = bias + torch.where(attention_mask[0].bool(), 0.0, float("-inf"))[None, :]
+            att = torch.softmax(q @ k.transpose(1, 2) / d ** 0.5 + bias, dim=-1)
+            x = (att @ v).transpose(0, 1).reshape(n, h * d) * 4  # no residual: answers depend on the KV
+            cache.append((k[None], v[None]))
+        logits = x @ self.emb.T
+        return type("Out", (), {"logits": logits[None], "past_key_values": tuple(cache)})()
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class TaskEvaluatorToyModelTest(unittest.TestCase):
+    def setUp(self):
+        self.model = ToyCausalLM(seed=5).eval()
+        rng = random.Random(13)
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "toy.jsonl")
+        with open(self.path, "w") as f, torch.no_grad():
+            for i in range(30):
+                prompt = [rng.randrange(2, 64) for _ in range(rng.randint(200, 400))]
+                ids, answer = [1] + prompt, []
+                for _ in range(4):  # the model's own greedy answer: EM(none) is high
+                    tok = int(self.model(torch.tensor([ids + answer])).logits[0, -1].argmax())
+                    answer.append(tok)
+                f.write(json.dumps({"id": f"toy-{i}", "metric": "exact_match", "prompt_ids": prompt,
+                                    "answer_ids": answer}) + "\n")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_scores_the_c_plus_plus_way_and_drives_a_profile_run(self):
+        from kvserve.task_eval import TaskEvaluator
+
+        ev = TaskEvaluator(self.model, self.path, samples=20, seed=3)
+        chosen = kvserve._kvserve.choose_subset(30, 20, 3)
+        self.assertEqual([s["id"] for s in ev.samples], [f"toy-{i}" for i in chosen])
+        self.assertEqual(ev(kvserve.Profile()), (1.0, 0.0, 20))
+        self.assertGreater(ev.last["baseline_metric_value"], 0.5)
+        lossy = kvserve.Profile.parse("kivi-2")
+        lossy.set("k", 1)
+        lossy.set("v", 1)
+        lossy.set("residual", 0)
+        q, half, n = ev(lossy)
+        rows = ev.last["per_sample"]
+        self.assertAlmostEqual(q, sum(r["score"] for r in rows) / sum(r["baseline"] for r in rows))
+        self.assertLess(q, 1.0)  # 1-bit KV changes this model's answers
+        lo, hi = ev.last["ci95"]
+        self.assertTrue(lo <= q <= hi and half == (hi - lo) / 2)
+        self.assertGreater(ev.last["compression_ratio"], 4)
+        # duo prunes per head: not expressible as a transformers attention mask.
+        scored = TaskEvaluator(self.model, self.path, samples=4, seed=3,
+                               head_scores=kvserve.synthesize_head_scores(2, 2, seed=1))
+        with self.assertRaisesRegex(NotImplementedError, "per head"):
+            scored("duo")
+        kv = ev.codec_kv(128)
+        self.assertEqual(tuple(kv.shape), (2, 2, 2, 128, 32))
+        self.assertEqual(kv.dtype, torch.float16)
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "toy_table.json")
+            r = kvserve.profile(["kivi-4", str(lossy), "none"], ev, kv=kv, quality_min=0.0, budget=3,
+                                searcher="exhaustive", model=ev.model_name, workload="toy",
+                                sample_set=ev.sample_set, out=out, progress=False)
+            self.assertEqual({x.spec: x.quality for x in r.rows}[str(lossy)], q)
+            self.assertEqual(kvserve.ProfileTable.load(out).workloads, ["toy"])
+            with open(out) as f:
+                self.assertIn("task:", json.load(f)["quality_kind"])
+
+
 @unittest.skipUnless(kvserve.cuda_available() and torch is not None and torch.cuda.is_available(),
                      "needs the CUDA codec and a GPU")
 class CudaKvTest(unittest.TestCase):
