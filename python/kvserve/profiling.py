@@ -92,6 +92,7 @@ class ProfileResult:
     codec_measured: int            # profiles whose codec metrics this run measured
     codec_from_db: int
     codec_device: str              # "cpu" or "cuda:<n>"
+    codec_cpu_profiles: List[str]  # with a CUDA kv: profiles the CUDA codec lacks, measured on the CPU
     space_size: int
     table_json: Optional[str]      # the labelled Pareto table, None when nothing is feasible
     out: Optional[str] = None      # where the table was written
@@ -169,18 +170,29 @@ def _kv_digest(kv: Any) -> str:
     return h.hexdigest()
 
 
-def _cuda_meter(kv: Any, head_scores: Any, repeats: int) -> Callable[[Any], tuple]:
+def _cuda_meter(kv: Any, head_scores: Any, repeats: int, cpu_specs: List[str]) -> Callable[[Any], tuple]:
     """Codec metrics of a CUDA KV cache with the CUDA encoder and decoder:
     CR over every frame byte, throughputs over the logical bytes, the
-    fastest of ``repeats`` synchronised runs after a checked warm-up."""
+    fastest of ``repeats`` synchronised runs after a checked warm-up.
+    Profiles the CUDA codec does not run (zstd, lz4) are measured with the
+    CPU codec on a host copy; their specs are appended to ``cpu_specs``."""
     import torch  # noqa: PLC0415
 
     shape, dtype = cuda.kv_shape(kv)
     layers, heads, tokens, dim = shape
     logical = layers * 2 * heads * tokens * dim * {"f32": 4, "f16": 2, "bf16": 2}[dtype]
 
+    host: List[Any] = []
+
     def measure(profile: Any) -> tuple:
-        enc = cuda.CudaEncoder(profile, kv, head_scores=head_scores)
+        try:
+            enc = cuda.CudaEncoder(profile, kv, head_scores=head_scores)
+        except _kvserve.KvserveNotSupportedError:
+            if not host:
+                host.append([(k.cpu(), v.cpu()) for k, v in kv] if isinstance(kv, (list, tuple)) else kv.cpu())
+            cpu_specs.append(str(profile))
+            m = _kvserve.measure_codec(profile, host[0], None, head_scores, repeats)
+            return (m["compression_ratio"], m["encode_bytes_per_second"], m["decode_bytes_per_second"])
         frame = enc.encode(kv, check=True)
         dec = cuda.CudaDecoder(frame)
         out = dec.decode(frame, check=True)
@@ -318,10 +330,11 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
         "python:" + getattr(evaluate, "__qualname__", type(evaluate).__qualname__)
     measure = None
     codec_device = "cpu"
+    cpu_specs: List[str] = []
     if cuda.is_cuda(kv):
         if cuda.available():
             codec_device = f"cuda:{cuda.device_of(kv)}"
-            measure = _cuda_meter(kv, scores, repeats)
+            measure = _cuda_meter(kv, scores, repeats, cpu_specs)
         else:  # a CPU-only build: the CPU codec on a host copy
             kv = [(k.cpu(), v.cpu()) for k, v in kv] if isinstance(kv, (list, tuple)) else kv.cpu()
             if line:
@@ -354,14 +367,16 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
                         f"budget {budget}, seed {seed}; {len(rows)} evaluations by {name}; model {model}, "
                         f"sample set {sample_set}. CR and codec throughputs: {codec_device} codec"
                         f"{', 1 thread' if codec_device == 'cpu' else ''}, fastest of {repeats}, "
-                        f"on the caller's KV."),
+                        f"on the caller's KV"
+                        f"{f' ({len(cpu_specs)} profiles the CUDA codec lacks: CPU codec)' if cpu_specs else ''}."),
             "workloads": doc["workloads"], "profiles": doc["profiles"],
         }
         table_json = json.dumps(labelled, indent=2) + "\n"
     result = ProfileResult(
         rows=rows, best=rows[raw["best"]] if raw["best"] >= 0 else None, stop_reason=raw["stop_reason"],
         evaluated=sum(not r.from_db for r in rows), reused=raw["reused"], codec_measured=raw["codec_measured"],
-        codec_from_db=raw["codec_from_db"], codec_device=codec_device, space_size=len(space_obj),
+        codec_from_db=raw["codec_from_db"], codec_device=codec_device, codec_cpu_profiles=cpu_specs,
+        space_size=len(space_obj),
         table_json=table_json)
     if line:
         best = result.best

@@ -428,10 +428,11 @@ class TaskEvaluatorToyModelTest(unittest.TestCase):
 class CudaKvTest(unittest.TestCase):
     def test_cuda_kv_is_measured_on_the_gpu_with_the_cpu_crs(self):
         kv = synth(42, dtype="f16", shape=SHAPE)
-        space = kivi_space(bits=(2, 4))
-        cpu = run(space, bits_quality, kv, budget=5, searcher="exhaustive", quality_min=0)
-        gpu = run(space, bits_quality, torch.from_numpy(kv).cuda(), budget=5, searcher="exhaustive", quality_min=0)
+        space = kivi_space(bits=(2, 4)) + [kivi_space(bits=(2,))[1].replace("+pack", "+zstd")]
+        cpu = run(space, bits_quality, kv, budget=6, searcher="exhaustive", quality_min=0)
+        gpu = run(space, bits_quality, torch.from_numpy(kv).cuda(), budget=6, searcher="exhaustive", quality_min=0)
         self.assertEqual(gpu.codec_device, "cuda:0")
+        self.assertEqual(gpu.codec_cpu_profiles, [space[-1]])  # zstd: not a CUDA codec
         self.assertEqual([x.compression_ratio for x in cpu.rows], [x.compression_ratio for x in gpu.rows])
 
 
