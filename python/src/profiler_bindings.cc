@@ -42,6 +42,23 @@ struct PendingError {
   void Keep(py::error_already_set& e) {
     if (!error) error.emplace(std::move(e));
   }
+  // Runs `fn` (a call into Python) with the GIL held; a Python exception it
+  // raises is kept and becomes an error Status naming `what`.
+  template <typename T, typename F>
+  Result<T> Call(const std::string& what, F&& fn) {
+    py::gil_scoped_acquire gil;
+    if (error) return Status::Internal(what + " not called: an earlier Python callback raised");
+    try {
+      return fn();
+    } catch (py::error_already_set& e) {
+      Keep(e);
+    } catch (const py::builtin_exception& e) {
+      e.set_error();
+      py::error_already_set kept;
+      Keep(kept);
+    }
+    return Status::Internal(what + " raised a Python exception");
+  }
   // Raises the kept exception (call with the GIL held).
   void RaiseIfAny() {
     if (!error) return;
@@ -86,21 +103,13 @@ class PyEvaluator final : public Evaluator {
   std::string name() const override { return name_; }
   bool is_proxy() const override { return false; }
   Result<QualityEstimate> Evaluate(const Profile& profile) override {
-    py::gil_scoped_acquire gil;
-    const double start = Seconds();
-    try {
+    return pending_->Call<QualityEstimate>("evaluate(" + profile.ToString() + ")", [&] {
+      const double start = Seconds();
       QualityEstimate q = ToEstimate(fn_(profile), profile);
       called_.insert(profile.ToString());
       seconds_[profile.ToString()] = Seconds() - start;
       return q;
-    } catch (py::error_already_set& e) {
-      pending_->Keep(e);
-    } catch (const py::builtin_exception& e) {
-      e.set_error();
-      py::error_already_set kept;
-      pending_->Keep(kept);
-    }
-    return Status::Internal("evaluate(" + profile.ToString() + ") raised a Python exception");
+    });
   }
   const std::set<std::string>& called() const { return called_; }
   const std::map<std::string, double>& seconds() const { return seconds_; }
@@ -120,23 +129,15 @@ class PyCodecMeter final : public CodecMeter {
  public:
   PyCodecMeter(py::object fn, PendingError* pending) : fn_(std::move(fn)), pending_(pending) {}
   Result<CodecMetrics> Measure(const Profile& profile) override {
-    py::gil_scoped_acquire gil;
-    try {
+    return pending_->Call<CodecMetrics>("measure(" + profile.ToString() + ")", [&] {
       py::tuple t = py::tuple(fn_(profile));
       if (t.size() != 3) throw py::type_error("measure() must return (cr, encode B/s, decode B/s)");
       CodecMetrics m;
-      m.compression_ratio = t[0].cast<double>();
-      m.encode_bytes_per_second = t[1].cast<double>();
-      m.decode_bytes_per_second = t[2].cast<double>();
+      m.compression_ratio = py::float_(t[0]).cast<double>();
+      m.encode_bytes_per_second = py::float_(t[1]).cast<double>();
+      m.decode_bytes_per_second = py::float_(t[2]).cast<double>();
       return m;
-    } catch (py::error_already_set& e) {
-      pending_->Keep(e);
-    } catch (const py::builtin_exception& e) {
-      e.set_error();
-      py::error_already_set kept;
-      pending_->Keep(kept);
-    }
-    return Status::Internal("measure(" + profile.ToString() + ") raised a Python exception");
+    });
   }
 
  private:

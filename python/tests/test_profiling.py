@@ -294,6 +294,11 @@ class ProfileSearchTest(unittest.TestCase):
         with contextlib.redirect_stderr(err):
             run(kivi_space(bits=(2, 8)), bits_quality, kv, budget=3, progress=False)
         self.assertEqual(err.getvalue(), "")
+        # A progress callback that raises stops the search at the next evaluation.
+        ev = Counter()
+        with self.assertRaises(ZeroDivisionError):
+            run(kivi_space(bits=(2, 8)), ev, kv, budget=4, progress=lambda p: 1 / 0)
+        self.assertEqual(len(ev.calls), 1)
 
     def test_tuple_quality_is_stored_with_its_interval(self):
         kv = synth(41, shape=SHAPE)
