@@ -19,6 +19,12 @@ when the model is on the GPU and the build has it), and writes to --out-dir:
   results.sqlite the results database: rerun the same command to resume (no
                  profile is evaluated twice)
 
+With --compare-cli build/tools/kvserve/kvserve it also scores the best profile
+and kivi-2 with the C++ evaluator on the same samples and records, per
+profile, both relative qualities with their 95% intervals, whether the
+intervals overlap, and the seconds per sample of each (prefills cached on
+both sides).
+
 Defaults (40 samples, budget 12, the kivi/uniform part of the default space)
 finish in about a minute on one H200; --space configs/strategy_space.json
 searches the whole default space (its codec metrics take longer).
@@ -29,7 +35,9 @@ import argparse
 import glob
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -55,6 +63,48 @@ QUICK_SPACE = {
 }
 
 
+def compare_with_cli(cli: str, a: argparse.Namespace, evaluator, specs, head_scores) -> list:
+    """The C++ evaluator (`kvserve quality`) on the same samples (-n, --seed)
+    for `specs`, next to the Python evaluator's numbers. Both with the
+    prefill (and the `none` baseline) already cached: the C++ run is repeated
+    once into a fresh --cache-dir and the second run is timed; the Python
+    evaluator keeps its prefills in memory."""
+    out = []
+    with tempfile.TemporaryDirectory() as cache:
+        cmd = [cli, "quality", "--model", a.model, "--workload", evaluator.path, "--profile", ",".join(specs),
+               "--samples", str(a.samples), "--seed", str(a.seed), "--cache-dir", cache, "--json"]
+        if head_scores:
+            cmd += ["--head-scores", head_scores]
+        warm = subprocess.run(cmd, capture_output=True, text=True)
+        if warm.returncode != 0:
+            print(f"kvserve quality failed: {warm.stderr.strip()}", file=sys.stderr)
+            return [{"command": " ".join(cmd), "error": warm.stderr.strip()}]
+        start = time.perf_counter()
+        timed = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - start
+    reports = json.loads(timed.stdout)
+    reports = reports if isinstance(reports, list) else [reports]
+    for spec, cpp in zip(specs, reports):
+        evaluator(spec)  # from its in-memory prefill: the per-sample cost of one evaluation
+        py = evaluator.last
+        lo, hi = cpp["relative_ci95"]
+        out.append({
+            "profile": spec, "command": " ".join(cmd), "samples": cpp["samples_scored"],
+            "cpp_relative": cpp["relative"], "cpp_ci95": [lo, hi],
+            "cpp_seconds_per_sample": cpp["seconds"] / cpp["samples_scored"],
+            "cpp_wall_seconds_all_profiles": wall,
+            "python_relative": py["quality"], "python_ci95": py["ci95"],
+            "python_seconds_per_sample": py["seconds_per_sample"],
+            "intervals_overlap": py["ci95"][0] <= hi and lo <= py["ci95"][1],
+            "speedup_per_sample": (cpp["seconds"] / cpp["samples_scored"]) / py["seconds_per_sample"],
+        })
+        print(f"{spec}: C++ {cpp['relative']:.3f} [{lo:.3f}, {hi:.3f}] {out[-1]['cpp_seconds_per_sample'] * 1e3:.1f} "
+              f"ms/sample; Python {py['quality']:.3f} [{py['ci95'][0]:.3f}, {py['ci95'][1]:.3f}] "
+              f"{py['seconds_per_sample'] * 1e3:.1f} ms/sample; overlap {out[-1]['intervals_overlap']}, "
+              f"{out[-1]['speedup_per_sample']:.1f}x per sample", file=sys.stderr)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=default_model(), help="HF model directory (default: models/*/)")
@@ -71,6 +121,10 @@ def main() -> int:
     ap.add_argument("--device", default=None, help="torch device (default: cuda when available)")
     ap.add_argument("--out-dir", required=True, help="where table.json, results.json, results.sqlite go")
     ap.add_argument("--no-progress", action="store_true", help="no live progress line")
+    ap.add_argument("--compare-cli", default=None, metavar="KVSERVE",
+                    help="path of the kvserve CLI: also score the best profile and kivi-2 with the C++ "
+                         "evaluator (`kvserve quality`, same samples and seed) and record both in "
+                         "results.json (agreement of the intervals, seconds per sample)")
     a = ap.parse_args()
     if a.model is None:
         ap.error("no model: pass --model (no models/*/config.json in the repository)")
@@ -132,6 +186,11 @@ def main() -> int:
         "best_compression_ratio": result.best.compression_ratio if result.best else None,
         "wall_seconds": wall, "evaluations": rows,
     }
+    if a.compare_cli:
+        specs = [str(kvserve.Profile.parse("identity+kivi(k=2,v=2,residual=128)+pack"))]
+        if result.best and result.best.spec not in specs and result.best.spec != str(kvserve.Profile()):
+            specs.insert(0, result.best.spec)
+        doc["cpp_comparison"] = compare_with_cli(a.compare_cli, a, evaluator, specs, head_scores)
     with open(os.path.join(a.out_dir, "results.json"), "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
     if result.out:
