@@ -88,6 +88,9 @@ def compare_with_cli(cli: str, a: argparse.Namespace, evaluator, specs, head_sco
         evaluator(spec)  # from its in-memory prefill: the per-sample cost of one evaluation
         py = evaluator.last
         lo, hi = cpp["relative_ci95"]
+        if cpp["relative"] is None or lo is None or hi is None:  # undefined: the baseline scored 0
+            out.append({"profile": spec, "command": " ".join(cmd), "cpp": cpp, "python": py})
+            continue
         out.append({
             "profile": spec, "command": " ".join(cmd), "samples": cpp["samples_scored"],
             "cpp_relative": cpp["relative"], "cpp_ci95": [lo, hi],
