@@ -37,6 +37,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import numbers
 import os
 import sys
 import time
@@ -306,8 +307,9 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
     """
     if not callable(evaluate):
         raise TypeError(f"evaluate: expected a callable evaluate(profile), got {type(evaluate).__name__}")
-    if isinstance(budget, bool) or not isinstance(budget, int):
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
         raise TypeError(f"budget: expected an int, got {type(budget).__name__}")
+    budget = int(budget)
     if budget < 1:
         raise ValueError(f"budget: must be >= 1 evaluation, got {budget}")
     if kv is None:
