@@ -348,7 +348,8 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
     try:
         raw = _kvserve._profile_search(space_obj, evaluate, None if measure else kv, dtype, measure, scores,
                                        db or ":memory:", model, workload, sample_set, codec_set, name,
-                                       float(quality_min), budget, int(seed), searcher, int(repeats), report)
+                                       float(quality_min), budget, int(seed), searcher, int(repeats), report,
+                                       line.note if line else None)
     finally:
         if line:
             line.end()

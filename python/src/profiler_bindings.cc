@@ -198,7 +198,7 @@ std::unique_ptr<Searcher> MakeSearcher(const std::string& name) {
 // nothing is feasible) and "evaluator".
 py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::object kv, py::object dtype,
                        py::object measure, std::shared_ptr<HeadScores> head_scores, const SearchArgs& a,
-                       py::object progress) {
+                       py::object progress, py::object note) {
   if (space.size() == 0) ThrowInvalid("space: no profiles to search");
   if (a.budget < 1) ThrowInvalid("budget: must be >= 1 evaluation (got " + std::to_string(a.budget) + ")");
   if (!std::isfinite(a.quality_min)) ThrowInvalid("quality_min: must be finite");
@@ -240,7 +240,19 @@ py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::obje
       status = db->PutCodec(key, *m);
       if (!status.ok()) break;
       candidates.push_back({p, *m});
-      ++measured;
+      // Every 64 measurements: Ctrl-C, and a note on the way.
+      if (++measured % 64 == 0) {
+        status = pending.Call<bool>("codec metrics", [&] {
+                          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                          if (!note.is_none()) {
+                            note("codec metrics: " + std::to_string(measured) + " measured, " +
+                                 std::to_string(from_db) + " from the database, " +
+                                 std::to_string(candidates.size()) + " / " + std::to_string(space.size()));
+                          }
+                          return true;
+                        }).status();
+        if (!status.ok()) break;
+      }
     }
   }
   pending.RaiseIfAny();
@@ -358,7 +370,8 @@ void RegisterProfiler(py::module_& m) {
         [](const StrategySpace& space, py::object evaluate, py::object kv, py::object dtype, py::object measure,
            std::shared_ptr<HeadScores> head_scores, std::string db, std::string model, std::string workload,
            std::string sample_set, std::string codec_set, std::string evaluator_name, double quality_min,
-           int budget, uint64_t seed, std::string searcher, int repeats, py::object progress) {
+           int budget, uint64_t seed, std::string searcher, int repeats, py::object progress,
+           py::object note) {
           SearchArgs a{std::move(db), std::move(model), std::move(workload), std::move(sample_set),
                        std::move(codec_set), std::move(evaluator_name), std::move(searcher)};
           a.quality_min = quality_min;
@@ -366,12 +379,12 @@ void RegisterProfiler(py::module_& m) {
           a.seed = seed;
           a.repeats = repeats;
           return ProfileSearch(space, std::move(evaluate), std::move(kv), std::move(dtype), std::move(measure),
-                               std::move(head_scores), a, std::move(progress));
+                               std::move(head_scores), a, std::move(progress), std::move(note));
         },
         py::arg("space"), py::arg("evaluate"), py::arg("kv"), py::arg("dtype"), py::arg("measure"),
         py::arg("head_scores"), py::arg("db"), py::arg("model"), py::arg("workload"), py::arg("sample_set"),
         py::arg("codec_set"), py::arg("evaluator"), py::arg("quality_min"), py::arg("budget"), py::arg("seed"),
-        py::arg("searcher"), py::arg("repeats"), py::arg("progress"));
+        py::arg("searcher"), py::arg("repeats"), py::arg("progress"), py::arg("note") = py::none());
 
   // The C++ quality evaluator's sample subset and relative quality, so that
   // Python task evaluators score the same samples the same way.

@@ -287,6 +287,10 @@ class ProfileSearchTest(unittest.TestCase):
         lines = [l for l in err.getvalue().splitlines() if " iter " in l]
         self.assertEqual(len(lines), len(r.rows))
         self.assertIn("best feasible CR", lines[-1])
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):  # a note every 64 codec measurements
+            kvserve.profile(kivi_space(bits=range(1, 9)), bits_quality, kv=kv, budget=1)
+        self.assertIn("codec metrics: 64 measured, 0 from the database, 64 / 65", err.getvalue())
         seen = []
         run(kivi_space(bits=(2, 8)), bits_quality, kv, budget=3, progress=seen.append)
         self.assertEqual([p["iteration"] for p in seen], list(range(1, len(seen) + 1)))
