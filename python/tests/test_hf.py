@@ -143,7 +143,7 @@ class TransformersDynamicCacheTest(unittest.TestCase):
         interval = report["ci95"]
         result = {
             "model": model_dir, "device": device, "transformers": transformers.__version__,
-            "codec": "cuda" if isinstance(frame_none, getattr(kvserve, "DeviceFrame", ())) else "cpu",
+            "codec": "cuda" if isinstance(frame_none, getattr(kvserve, "DeviceFrame", None) or ()) else "cpu",
             "torch": torch.__version__, "cache_type": cache_type, "workload": evaluator.workload,
             "samples": n, "none_token_identical": f"{identical}/{n}",
             "exact_match_none": report["baseline_metric_value"],
