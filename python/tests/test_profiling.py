@@ -236,8 +236,9 @@ class ProfileSearchTest(unittest.TestCase):
         space = kvserve.StrategySpace.load(os.path.join(REPO, "configs", "strategy_space.json"))
         self.assertGreater(len(space), 10)
         # Preset names in a list.
-        r = run(["kivi-2", "kivi-4"], bits_quality, kv, budget=2, searcher="exhaustive", quality_min=0)
+        r = run(["kivi-2", "kivi-4"], bits_quality, kv, budget=5, searcher="exhaustive", quality_min=0)
         self.assertEqual(len(r.rows), 2)
+        self.assertEqual(r.stop_reason, "space exhausted")
 
     def test_table_loads_in_the_controller_and_the_cli(self):
         kv = synth(39, shape=SHAPE)
