@@ -249,6 +249,9 @@ class ProfileSearchTest(unittest.TestCase):
             r = run(space, bits_quality, kv, quality_min=quality_min, budget=len(space), workload="chat",
                     out=out, searcher="exhaustive")
             self.assertEqual(r.out, out)
+            summary = json.loads(json.dumps(r.to_dict()))  # JSON-ready, for run records
+            self.assertEqual(summary["best"]["spec"], r.best.spec)
+            self.assertEqual(len(summary["rows"]), len(r.rows))
             table = kvserve.ProfileTable.load(out)
             self.assertEqual(table.workloads, ["chat"])
             feasible = {row.spec: row for row in r.rows if row.feasible}
