@@ -172,15 +172,23 @@ class TaskEvaluator:
             self._prefilled[i] = (pairs, out.logits[0, -1].float())
         return self._prefilled[i]
 
-    def _score(self, i: int, profile: Any) -> Tuple[float, float, int, int]:
+    def _encoder(self, profile: Any) -> Any:
+        """A CPU Encoder reused over the samples of one evaluation (one
+        codec thread, as the C++ evaluator), or None where the CUDA codec
+        encodes (a CUDA encoder is made per KV shape)."""
+        if self.device.type == "cuda" and kvserve.cuda_available():
+            return None
+        return kvserve.Encoder(profile, 1, self.head_scores)
+
+    def _score(self, i: int, profile: Any, encoder: Any = None) -> Tuple[float, float, int, int]:
         """(exact match, nll, input bytes, frame bytes) of sample i through
         ``profile``."""
         torch = self._torch
         pairs, last_logits = self._prefill(i)
-        frame = hf.compress_cache(pairs, profile, head_scores=self.head_scores)
+        frame = hf.compress_cache(pairs, profile, head_scores=self.head_scores, encoder=encoder)
         like = None if self._cache_type is not tuple else pairs
         cache, mask = hf.restore_cache(frame, like, device=self.device, dtype=self.model_dtype,
-                                       return_keep_mask=True)
+                                       return_keep_mask=True, threads=1)
         answer = list(self.samples[i]["answer_ids"])
         n = len(answer)
         attention = None
@@ -218,9 +226,11 @@ class TaskEvaluator:
             profile = kvserve.Profile.parse({p.name: p.spec for p in kvserve.presets()}.get(profile, profile))
         if self._baseline is None:
             none = kvserve.Profile()
-            self._baseline = [self._score(i, none)[:2] for i in range(len(self.samples))]
+            encoder = self._encoder(none)
+            self._baseline = [self._score(i, none, encoder)[:2] for i in range(len(self.samples))]
         start = time.perf_counter()
-        scores = [self._score(i, profile) for i in range(len(self.samples))]
+        encoder = self._encoder(profile)
+        scores = [self._score(i, profile, encoder) for i in range(len(self.samples))]
         if self.device.type == "cuda":
             self._torch.cuda.synchronize()
         seconds = time.perf_counter() - start
