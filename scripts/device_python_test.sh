@@ -14,6 +14,10 @@
 #       unpacks them under /tmp/devdeps (never into /), builds into
 #       build-device/, runs the tests.
 #
+# Then it runs python/examples/profile_own_model.py (profiling from Python,
+# output in $OUT/profile-qa; KVSERVE_PROFILE_EXAMPLE=0 skips it,
+# KVSERVE_PROFILE_EXAMPLE_ARGS adds flags such as "--samples 100 --budget 20").
+#
 # If the C++ quality evaluator (`kvserve quality`) is built there and
 # $KVSERVE_QUALITY_ARGS is set (e.g. "--workload qa --samples 50"), its
 # result for the same profile is passed to the test, which then requires the
@@ -105,6 +109,21 @@ if [ -n "$NVCC" ] && [ "${KVSERVE_CUDA_BENCH:-1}" != "0" ]; then
   echo "== CUDA from Python vs the C++ device API (python/bench_cuda.py)"
   PYTHONUNBUFFERED=1 "$PY" python/bench_cuda.py --tokens "${KVSERVE_CUDA_BENCH_TOKENS:-8192}" \
     --out "$OUT/cuda_api_bench.json" | tee "$OUT/cuda_api_bench.txt" || rc=1
+fi
+# Profiling driven from Python with the transformers task evaluator on the
+# shipped model (issue 20 item 4): the table it writes must load in
+# `kvserve policy`; with the CLI built, the C++ evaluator scores the best
+# profile and kivi-2 on the same samples for comparison (results.json).
+if [ "${KVSERVE_PROFILE_EXAMPLE:-1}" != "0" ] && [ -f data/eval/qa.jsonl ] && "$PY" -c 'import transformers' 2>/dev/null; then
+  echo "== profiling from Python (python/examples/profile_own_model.py)"
+  CMP=()
+  [ -x "$BUILD/tools/kvserve/kvserve" ] && CMP=(--compare-cli "$BUILD/tools/kvserve/kvserve")
+  PYTHONUNBUFFERED=1 "$PY" python/examples/profile_own_model.py --out-dir "$OUT/profile-qa" \
+    ${KVSERVE_PROFILE_EXAMPLE_ARGS:-} "${CMP[@]}" || rc=1
+  if [ -x "$BUILD/tools/kvserve/kvserve" ] && [ -f "$OUT/profile-qa/table.json" ]; then
+    "$BUILD/tools/kvserve/kvserve" policy "$OUT/profile-qa/table.json" --workload qa --quality-min 0.97 \
+      | tee "$OUT/profile-qa/policy.txt" || rc=1
+  fi
 fi
 echo "== exit $rc"
 exit $rc

@@ -20,6 +20,9 @@ tensors:
 * :class:`Controller`, :class:`ProfileTable`, :class:`BandwidthEstimator`
   pick a profile per request.
 * :mod:`kvserve.hf` compresses and restores Hugging Face ``DynamicCache``.
+* :func:`profile` runs the Bayesian profiler with your own quality
+  function (your model, your eval set) and writes the controller's Pareto
+  table; :mod:`kvserve.task_eval` is a transformers task evaluator for it.
 * :class:`PagedKv` describes one request's KV in an engine's paged caches
   (vLLM, FlashInfer layouts) with its block table: ``encode`` gathers from
   the pages, ``decode(frame, out=paged)`` scatters into the receiver's
@@ -71,12 +74,14 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     Profile,
     ProfileCost,
     ProfileTable,
+    StrategySpace,
     benefit_threshold,
     describe_layout,
     bytes_per_second_to_gbps,
     gbps_to_bytes_per_second,
     inspect,
     load_kv_file,
+    measure_codec,
     param_info,
     piecewise_policy,
     predict_seconds,
@@ -89,11 +94,13 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
 
 from . import cuda  # noqa: E402
 from .cuda import CudaDecoder, CudaEncoder, DeviceFrame  # noqa: E402,F401
+from .profiling import Evaluation, NoFeasibleProfileError, ProfileResult, profile  # noqa: E402,F401
 
 cuda_available = cuda.available
 
 __all__ = [
     "CudaDecoder", "CudaEncoder", "DeviceFrame", "cuda", "cuda_available",
+    "Evaluation", "NoFeasibleProfileError", "ProfileResult", "StrategySpace", "measure_codec", "profile",
     "BandwidthEstimator", "ChunkEntry", "Controller", "Decision", "Decoder", "Encoder", "Frame",
     "FrameInfo", "FrameStats", "HeadScores", "KvserveCorruptionError", "KvserveError",
     "KvserveInternalError", "KvserveInvalidArgumentError", "KvserveIOError",

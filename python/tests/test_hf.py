@@ -5,12 +5,15 @@ The legacy-tuple test runs anywhere torch is installed. The model test needs
 the first models/*/config.json of the repository) and the qa eval set
 (data/eval/qa.jsonl from scripts/data/build_all.sh, or $KVSERVE_HF_WORKLOAD).
 It runs on the GPU machine (scripts/device_python_test.sh) and skips cleanly
-elsewhere. Per eval sample it prefills with transformers, compresses the
-DynamicCache with kvserve, restores it and greedy-decodes the answer:
+elsewhere. Per eval sample of the subset ($KVSERVE_HF_PROMPTS of them, seed 0)
+it prefills with transformers, compresses the DynamicCache with kvserve,
+restores it and greedy-decodes the answer:
   - through `none` the generation must be token-identical to decoding from
     the original cache;
   - through a lossy profile ($KVSERVE_HF_PROFILE, default kivi-2) it measures
-    exact match relative to `none` with a 95% paired bootstrap interval, and
+    exact match relative to `none` with a 95% paired bootstrap interval
+    (kvserve.task_eval.TaskEvaluator: the C++ evaluator's sample subset,
+    teacher-forced scoring and bootstrap, on the model's device), and
     requires that interval to overlap the C++ quality evaluator's for the same
     profile and workload (docs/results/quality/qa.json, written by
     scripts/quality_report.sh; or the JSON {"mean", "ci95": [lo, hi]} named by
@@ -80,26 +83,9 @@ def _greedy(model, cache, first_token, steps):
     return tokens
 
 
-def _workload():
+def _workload_path():
     path = os.environ.get("KVSERVE_HF_WORKLOAD", os.path.join(REPO, "data", "eval", "qa.jsonl"))
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _bootstrap_ratio(num, den, resamples=1000, seed=93):
-    """95% percentile interval of sum(num[i]) / sum(den[i]) over paired resamples."""
-    gen = torch.Generator().manual_seed(seed)
-    n = len(num)
-    vals = []
-    for _ in range(resamples):
-        idx = torch.randint(0, n, (n,), generator=gen).tolist()
-        d = sum(den[i] for i in idx)
-        if d > 0:
-            vals.append(sum(num[i] for i in idx) / d)
-    vals.sort()
-    return [vals[int(0.025 * (len(vals) - 1))], vals[int(0.975 * (len(vals) - 1))]]
+    return path if os.path.exists(path) else None
 
 
 def _cpp_reference(profile_name):
@@ -122,52 +108,49 @@ def _cpp_reference(profile_name):
 
 @unittest.skipIf(torch is None or transformers is None, "transformers not installed")
 @unittest.skipIf(_model_dir() is None, "no HF model (set KVSERVE_HF_MODEL or ship models/*/config.json)")
-@unittest.skipIf(_workload() is None, "no qa eval set (scripts/data/build_all.sh or KVSERVE_HF_WORKLOAD)")
+@unittest.skipIf(_workload_path() is None, "no qa eval set (scripts/data/build_all.sh or KVSERVE_HF_WORKLOAD)")
 class TransformersDynamicCacheTest(unittest.TestCase):
     def test_prefill_compress_restore_decode(self):
-        from transformers import AutoModelForCausalLM
+        from kvserve.task_eval import TaskEvaluator
 
         model_dir = _model_dir()
         device = "cuda" if torch.cuda.is_available() else "cpu"
         if device == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = False
-        model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(device).eval()
+        # The C++ evaluator's sample subset (ChooseSubset, seed 0) and scoring.
+        evaluator = TaskEvaluator(model_dir, _workload_path(), samples=PROMPTS, seed=0, device=device)
+        model = evaluator.model
         bos = model.config.bos_token_id
-        samples = _workload()[:PROMPTS]
-        em_none, em_lossy, identical, ratios = [], [], 0, []
-        cache_type = None
-        for s in samples:
-            ids = ([bos] if bos is not None else []) + s["prompt_ids"]
-            answer = s["answer_ids"]
+        identical, cache_type, frame_none = 0, None, None
+        for s in evaluator.samples:
+            ids = ([bos] if bos is not None else []) + list(s["prompt_ids"])
+            answer = list(s["answer_ids"])
             with torch.no_grad():
                 out = model(input_ids=torch.tensor([ids], device=device), use_cache=True)
             cache = out.past_key_values
             cache_type = type(cache).__name__
             first = int(out.logits[0, -1].argmax())
             frame_none = hf.compress_cache(cache, "none")
-            frame_lossy = hf.compress_cache(cache, LOSSY_PROFILE)
-            kv_bytes = sum(k.numel() * 2 * 2 for k, _ in hf.cache_layers(cache))  # as f16 on the wire
-            ratios.append(kv_bytes / len(frame_lossy))
             restored = hf.restore_cache(frame_none, like=cache)
             self.assertEqual(type(restored), type(cache))
             got_none = _greedy(model, restored, first, len(answer))
-            lossy = _greedy(model, hf.restore_cache(frame_lossy, like=cache), first, len(answer))
             baseline = _greedy(model, cache, first, len(answer))
             self.assertEqual(got_none, baseline, "generation through 'none' is not token-identical")
             identical += 1
-            em_none.append(float(got_none == answer))
-            em_lossy.append(float(lossy == answer))
-        mean_none = sum(em_none) / len(em_none)
-        relative = (sum(em_lossy) / sum(em_none)) if sum(em_none) else float("nan")
-        interval = _bootstrap_ratio(em_lossy, em_none)
+        relative, half, n = evaluator(kvserve.Profile.parse(
+            {p.name: p.spec for p in kvserve.presets()}.get(LOSSY_PROFILE, LOSSY_PROFILE)))
+        report = evaluator.last
+        interval = report["ci95"]
         result = {
             "model": model_dir, "device": device, "transformers": transformers.__version__,
-            "codec": "cuda" if isinstance(frame_none, getattr(kvserve, "DeviceFrame", ())) else "cpu",
-            "torch": torch.__version__, "cache_type": cache_type, "workload": "qa", "samples": len(samples),
-            "none_token_identical": f"{identical}/{len(samples)}", "exact_match_none": mean_none,
-            "lossy_profile": LOSSY_PROFILE, "lossy_compression_ratio_vs_f16": sum(ratios) / len(ratios),
-            "exact_match_lossy": sum(em_lossy) / len(em_lossy),
+            "codec": "cuda" if isinstance(frame_none, getattr(kvserve, "DeviceFrame", None) or ()) else "cpu",
+            "torch": torch.__version__, "cache_type": cache_type, "workload": evaluator.workload,
+            "samples": n, "none_token_identical": f"{identical}/{n}",
+            "exact_match_none": report["baseline_metric_value"],
+            "lossy_profile": LOSSY_PROFILE, "lossy_compression_ratio_vs_f16": report["compression_ratio"],
+            "exact_match_lossy": report["metric_value"],
             "relative_quality": relative, "relative_quality_ci95": interval,
+            "evaluator_seconds_per_sample": report["seconds_per_sample"],
         }
         reference = _cpp_reference(LOSSY_PROFILE)
         if reference is not None:
@@ -178,12 +161,14 @@ class TransformersDynamicCacheTest(unittest.TestCase):
         if os.environ.get("KVSERVE_TEST_OUT"):
             with open(os.path.join(os.environ["KVSERVE_TEST_OUT"], "hf_results.json"), "w") as f:
                 json.dump(result, f, indent=2)
-        self.assertGreater(mean_none, 0.5, "the shipped model should answer most qa samples uncompressed")
+        self.assertGreater(report["baseline_metric_value"], 0.5,
+                           "the shipped model should answer most qa samples uncompressed")
+        self.assertEqual(evaluator(kvserve.Profile())[:2], (1.0, 0.0), "'none' must score exactly 1 vs itself")
         if device == "cuda" and kvserve.cuda_available():
             self.assertEqual(result["codec"], "cuda", "a CUDA cache must be encoded by the CUDA codec")
             # The one-call helper gives the same tokens through 'none'.
-            s = samples[0]
-            ids = torch.tensor([([bos] if bos is not None else []) + s["prompt_ids"]], device=device)
+            s = evaluator.samples[0]
+            ids = torch.tensor([([bos] if bos is not None else []) + list(s["prompt_ids"])], device=device)
             tokens, _ = hf.generate_through_frame(model, ids, "none", len(s["answer_ids"]))
             with torch.no_grad():
                 out = model(input_ids=ids, use_cache=True)

@@ -1,0 +1,396 @@
+"""Profile your own model: the Bayesian profiler with your evaluation.
+
+    import kvserve
+    result = kvserve.profile("configs/strategy_space.json", evaluate=my_eval, kv=kv,
+                             quality_min=0.97, budget=40, db="profile.sqlite",
+                             model="my-model", workload="chat", sample_set="dev-200",
+                             out="chat_table.json")
+
+``evaluate(profile)`` is your function: it receives a :class:`kvserve.Profile`
+and returns its quality relative to uncompressed (1.0 = indistinguishable),
+as a float or a ``(quality, ci_half_width, samples)`` tuple. Run your engine
+and your eval set in it -- :class:`kvserve.task_eval.TaskEvaluator` is a
+worked example with transformers.
+
+What is measured where:
+
+* Quality: only by ``evaluate``, at most ``budget`` times, on the profiles
+  the Bayesian engine (include/kvserve/profiler.h, paper Alg. 1) picks.
+* Compression ratio and codec throughput: by kvserve, once per profile of
+  the space, by encoding and decoding ``kv`` (your KV cache). A CPU tensor
+  is measured with the CPU codec (one thread, fastest of ``repeats`` runs);
+  a CUDA tensor with the CUDA codec on its device when this build has it
+  (a CPU-only build copies it to host memory and uses the CPU codec; the
+  result says which in ``codec_device``).
+* Every evaluation and every codec measurement is stored in ``db`` (SQLite),
+  keyed by ``model``, ``workload``, ``sample_set``, the profile spec and
+  the evaluator name (quality) or a digest of ``kv`` (codec metrics). A
+  second call with the same keys re-evaluates nothing: an interrupted run
+  (Ctrl-C, a crash in ``evaluate``) resumes where it stopped.
+
+The Pareto table (``out``) has the format of ``ProfileTable`` /
+``kvserve policy TABLE`` / the serving workers' ``--table``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import numbers
+import os
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from . import _kvserve, cuda
+
+Evaluate = Callable[[Any], Any]
+SpaceLike = Union[str, "os.PathLike[str]", Sequence[Any], Dict[str, Any], Any]
+
+_HEAD_SCORE_QUANTIZERS = ("mixhq", "duo")
+
+
+class NoFeasibleProfileError(LookupError):
+    """No evaluated profile reached ``quality_min``, so there is no table to
+    write. ``.result`` is the :class:`ProfileResult` (the trace is kept, and
+    so is every row of the database)."""
+
+    def __init__(self, message: str, result: "ProfileResult") -> None:
+        super().__init__(message)
+        self.result = result
+
+
+@dataclasses.dataclass
+class Evaluation:
+    """One evaluation of the trace, in search order."""
+
+    spec: str
+    quality: float
+    ci_half_width: float
+    samples: int
+    feasible: bool
+    compression_ratio: float
+    encode_bytes_per_second: float
+    decode_bytes_per_second: float
+    from_db: bool              # answered by the results database, evaluate() not called
+    seconds: Optional[float]   # wall time of the evaluate() call (None when from_db)
+
+    @property
+    def profile(self) -> Any:
+        return _kvserve.Profile.parse(self.spec)
+
+
+@dataclasses.dataclass
+class ProfileResult:
+    """What :func:`profile` found."""
+
+    rows: List[Evaluation]
+    best: Optional[Evaluation]     # max-CR feasible evaluation, None when none is feasible
+    stop_reason: str               # "budget", "space exhausted", "early stop: ..."
+    evaluated: int                 # evaluate() calls made by this run
+    reused: int                    # evaluations answered by the database
+    codec_measured: int            # profiles whose codec metrics this run measured
+    codec_from_db: int
+    codec_device: str              # "cpu" or "cuda:<n>"
+    codec_cpu_profiles: List[str]  # with a CUDA kv: profiles the CUDA codec lacks, measured on the CPU
+    space_size: int
+    table_json: Optional[str]      # the labelled Pareto table, None when nothing is feasible
+    out: Optional[str] = None      # where the table was written
+
+    @property
+    def table(self) -> Any:
+        """The Pareto table as a :class:`kvserve.ProfileTable` (None when
+        nothing is feasible)."""
+        return None if self.table_json is None else _kvserve.ProfileTable.from_json(self.table_json)
+
+    def to_dict(self) -> Dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out.pop("table_json")
+        return out
+
+
+def _space(space: SpaceLike) -> Any:
+    if isinstance(space, _kvserve.StrategySpace):
+        return space
+    if isinstance(space, dict):
+        return _kvserve.StrategySpace.from_json(json.dumps(space))
+    if isinstance(space, (str, os.PathLike)):
+        text = os.fspath(space)
+        if text.lstrip().startswith("{"):
+            return _kvserve.StrategySpace.from_json(text)
+        if not os.path.exists(text):
+            raise FileNotFoundError(f"space: {text!r} is neither a strategy-space JSON file nor JSON text")
+        return _kvserve.StrategySpace.load(text)
+    if isinstance(space, (list, tuple)):
+        profiles = []
+        for item in space:
+            if isinstance(item, _kvserve.Profile):
+                profiles.append(item)
+            elif isinstance(item, str):
+                preset = {p.name: p.spec for p in _kvserve.presets()}.get(item, item)
+                profiles.append(_kvserve.Profile.parse(preset))
+            else:
+                raise TypeError(f"space: list items must be Profile objects or spec strings, "
+                                f"got {type(item).__name__}")
+        if not profiles:
+            raise ValueError("space: the list of profiles is empty")
+        return _kvserve.StrategySpace.from_profiles(profiles)
+    raise TypeError(f"space: expected a path, JSON text, a dict or a list of profile specs, "
+                    f"got {type(space).__name__}")
+
+
+def _head_scores(scores: Any) -> Any:
+    if scores is None or isinstance(scores, _kvserve.HeadScores):
+        return scores
+    if isinstance(scores, (str, os.PathLike)):
+        return _kvserve.HeadScores.load(os.fspath(scores))
+    return _kvserve.HeadScores(scores)
+
+
+def _tensors(kv: Any) -> List[Any]:
+    if isinstance(kv, (list, tuple)):
+        return [t for pair in kv for t in pair]
+    return [kv]
+
+
+def _kv_digest(kv: Any) -> str:
+    """A digest of the KV's shape, dtype and bytes (the codec metrics' key)."""
+    h = hashlib.blake2b(digest_size=12)
+    for t in _tensors(kv):
+        h.update(f"{tuple(t.shape)}:{t.dtype};".encode())
+        if hasattr(t, "detach"):  # torch (CPU or CUDA): the raw bytes, whatever the dtype
+            import torch  # noqa: PLC0415
+
+            flat = t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()
+        else:
+            import numpy  # noqa: PLC0415
+
+            flat = numpy.ascontiguousarray(t).reshape(-1).view(numpy.uint8)
+        h.update(memoryview(flat))
+    return h.hexdigest()
+
+
+def _cuda_meter(kv: Any, head_scores: Any, repeats: int, cpu_specs: List[str]) -> Callable[[Any], tuple]:
+    """Codec metrics of a CUDA KV cache with the CUDA encoder and decoder:
+    CR over every frame byte, throughputs over the logical bytes, the
+    fastest of ``repeats`` synchronised runs after a checked warm-up.
+    Profiles the CUDA codec does not run (zstd, lz4) are measured with the
+    CPU codec on a host copy; their specs are appended to ``cpu_specs``."""
+    import torch  # noqa: PLC0415
+
+    shape, dtype = cuda.kv_shape(kv)
+    layers, heads, tokens, dim = shape
+    logical = layers * 2 * heads * tokens * dim * {"f32": 4, "f16": 2, "bf16": 2}[dtype]
+
+    host: List[Any] = []
+
+    def measure(profile: Any) -> tuple:
+        try:
+            enc = cuda.CudaEncoder(profile, kv, head_scores=head_scores)
+        except _kvserve.KvserveNotSupportedError:
+            if not host:
+                host.append([(k.cpu(), v.cpu()) for k, v in kv] if isinstance(kv, (list, tuple)) else kv.cpu())
+            cpu_specs.append(str(profile))
+            m = _kvserve.measure_codec(profile, host[0], None, head_scores, repeats)
+            return (m["compression_ratio"], m["encode_bytes_per_second"], m["decode_bytes_per_second"])
+        frame = enc.encode(kv, check=True)
+        dec = cuda.CudaDecoder(frame)
+        out = dec.decode(frame, check=True)
+        t_enc = t_dec = math.inf
+        for _ in range(repeats):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            frame = enc.encode(kv, frame)
+            torch.cuda.synchronize()
+            t_enc = min(t_enc, time.perf_counter() - start)
+            start = time.perf_counter()
+            dec.decode(frame, out)
+            torch.cuda.synchronize()
+            t_dec = min(t_dec, time.perf_counter() - start)
+        enc.check()
+        dec.check()
+        return (logical / len(frame), logical / t_enc, logical / t_dec)
+
+    return measure
+
+
+class _ProgressLine:
+    """The live progress line on stderr: rewritten in place on a terminal,
+    one line per evaluation otherwise."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.start = time.monotonic()
+        self.width = 0
+
+    def note(self, text: str) -> None:
+        self.end()
+        print(f"kvserve.profile: {text}", file=self.stream, flush=True)
+
+    def __call__(self, p: Dict[str, Any]) -> None:
+        line = (f"kvserve.profile: iter {p['iteration']:>3}/{p['budget']}  q={p['quality']:.4f} "
+                f"{'feasible  ' if p['feasible'] else 'infeasible'}  best feasible CR "
+                f"{p['best_feasible_cr']:.2f}  from db {p['reused']}  remaining {p['remaining']}  "
+                f"{time.monotonic() - self.start:.1f} s  {p['spec']}")
+        if self.tty:
+            pad = max(0, self.width - len(line))
+            self.stream.write("\r" + line + " " * pad)
+            self.width = len(line)
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.tty and self.width:
+            self.stream.write("\n")
+            self.stream.flush()
+            self.width = 0
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float = 0.97,
+            budget: int = 80, db: Optional[str] = None, model: str = "model",
+            workload: str = "default", sample_set: str = "default", evaluator: Optional[str] = None,
+            quality_kind: Optional[str] = None, out: Optional[str] = None, head_scores: Any = None,
+            dtype: Optional[str] = None, seed: int = 1, searcher: str = "bayes", repeats: int = 1,
+            progress: Union[bool, Callable[[Dict[str, Any]], None]] = True) -> ProfileResult:
+    """Searches ``space`` for the profiles with the highest compression ratio
+    whose ``evaluate`` quality is at least ``quality_min``, with at most
+    ``budget`` calls of ``evaluate``, and returns a :class:`ProfileResult`.
+
+    Args:
+        space: a strategy-space JSON file (configs/strategy_space.json), its
+            JSON text or dict, a :class:`kvserve.StrategySpace`, or a list of
+            profile specs / preset names / :class:`kvserve.Profile`.
+        evaluate: ``evaluate(profile) -> quality`` or ``-> (quality,
+            ci_half_width, samples)``; called with the GIL held from the
+            calling thread. An exception it raises stops the search and is
+            raised from here unchanged (finished evaluations stay in ``db``).
+        kv: the KV cache CR and codec speed are measured on, in any layout
+            :func:`kvserve.encode` takes (a 5-D ``(layers, 2, kv_heads,
+            tokens, head_dim)`` array/tensor or per-layer ``(K, V)`` pairs);
+            a CUDA tensor is measured with the CUDA codec.
+        quality_min: the quality floor (feasible iff quality >= it).
+        budget: the most ``evaluate`` calls (>= 1); database answers count.
+        db: SQLite results database path (created if missing); None: a
+            private in-memory one (nothing resumes).
+        model, workload, sample_set: the scope of the database keys -- name
+            what ``evaluate`` measures (a changed model or eval set needs a
+            new name). ``workload`` is also the table's workload name.
+        evaluator: the evaluator's name in the keys (default
+            ``evaluate.name`` if it has one, else ``"python:" + its
+            qualified name``).
+        quality_kind: what the quality numbers are, written into the table
+            (default ``evaluate.quality_kind`` or a generic label).
+        out: write the labelled Pareto table here (JSON). Raises
+            :class:`NoFeasibleProfileError` if nothing is feasible.
+        head_scores: HeadScores, a JSON path or a ``(layers, kv_heads)``
+            array; without them mixhq and duo profiles are left out.
+        dtype: element type of 16-bit integer ``kv`` buffers ("bf16").
+        seed: search seed; searcher: "bayes", "random" or "exhaustive";
+        repeats: codec timing runs per profile (the fastest counts).
+        progress: True prints a live line on stderr per evaluation, False
+            nothing, or a callable receiving each progress dict.
+
+    Raises ValueError (KvserveInvalidArgumentError) for an empty space, a
+    bad ``kv``, ``budget < 1`` or an unknown searcher; TypeError for an
+    ``evaluate`` that is not callable or returns something else than a
+    number or a 1-3 tuple.
+    """
+    if not callable(evaluate):
+        raise TypeError(f"evaluate: expected a callable evaluate(profile), got {type(evaluate).__name__}")
+    if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
+        raise TypeError(f"budget: expected an int, got {type(budget).__name__}")
+    budget = int(budget)
+    if budget < 1:
+        raise ValueError(f"budget: must be >= 1 evaluation, got {budget}")
+    if kv is None:
+        raise ValueError("kv: required (the KV cache CR and codec speed are measured on)")
+    space_obj = _space(space)
+    scores = _head_scores(head_scores)
+    line = _ProgressLine() if progress is True else None
+    report = line if line is not None else (progress if callable(progress) else None)
+    if scores is None:
+        kept = [p for p in space_obj.profiles if p.quantizer not in _HEAD_SCORE_QUANTIZERS]
+        if len(kept) < len(space_obj) and kept:
+            if line:
+                line.note(f"no head_scores: {len(space_obj) - len(kept)} mixhq/duo profiles left out")
+            space_obj = _kvserve.StrategySpace.from_profiles(kept)
+        elif not kept and len(space_obj):
+            raise ValueError("space: every profile is mixhq or duo, which need head_scores")
+    if len(space_obj) == 0:
+        raise ValueError("space: no profiles to search")
+    name = evaluator or getattr(evaluate, "name", None) or \
+        "python:" + getattr(evaluate, "__qualname__", type(evaluate).__qualname__)
+    measure = None
+    codec_device = "cpu"
+    cpu_specs: List[str] = []
+    if cuda.is_cuda(kv):
+        if cuda.available():
+            codec_device = f"cuda:{cuda.device_of(kv)}"
+            measure = _cuda_meter(kv, scores, repeats, cpu_specs)
+        else:  # a CPU-only build: the CPU codec on a host copy
+            kv = [(k.cpu(), v.cpu()) for k, v in kv] if isinstance(kv, (list, tuple)) else kv.cpu()
+            if line:
+                line.note("CUDA kv but a CPU-only build: codec metrics measured with the CPU codec")
+    codec_set = f"codec:{codec_device}:repeats={repeats}:kv={_kv_digest(kv)}"
+    if line:
+        line.note(f"{len(space_obj)} profiles, quality >= {quality_min}, budget {budget}, "
+                  f"evaluator {name}, db {db or ':memory:'}")
+    try:
+        raw = _kvserve._profile_search(space_obj, evaluate, None if measure else kv, dtype, measure, scores,
+                                       db or ":memory:", model, workload, sample_set, codec_set, name,
+                                       float(quality_min), budget, int(seed), searcher, int(repeats), report,
+                                       line.note if line else None)
+    finally:
+        if line:
+            line.end()
+    rows = [Evaluation(spec=r["spec"], quality=r["quality"], ci_half_width=r["ci_half_width"],
+                       samples=r["samples"], feasible=r["feasible"],
+                       compression_ratio=r["codec"]["compression_ratio"],
+                       encode_bytes_per_second=r["codec"]["encode_bytes_per_second"],
+                       decode_bytes_per_second=r["codec"]["decode_bytes_per_second"],
+                       from_db=r["from_db"], seconds=r["seconds"]) for r in raw["rows"]]
+    table_json = None
+    if raw["table_json"] is not None:
+        doc = json.loads(raw["table_json"])
+        kind = quality_kind or getattr(evaluate, "quality_kind", None) or \
+            f"user evaluator {name}: quality relative to uncompressed"
+        labelled = {
+            "format": doc["format"], "version": doc["version"], "quality_kind": kind,
+            "comment": (f"kvserve.profile (Python): {searcher} search, quality >= {quality_min}, "
+                        f"budget {budget}, seed {seed}; {len(rows)} evaluations by {name}; model {model}, "
+                        f"sample set {sample_set}. CR and codec throughputs: {codec_device} codec"
+                        f"{', 1 thread' if codec_device == 'cpu' else ''}, fastest of {repeats}, "
+                        f"on the caller's KV"
+                        f"{f' ({len(cpu_specs)} profiles the CUDA codec lacks: CPU codec)' if cpu_specs else ''}."),
+            "workloads": doc["workloads"], "profiles": doc["profiles"],
+        }
+        table_json = json.dumps(labelled, indent=2) + "\n"
+    result = ProfileResult(
+        rows=rows, best=rows[raw["best"]] if raw["best"] >= 0 else None, stop_reason=raw["stop_reason"],
+        evaluated=sum(not r.from_db for r in rows), reused=raw["reused"], codec_measured=raw["codec_measured"],
+        codec_from_db=raw["codec_from_db"], codec_device=codec_device, codec_cpu_profiles=cpu_specs,
+        space_size=len(space_obj),
+        table_json=table_json)
+    if line:
+        best = result.best
+        line.note(f"stopped: {result.stop_reason}; {len(rows)} evaluations ({result.reused} from the db); "
+                  + (f"best feasible {best.spec} (CR {best.compression_ratio:.3f}, q {best.quality:.4f})"
+                     if best else "nothing feasible"))
+    if out is not None:
+        if table_json is None:
+            why = (f"no evaluated profile reached quality_min {quality_min}" if result.best is None else
+                   f"no feasible profile compresses (CR > 1): {raw['table_error']}")
+            raise NoFeasibleProfileError(f"{why} ({len(rows)} evaluations); {out} not written", result)
+        _write_atomically(os.fspath(out), table_json)
+        result.out = os.fspath(out)
+    return result
