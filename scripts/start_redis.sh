@@ -29,8 +29,10 @@ mkdir -p "$DIR"
 PIDFILE="$DIR/redis.pid"
 
 if [ "$STOP" -eq 1 ]; then
-  if [ -f "$PIDFILE" ] && kill "$(cat "$PIDFILE")" 2>/dev/null; then
-    pid=$(cat "$PIDFILE")
+  # The pid is read once: redis removes its pid file as it exits, so a
+  # second read after the kill can fail (and set -e would end the script).
+  pid=$(cat "$PIDFILE" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill "$pid" 2>/dev/null; then
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     echo "stopped redis in $DIR"
   else

@@ -16,6 +16,8 @@
 #include <deque>
 #include <future>
 #include <list>
+#include <unordered_set>
+#include <utility>
 
 #include "transport/tcp_internal.h"
 #include "transport/wire.h"
@@ -42,6 +44,7 @@ void EncodeHeader(uint8_t kind, const StreamId& id, uint64_t value, uint8_t out[
 
 // A send in flight: the header must stay valid until UCP completes it.
 struct SendRequest {
+  class Engine::Impl* engine = nullptr;  // set while UCP holds the request
   std::shared_ptr<StreamState> state;
   std::shared_ptr<WriteOp> op;  // the Write waiting for it (null for CREDIT)
   bool data = false;      // DATA (counts towards send_completed), else CREDIT
@@ -185,6 +188,8 @@ class Engine::Impl {
       Complete(r, UCS_PTR_STATUS(sp));
       return false;
     }
+    r->engine = this;
+    in_flight_.insert(r);
     return true;
   }
 
@@ -315,7 +320,9 @@ class Engine::Impl {
   // --- UCP callbacks (engine thread, inside ucp_worker_progress) ---------
 
   static void OnSendDone(void* request, ucs_status_t status, void* user_data) {
-    Complete(static_cast<SendRequest*>(user_data), status);
+    auto* r = static_cast<SendRequest*>(user_data);
+    if (r->engine != nullptr) r->engine->in_flight_.erase(r);
+    Complete(r, status);
     ucp_request_free(request);
   }
 
@@ -712,6 +719,10 @@ class Engine::Impl {
       }
     }
     if (worker_ != nullptr) ucp_worker_destroy(worker_);
+    // Sends UCP never completed (shared memory to a dead peer has no
+    // failure detection): their callbacks will not come now; release their
+    // write-behind copies and states.
+    for (SendRequest* r : std::exchange(in_flight_, {})) Complete(r, UCS_ERR_CANCELED);
     if (context_ != nullptr) ucp_cleanup(context_);
     worker_ = nullptr;
     context_ = nullptr;
@@ -738,6 +749,7 @@ class Engine::Impl {
   std::list<std::shared_ptr<StreamState>> flushing_;
   std::deque<std::shared_ptr<StreamState>> ready_to_finish_;
   std::list<std::pair<void*, EpContext*>> closes_;
+  std::unordered_set<SendRequest*> in_flight_;  // sends UCP holds (worker mutex)
   std::list<std::unique_ptr<EpContext>> contexts_;
 };
 
