@@ -141,13 +141,12 @@ struct UcxTransportOptions {
   // blocks beyond it. >= 64 KiB.
   size_t window_bytes = size_t{8} << 20;
   // Largest active message a write is cut into, 4 KiB .. window_bytes.
-  size_t segment_bytes = size_t{256} << 10;
+  size_t segment_bytes = size_t{1} << 20;
   // Write-behind, per stream: a Write of at most min(write_behind_bytes,
   // max(segment_bytes, write_behind_bytes / 4)) (1 MiB by default) is
   // copied, segment by segment, and returns once its sends are started (as
-  // a TCP write returns once the kernel holds the bytes), so the peer
-  // fetches one segment while the next is copied and the next Write
-  // overlaps this one's transfer; at most this many copied bytes are in
+  // a TCP write returns once the kernel holds the bytes), so the next
+  // Write overlaps this one's transfer; at most this many copied bytes are in
   // flight (a Write waits for room). A failed buffered send fails the
   // stream's next Write or Read. Larger Writes, and all Writes when 0, are
   // zero-copy and return once UCP completed them.
