@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -60,14 +61,7 @@ class RedisCluster {
       : persist_(persist), node_timeout_ms_(node_timeout_ms) {
     char tmpl[] = "/tmp/kvserve-cluster-XXXXXX";
     if (::mkdtemp(tmpl) != nullptr) dir_ = tmpl;
-    // Six node ports and their cluster bus ports (+10000), all free.
-    std::mt19937 rng(std::random_device{}());
-    for (int tries = 0; tries < 50 && base_ == 0; ++tries) {
-      const int base = 20000 + static_cast<int>(rng() % 20000);
-      bool free = true;
-      for (int i = 0; i < 6 && free; ++i) free = PortFree(base + i) && PortFree(base + i + 10000);
-      if (free) base_ = base;
-    }
+    PickPorts();
   }
   ~RedisCluster() {
     Stop();
@@ -75,18 +69,34 @@ class RedisCluster {
   }
 
   // Starts (or restarts, on the same directory) the six nodes and waits for
-  // cluster_state:ok.
+  // cluster_state:ok. A free port can be taken between PickPorts and redis
+  // binding it (other tests run alongside): a first start that fails is
+  // retried on fresh ports, up to three times; the last attempt's log goes to
+  // stderr.
   bool Start() {
     if (dir_.empty() || base_ == 0) return false;
-    std::string cmd = std::string(KVSERVE_SOURCE_DIR) + "/scripts/start_redis_cluster.sh --base-port " +
-                      std::to_string(base_) + " --dir " + dir_ + " --node-timeout " +
-                      std::to_string(node_timeout_ms_) + (persist_ ? " --persist" : "") +
-                      " >" + dir_ + "/start.log 2>&1";
-    running_ = std::system(cmd.c_str()) == 0;
-    return running_;
+    const bool fresh = !std::filesystem::exists(dir_ + "/" + std::to_string(base_) + "/nodes.conf");
+    for (int attempt = 0; attempt < (fresh ? 3 : 1); ++attempt) {
+      if (attempt > 0) {
+        Stop(/*force=*/true);
+        for (const auto& e : std::filesystem::directory_iterator(dir_)) std::filesystem::remove_all(e);
+        PickPorts();
+        if (base_ == 0) return false;
+      }
+      std::string cmd = std::string(KVSERVE_SOURCE_DIR) + "/scripts/start_redis_cluster.sh --base-port " +
+                        std::to_string(base_) + " --dir " + dir_ + " --node-timeout " +
+                        std::to_string(node_timeout_ms_) + (persist_ ? " --persist" : "") +
+                        " >" + dir_ + "/start.log 2>&1";
+      running_ = std::system(cmd.c_str()) == 0;
+      if (running_) return true;
+    }
+    std::ifstream log(dir_ + "/start.log");
+    std::cerr << "start_redis_cluster.sh failed (base port " << base_ << "):\n" << log.rdbuf();
+    return false;
   }
-  void Stop() {
-    if (!running_) return;
+  // Shuts the nodes down; `force` also when the start failed half-way.
+  void Stop(bool force = false) {
+    if (!running_ && !force) return;
     std::string cmd = std::string(KVSERVE_SOURCE_DIR) + "/scripts/start_redis_cluster.sh --base-port " +
                       std::to_string(base_) + " --dir " + dir_ + " --stop >/dev/null 2>&1";
     (void)std::system(cmd.c_str());
@@ -132,6 +142,20 @@ class RedisCluster {
   }
 
  private:
+  // Six node ports and their cluster bus ports (+10000), all free and below
+  // the kernel's ephemeral range (32768+), so outgoing connections of other
+  // tests do not take them.
+  void PickPorts() {
+    base_ = 0;
+    std::mt19937 rng(std::random_device{}());
+    for (int tries = 0; tries < 50 && base_ == 0; ++tries) {
+      const int base = 10000 + static_cast<int>(rng() % 12700);
+      bool free = true;
+      for (int i = 0; i < 6 && free; ++i) free = PortFree(base + i) && PortFree(base + i + 10000);
+      if (free) base_ = base;
+    }
+  }
+
   bool persist_;
   int node_timeout_ms_;
   std::string dir_;
