@@ -21,6 +21,9 @@ void RegisterController(pybind11::module_& m);
 // python/src/profiler_bindings.cc: StrategySpace, codec metrics, the
 // profiling search with a Python evaluator, the task-quality statistics.
 void RegisterProfiler(pybind11::module_& m);
+// python/src/transport_bindings.cc: transports (TCP, UCX), authenticated
+// connections with shaping and goodput samples, layer-streamed frames.
+void RegisterTransport(pybind11::module_& m);
 // CUDA codec bindings (cuda_bindings.cc; only in CUDA builds).
 void RegisterCuda(pybind11::module_& m);
 

@@ -17,6 +17,7 @@
 
 #include "bindings.h"
 #include "errors.h"
+#include "held_bytes.h"
 #include "kvserve/codec.h"
 #include "paged.h"
 #include "tensor.h"
@@ -96,27 +97,6 @@ struct Frame {
   std::unique_ptr<uint8_t, decltype(&std::free)> data{nullptr, &std::free};
   size_t size = 0;
   FrameStats stats;
-};
-
-// A held, read-only, C-contiguous byte buffer (a frame given from Python).
-class HeldBytes {
- public:
-  HeldBytes(py::handle object, const char* what) {
-    if (PyObject_GetBuffer(object.ptr(), &view_, PyBUF_C_CONTIGUOUS) != 0) {
-      py::error_already_set error;
-      ThrowInvalid(std::string(what) + ": expected a bytes-like object (bytes, bytearray, memoryview, Frame): " +
-                   py::str(error.value()).cast<std::string>());
-    }
-  }
-  ~HeldBytes() { PyBuffer_Release(&view_); }
-  HeldBytes(const HeldBytes&) = delete;
-  HeldBytes& operator=(const HeldBytes&) = delete;
-  std::span<const uint8_t> span() const {
-    return {static_cast<const uint8_t*>(view_.buf), static_cast<size_t>(view_.len)};
-  }
-
- private:
-  Py_buffer view_{};
 };
 
 // Views a staged layer's contiguous scratch [2][H][T][D] as a full-shape view
@@ -323,7 +303,7 @@ py::object KeepMaskArray(const std::vector<uint8_t>& mask, const KvShape& s) {
   } else {
     std::memset(out.mutable_data(), 1, static_cast<size_t>(out.size()));
   }
-  return std::move(out);
+  return out;
 }
 
 class Decoder {

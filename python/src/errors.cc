@@ -28,6 +28,16 @@ PyObject* NewClass(py::module_& m, const char* name, const char* doc, PyObject* 
 
 }  // namespace
 
+Status StatusFromPython(const py::error_already_set& error) {
+  const std::string message = py::str(error.value()).cast<std::string>();
+  for (size_t code = 0; code < g_classes.size(); ++code) {
+    if (g_classes[code] != nullptr && error.matches(py::handle(g_classes[code])))
+      return Status(static_cast<StatusCode>(code), message);
+  }
+  const std::string type = py::str(error.type().attr("__name__")).cast<std::string>();
+  return Status::Internal(type + ": " + message);
+}
+
 void RegisterErrors(py::module_& m) {
   g_base = NewClass(m, "KvserveError",
                     "Base class of every error kvserve reports. `code` is the lower-case "

@@ -27,6 +27,12 @@ namespace kvserve::python {
 // Creates the exception classes as attributes of `m`. Call once at import.
 void RegisterErrors(pybind11::module_& m);
 
+// The Status a Python exception stands for, for passing it back into the
+// library (e.g. from a callback): a kvserve exception class maps back to its
+// code with the exception's message; any other exception is Internal,
+// "<type>: <message>". Call with the GIL held.
+Status StatusFromPython(const pybind11::error_already_set& error);
+
 // Thrown from binding code (with or without the GIL); pybind11 translates it
 // into the exception class of `status.code()` once the GIL is re-acquired.
 struct StatusError {

@@ -17,6 +17,7 @@ PYBIND11_MODULE(_kvserve, m) {
   kvserve::python::RegisterIo(m);
   kvserve::python::RegisterController(m);
   kvserve::python::RegisterProfiler(m);
+  kvserve::python::RegisterTransport(m);
 #ifdef KVSERVE_PY_CUDA
   kvserve::python::RegisterCuda(m);
 #else
