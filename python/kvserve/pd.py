@@ -1,0 +1,574 @@
+"""Prefill/decode disaggregation in Python over kvserve's own transport.
+
+A :class:`PrefillWorker` runs a causal LM's prefill with a forward hook on
+every decoder layer: as soon as layer ``l`` finishes, its KV is handed to a
+sender thread that encodes it (``Encoder.encode_layer``) and streams its
+chunk records over a :class:`kvserve.transport.Connection` while the next
+layers run. A :class:`DecodeWorker` decodes each record into its cache as
+it arrives (``transport.receive_kv``), then generates greedily from that
+cache. The profile per request is fixed (``"none"``, ``"kivi-2"``, ...) or
+chosen by a :class:`kvserve.Controller` from the bandwidth the connection
+measured, the request's SLO and its quality floor (``method="kvserve"``);
+the controller's bandit then learns from the measured KV time.
+
+Models follow the transformers calling convention (``model(input_ids=...,
+past_key_values=cache, use_cache=True)`` returning ``.logits`` and
+``.past_key_values``; decoder layers at ``model.model.layers``; a cache
+object updated in place, as ``DynamicCache``). :class:`TinyCausalLM` is a
+seeded toy of that shape for CPU runs and tests (its timings say nothing
+about serving). The codec here is the CPU one: CUDA tensors are copied to
+host memory per layer on the sender thread (the GPU codec path of
+:mod:`kvserve.cuda` is the next step for this module).
+
+Wire protocol on one connection (message types from
+``transport.FIRST_USER_TYPE``): REQUEST (JSON: id, prompt length,
+max_new_tokens, profile) before the prefill starts; the frame (transfer id
+= request id), streamed during prefill; FIRST (JSON: the prefill's next
+token, prefill seconds) once the prefill ended; the decode side answers
+RESULT (JSON: tokens and its timings). STOP ends the decode side's loop.
+
+Run both sides in one command: ``python -m kvserve.pd --help``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import kvserve
+from kvserve import hf, transport
+
+MSG_REQUEST = transport.FIRST_USER_TYPE
+MSG_FIRST = transport.FIRST_USER_TYPE + 1
+MSG_RESULT = transport.FIRST_USER_TYPE + 2
+MSG_STOP = transport.FIRST_USER_TYPE + 3
+MSG_ERROR = transport.FIRST_USER_TYPE + 4
+
+_DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
+
+
+def _torch():
+    import torch  # noqa: PLC0415  (torch is optional for the rest of the package)
+
+    return torch
+
+
+# ---------------------------------------------------------------------------------------------
+# Models
+
+
+def decoder_layers(model: Any) -> Sequence[Any]:
+    """The decoder layer modules of a transformers causal LM (``model.model.layers``)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise TypeError(f"{type(model).__name__}: no model.model.layers to hook (a transformers "
+                        "decoder-only LM, or TinyCausalLM, is expected)")
+    return layers
+
+
+def new_cache(model: Any) -> Any:
+    """An empty cache the model updates in place: the model's own
+    ``new_cache()`` when it has one, else transformers' ``DynamicCache``."""
+    if hasattr(model, "new_cache"):
+        return model.new_cache()
+    from transformers import DynamicCache  # noqa: PLC0415
+
+    return DynamicCache()
+
+
+class ListCache:
+    """The part of transformers' cache interface TinyCausalLM uses:
+    ``update(k, v, layer)`` appends along the token axis and returns the
+    layer's whole K and V; ``key_cache`` / ``value_cache`` hold them."""
+
+    def __init__(self) -> None:
+        self.key_cache: List[Any] = []
+        self.value_cache: List[Any] = []
+
+    def update(self, k: Any, v: Any, layer: int):
+        torch = _torch()
+        if layer == len(self.key_cache):
+            self.key_cache.append(k)
+            self.value_cache.append(v)
+        else:
+            self.key_cache[layer] = torch.cat([self.key_cache[layer], k], dim=2)
+            self.value_cache[layer] = torch.cat([self.value_cache[layer], v], dim=2)
+        return self.key_cache[layer], self.value_cache[layer]
+
+    def get_seq_length(self) -> int:
+        return int(self.key_cache[0].shape[2]) if self.key_cache else 0
+
+
+def _tiny_classes():
+    torch = _torch()
+
+    class Layer(torch.nn.Module):
+        def __init__(self, index: int, width: int, heads: int, head_dim: int, g: Any) -> None:
+            super().__init__()
+            self.index, self.heads, self.head_dim = index, heads, head_dim
+            self.sharpness = 8.0  # peaked attention: outputs depend on individual past tokens
+            self.w = torch.nn.Parameter(torch.randn(3, width, width, generator=g) / width ** 0.5)
+
+        def forward(self, x: Any, cache: Any) -> Any:
+            n, h, d = x.shape[0], self.heads, self.head_dim
+            q, k, v = ((x @ self.w[i]).view(n, h, d).transpose(0, 1) for i in range(3))
+            k, v = cache.update(k[None], v[None], self.index)
+            k, v = k[0], v[0]
+            total = k.shape[1]
+            pos = torch.arange(total - n, total)[:, None]
+            bias = torch.where(torch.arange(total)[None, :] <= pos, 0.0, float("-inf"))
+            att = torch.softmax(q @ k.transpose(1, 2) * (self.sharpness / d ** 0.5) + bias, dim=-1)
+            # No residual, RMS-normalised: every generated token depends on
+            # the KV it attended to, and logits stay in a range where it shows.
+            y = (att @ v).transpose(0, 1).reshape(n, h * d)
+            return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    class Inner(torch.nn.Module):
+        def __init__(self, layers: Any) -> None:
+            super().__init__()
+            self.layers = layers
+
+    class Model(torch.nn.Module):
+        def __init__(self, vocab: int = 96, heads: int = 2, head_dim: int = 32, layers: int = 4,
+                     seed: int = 0) -> None:
+            super().__init__()
+            g = torch.Generator().manual_seed(seed)
+            width = heads * head_dim
+            self.emb = torch.nn.Parameter(torch.randn(vocab, width, generator=g))
+            self.model = Inner(torch.nn.ModuleList(
+                [Layer(i, width, heads, head_dim, g) for i in range(layers)]))
+            self.config = type("Config", (), {"num_hidden_layers": layers, "vocab_size": vocab,
+                                              "name_or_path": f"tiny-seed{seed}"})()
+
+        def new_cache(self) -> ListCache:
+            return ListCache()
+
+        def forward(self, input_ids: Any, past_key_values: Any = None, use_cache: bool = True,
+                    **_: Any) -> Any:
+            cache = past_key_values if past_key_values is not None else ListCache()
+            x = self.emb[input_ids[0]]
+            for layer in self.model.layers:
+                x = layer(x, cache)
+            logits = x @ self.emb.T / self.emb.shape[1] ** 0.5
+            return type("Out", (), {"logits": logits[None], "past_key_values": cache})()
+
+    return Model
+
+
+def TinyCausalLM(vocab: int = 96, heads: int = 2, head_dim: int = 32, layers: int = 4,
+                 seed: int = 0) -> Any:
+    """A seeded toy decoder-only LM with the transformers structure (decoder
+    layers at ``model.model.layers``, a cache updated in place): real
+    attention over the KV it is given, so generated tokens depend on every
+    KV byte. For CPU runs and tests; not a language model."""
+    return _tiny_classes()(vocab, heads, head_dim, layers, seed).eval()
+
+
+def load_model(name: str, device: str = "cpu", seed: int = 0) -> Any:
+    """``"tiny"``: :func:`TinyCausalLM`. ``"llama-8b-random"``: the
+    Llama-3.1-8B architecture (32 layers, 8 KV heads, head_dim 128) with
+    seeded random weights in bf16, for timing only (its KV sizes and
+    prefill times are real, its tokens are not). Anything else: a
+    transformers checkpoint directory or hub name (e.g.
+    ``models/kvs-qwen2-9m``)."""
+    torch = _torch()
+    if name == "tiny":
+        return TinyCausalLM(seed=seed).to(device)
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415
+
+    if name == "llama-8b-random":
+        from transformers import LlamaConfig  # noqa: PLC0415
+
+        config = LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                             max_position_embeddings=131072, rope_theta=500000.0)
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+        return model.eval()
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype).to(device).eval()
+
+
+def reference_tokens(model: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> List[int]:
+    """Greedy tokens of a single-process run (no KV movement): what the
+    decode worker must produce through a lossless profile."""
+    torch = _torch()
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        cache = new_cache(model)
+        out = model(input_ids=torch.tensor([list(prompt_ids)], device=device), past_key_values=cache,
+                    use_cache=True)
+        tokens = [int(out.logits[0, -1].argmax())]
+        for _ in range(max_new_tokens - 1):
+            out = model(input_ids=torch.tensor([[tokens[-1]]], device=device),
+                        past_key_values=out.past_key_values, use_cache=True)
+            tokens.append(int(out.logits[0, -1].argmax()))
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Prefill side
+
+
+@dataclass
+class RequestResult:
+    """One request through prefill, KV movement and decode. Seconds from the
+    request's start on the prefill side unless named otherwise."""
+
+    id: int
+    prompt_tokens: int
+    method: str
+    profile: str
+    tokens: List[int]
+    kv_bytes: int                 # the KV in the wire dtype
+    frame_bytes: int              # what was sent
+    prefill_seconds: float        # the forward pass (hooks hand layers off; they do not wait)
+    encode_seconds: float         # encoder time on the sender thread (overlaps the prefill)
+    kv_seconds: float             # prefill end to the decode side's acknowledgement
+    transfer_busy_seconds: float  # sender: blocked writing + drain to the ack
+    decode_kv_seconds: float      # decode side: frame begin to end (decoding as records arrive)
+    generate_seconds: float       # decode side: the generation steps
+    ttft_seconds: float           # to the decode worker's first own token
+    jct_seconds: float            # to the RESULT with every token
+    predicted_kv_seconds: float = 0.0  # the controller's prediction (kvserve method), else 0
+    decision: Dict[str, Any] = field(default_factory=dict)
+
+
+class _LayerSender(threading.Thread):
+    """Encodes layers handed over by the forward hooks and streams their
+    records; the prefill never waits for it (an unbounded queue of views of
+    the cache, which the prefill does not overwrite)."""
+
+    def __init__(self, sender: Any, transfer_id: int, encoder: Any, layers: int) -> None:
+        super().__init__(daemon=True)
+        self.sender, self.transfer_id, self.encoder, self.layers = sender, transfer_id, encoder, layers
+        self.queue: "queue.Queue[Any]" = queue.Queue()
+        self.encode_seconds = 0.0
+        self.kv_bytes = 0
+        self.error: Optional[BaseException] = None
+
+    def run(self) -> None:
+        try:
+            for expected in range(self.layers):
+                item = self.queue.get()
+                if item is None:
+                    raise RuntimeError("prefill ended before every layer was produced")
+                layer, k, v = item
+                if layer != expected:
+                    raise RuntimeError(f"layer {layer} produced out of order (expected {expected})")
+                k, v = k[0].detach(), v[0].detach()
+                if k.device.type != "cpu":
+                    k, v = k.cpu(), v.cpu()
+                start = time.monotonic()
+                if layer == 0:
+                    dtype = _DTYPES[str(k.dtype)]
+                    shape = (self.layers, k.shape[0], k.shape[1], k.shape[2])
+                    self.kv_bytes = 2 * self.layers * k.numel() * k.element_size()
+                    head = self.encoder.begin(shape, dtype)
+                    self.encode_seconds += time.monotonic() - start
+                    self.sender.write(self.transfer_id, head)
+                    start = time.monotonic()
+                records = self.encoder.encode_layer(layer, (k, v))
+                if layer == self.layers - 1:
+                    records += self.encoder.finish()
+                self.encode_seconds += time.monotonic() - start
+                self.sender.write(self.transfer_id, records)
+        except BaseException as e:  # reported by the prefill thread
+            self.error = e
+
+
+class PrefillWorker:
+    """The prefill side: one connection to a decode worker.
+
+    ``controller``: a :class:`kvserve.Controller` for ``method="kvserve"``
+    (its estimator should be the ``estimator`` the connection feeds).
+    Not thread-safe: one request at a time.
+    """
+
+    def __init__(self, model: Any, connection: Any, *, controller: Any = None,
+                 workload: Any = 0, head_scores: Any = None) -> None:
+        self.model, self.connection, self.controller = model, connection, controller
+        self.workload, self.head_scores = workload, head_scores
+        self.layers = len(decoder_layers(model))
+        self.encoders: Dict[str, Any] = {}
+
+    def _encoder(self, spec: str) -> Any:
+        if spec not in self.encoders:
+            self.encoders[spec] = kvserve.Encoder(spec, 0, self.head_scores)
+        return self.encoders[spec]
+
+    def kv_bytes_for(self, prompt_tokens: int) -> int:
+        """The wire KV bytes of a prompt (from one layer's shape, as the
+        cache will hold it), for the controller's decision."""
+        torch = _torch()
+        device = next(self.model.parameters()).device
+        with torch.no_grad():
+            cache = new_cache(self.model)
+            self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device),
+                       past_key_values=cache, use_cache=True)
+        k, _ = hf.cache_layers(cache)[0]
+        return 2 * self.layers * prompt_tokens * k.shape[1] * k.shape[3] * k.element_size()
+
+    def run(self, request_id: int, prompt_ids: Sequence[int], max_new_tokens: int, *,
+            method: str = "none", slo_seconds: float = float("inf"), quality_min: float = 0.0,
+            peer: Optional[str] = None, kv_bytes: Optional[int] = None) -> RequestResult:
+        """Runs one request: decide, send REQUEST, prefill with layer
+        streaming, send FIRST, wait for RESULT. ``method``: a profile spec or
+        preset (``"none"`` sends raw records), or ``"kvserve"`` (the
+        controller decides; needs ``controller``)."""
+        torch = _torch()
+        decision: Dict[str, Any] = {}
+        predicted = 0.0
+        d = None
+        start = time.monotonic()
+        if method == "kvserve":
+            if self.controller is None:
+                raise ValueError("method 'kvserve' needs a controller")
+            kv_bytes = kv_bytes if kv_bytes is not None else self.kv_bytes_for(len(prompt_ids))
+            d = self.controller.choose(self.workload, kv_bytes=kv_bytes,
+                                       peer=peer or self.connection.peer_id,
+                                       slo_seconds=slo_seconds, quality_min=quality_min)
+            spec = d.spec if d.action != "raw" else "none"
+            decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible}
+            predicted = d.predicted_seconds
+        else:
+            spec = method
+        self.connection.send(MSG_REQUEST, json.dumps({
+            "id": request_id, "prompt_tokens": len(prompt_ids), "max_new_tokens": max_new_tokens,
+            "profile": spec}).encode())
+        sender = transport.FrameSender(self.connection)
+        streamer = _LayerSender(sender, request_id, self._encoder(spec), self.layers)
+        streamer.start()
+        cache = new_cache(self.model)
+        hooks = [layer.register_forward_hook(self._hook(l, cache, streamer))
+                 for l, layer in enumerate(decoder_layers(self.model))]
+        device = next(self.model.parameters()).device
+        try:
+            with torch.no_grad():
+                out = self.model(input_ids=torch.tensor([list(prompt_ids)], device=device),
+                                 past_key_values=cache, use_cache=True)
+            first = int(out.logits[0, -1].argmax())
+        finally:
+            for h in hooks:
+                h.remove()
+            streamer.queue.put(None)  # unblocks a streamer that lacks layers
+        prefill_end = time.monotonic()
+        streamer.join()
+        if streamer.error is not None:
+            sender.abort(f"prefill side failed: {streamer.error}")
+            raise streamer.error
+        stats = sender.finish()
+        kv_done = time.monotonic()
+        self.connection.send(MSG_FIRST, json.dumps({
+            "id": request_id, "first_token": first, "prefill_seconds": prefill_end - start}).encode())
+        kind, _, payload = self.connection.receive(timeout=600)
+        end = time.monotonic()
+        reply = json.loads(payload)
+        if kind == MSG_ERROR:
+            raise kvserve.KvserveError(f"decode side: {reply.get('error')}")
+        if kind != MSG_RESULT or reply.get("id") != request_id:
+            raise kvserve.KvserveCorruptionError(f"expected RESULT for request {request_id}, got type {kind}")
+        kv_seconds = kv_done - prefill_end
+        if d is not None:
+            self.controller.observe(d, kv_done - start)
+        return RequestResult(
+            id=request_id, prompt_tokens=len(prompt_ids), method=method, profile=spec,
+            tokens=[first] + list(reply["tokens"]), kv_bytes=streamer.kv_bytes,
+            frame_bytes=int(stats.frame_bytes), prefill_seconds=prefill_end - start,
+            encode_seconds=streamer.encode_seconds, kv_seconds=kv_seconds,
+            transfer_busy_seconds=stats.busy_seconds, decode_kv_seconds=reply["kv_seconds"],
+            generate_seconds=reply["generate_seconds"],
+            ttft_seconds=(kv_done - start) + reply["first_step_seconds"], jct_seconds=end - start,
+            predicted_kv_seconds=predicted, decision=decision)
+
+    @staticmethod
+    def _hook(layer: int, cache: Any, streamer: _LayerSender) -> Callable[..., None]:
+        def hook(_module: Any, _args: Any, _output: Any) -> None:
+            k, v = hf.cache_layers(cache)[layer]
+            streamer.queue.put((layer, k, v))
+
+        return hook
+
+    def stop(self) -> None:
+        """Tells the decode worker to end its loop."""
+        self.connection.send(MSG_STOP, b"")
+
+
+# ---------------------------------------------------------------------------------------------
+# Decode side
+
+
+class DecodeWorker:
+    """The decode side: serves requests from one prefill connection until
+    STOP (or the peer closes). Each frame is decoded record by record into a
+    new cache as it arrives (CPU codec), moved to the model's device and
+    dtype, and generation continues from the prefill's first token."""
+
+    def __init__(self, model: Any, connection: Any) -> None:
+        self.model, self.connection = model, connection
+        self.decoder = kvserve.Decoder()
+        self.served = 0
+
+    def serve(self) -> int:
+        """Serves until STOP; returns the number of requests served.
+        A request that fails is answered with ERROR (the loop goes on when
+        the connection survived)."""
+        while True:
+            try:
+                kind, _, payload = self.connection.receive(timeout=3600)
+            except kvserve.KvserveUnavailableError:
+                return self.served  # the prefill side closed
+            if kind == MSG_STOP:
+                return self.served
+            if kind != MSG_REQUEST:
+                raise kvserve.KvserveCorruptionError(f"decode worker: unexpected message type {kind}")
+            request = json.loads(payload)
+            try:
+                self.connection.send(MSG_RESULT, json.dumps(self._one(request)).encode())
+            except (kvserve.KvserveCorruptionError, kvserve.KvserveInvalidArgumentError,
+                    kvserve.KvserveResourceExhaustedError) as e:
+                self.connection.send(MSG_ERROR, json.dumps({"id": request["id"], "error": str(e)}).encode())
+            self.served += 1
+
+    def _one(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        torch = _torch()
+        begin = time.monotonic()
+        out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600)
+        kv_end = time.monotonic()
+        kind, _, payload = self.connection.receive(timeout=600)
+        if kind != MSG_FIRST:
+            raise kvserve.KvserveCorruptionError(f"expected FIRST, got message type {kind}")
+        first = json.loads(payload)["first_token"]
+        param = next(self.model.parameters())
+        buffer = out if isinstance(out, torch.Tensor) else kvserve.as_torch(out, self.decoder.info.dtype)
+        buffer = buffer.to(device=param.device, dtype=param.dtype)
+        cache = new_cache(self.model)
+        for l in range(buffer.shape[0]):
+            cache.update(buffer[l, 0][None], buffer[l, 1][None], l)
+        tokens: List[int] = []
+        step_start = time.monotonic()
+        first_step = 0.0
+        with torch.no_grad():
+            last = first
+            for i in range(request["max_new_tokens"] - 1):
+                o = self.model(input_ids=torch.tensor([[last]], device=param.device), past_key_values=cache,
+                               use_cache=True)
+                cache = o.past_key_values
+                last = int(o.logits[0, -1].argmax())
+                tokens.append(last)
+                if i == 0:
+                    first_step = time.monotonic() - step_start
+        return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin,
+                "first_step_seconds": first_step, "generate_seconds": time.monotonic() - step_start}
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m kvserve.pd",
+        description="Prefill/decode over kvserve's transport: a decode worker (thread of this "
+                    "process, or --role decode elsewhere) and a prefill worker that streams each "
+                    "layer's KV as the prefill produces it. Prints one JSON line per request.")
+    p.add_argument("--model", default="tiny",
+                   help="tiny (seeded toy, CPU), llama-8b-random (timing only) or a transformers "
+                        "checkpoint (e.g. models/kvs-qwen2-9m)")
+    p.add_argument("--device", default="cpu", help="torch device of the models (cpu, cuda, cuda:1)")
+    p.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
+    p.add_argument("--address", default="127.0.0.1:0",
+                   help="decode worker's listen address (role decode/both) or the one to dial (prefill)")
+    p.add_argument("--secret", default="", help="shared secret of the connection (both sides)")
+    p.add_argument("--methods", default="none,kivi-2",
+                   help="comma-separated profiles or presets; 'kvserve' lets the controller choose "
+                        "(needs --table)")
+    p.add_argument("--table", help="profile table JSON for the controller (kvserve method)")
+    p.add_argument("--workload", default="0", help="workload name or index in the table")
+    p.add_argument("--slo", type=float, default=float("inf"), help="KV time budget per request, s")
+    p.add_argument("--quality-min", type=float, default=0.0, help="quality floor per request")
+    p.add_argument("--prompt-tokens", type=int, default=256)
+    p.add_argument("--new-tokens", type=int, default=8)
+    p.add_argument("--requests", type=int, default=3, help="requests per method")
+    p.add_argument("--gbps", type=float, default=0.0, help="shape the prefill->decode link (0: off)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--check", action="store_true",
+                   help="compare the tokens of lossless methods with a single-process run; exit 1 "
+                        "on a difference")
+    return p
+
+
+def _decode_side(model: Any, listener: Any, secret: str) -> None:
+    conn = transport.accept(listener, timeout=600, secret=secret, local_id="decode")
+    try:
+        DecodeWorker(model, conn).serve()
+    finally:
+        conn.close()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    torch = _torch()
+    import random  # noqa: PLC0415
+
+    model = load_model(args.model, args.device, args.seed)
+    if args.role == "decode":
+        listener = transport.tcp().listen(args.address)
+        print(f"decode worker listening on {listener.address}", file=sys.stderr, flush=True)
+        _decode_side(model, listener, args.secret)
+        return 0
+    decode_thread = None
+    address = args.address
+    if args.role == "both":
+        listener = transport.tcp().listen(args.address)
+        address = listener.address
+        decode_model = load_model(args.model, args.device, args.seed)
+        decode_thread = threading.Thread(target=_decode_side, args=(decode_model, listener, args.secret),
+                                         daemon=True)
+        decode_thread.start()
+    estimator = kvserve.BandwidthEstimator()
+    conn = transport.dial(transport.tcp(), address, secret=args.secret, local_id="prefill",
+                          shape_gbps=args.gbps, estimator=estimator)
+    controller = None
+    methods = [m for m in args.methods.split(",") if m]
+    if "kvserve" in methods:
+        if not args.table:
+            raise SystemExit("--methods kvserve needs --table")
+        table = kvserve.ProfileTable.load(args.table)
+        controller = kvserve.Controller(table, estimator=estimator, model="streamed",
+                                        layers=len(decoder_layers(model)))
+    workload: Any = int(args.workload) if args.workload.isdigit() else args.workload
+    worker = PrefillWorker(model, conn, controller=controller, workload=workload)
+    vocab = int(getattr(model.config, "vocab_size", 96))
+    rng = random.Random(args.seed)
+    failures = 0
+    request_id = 0
+    for method in methods:
+        for _ in range(args.requests):
+            prompt = [rng.randrange(1, vocab) for _ in range(args.prompt_tokens)]
+            result = worker.run(request_id, prompt, args.new_tokens, method=method, slo_seconds=args.slo,
+                                quality_min=args.quality_min)
+            row = asdict(result)
+            if args.check and kvserve.Profile(result.profile).is_lossless:
+                expected = reference_tokens(model, prompt, args.new_tokens)
+                row["matches_single_process"] = expected == result.tokens
+                failures += expected != result.tokens
+            print(json.dumps(row), flush=True)
+            request_id += 1
+    worker.stop()
+    conn.close()
+    if decode_thread is not None:
+        decode_thread.join(60)
+    del torch
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""kvserve.pd: prefill and decode workers over kvserve's transport, with a
+seeded toy model on CPU: tokens through a lossless profile equal a
+single-process run, layers leave while the prefill still runs, the
+controller decides from measured bandwidth within the quality floor."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import unittest
+
+try:
+    import torch
+except ImportError:  # the package works without torch; these tests need it
+    torch = None
+
+import kvserve
+from kvserve import transport
+
+if torch is not None:
+    from kvserve import pd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def prompt(seed, n=160, vocab=96):
+    rng = random.Random(seed)
+    return [rng.randrange(1, vocab) for _ in range(n)]
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class PdTest(unittest.TestCase):
+    def pair(self, **dial):
+        """A PrefillWorker connected to a DecodeWorker serving on a thread."""
+        listener = transport.tcp().listen("127.0.0.1:0")
+        served = {}
+
+        def decode():
+            conn = transport.accept(listener, timeout=10, local_id="decode")
+            served["n"] = pd.DecodeWorker(pd.TinyCausalLM(seed=3), conn).serve()
+            conn.close()
+
+        thread = threading.Thread(target=decode, daemon=True)
+        thread.start()
+        conn = transport.dial(transport.tcp(), listener.address, local_id="prefill", **dial)
+        self.addCleanup(thread.join, 20)
+        self.addCleanup(conn.close)  # a decode worker left waiting sees the close and returns
+        return conn, thread, served
+
+    def test_lossless_tokens_equal_a_single_process_run_and_lossy_frames_are_smaller(self):
+        model = pd.TinyCausalLM(seed=3)
+        conn, thread, served = self.pair()
+        worker = pd.PrefillWorker(model, conn)
+        # Prompts whose greedy continuation does not settle into one repeated
+        # token (which would hide a wrong KV byte).
+        for i, (seed, method, n) in enumerate([(41, "none", 160), (45, "none", 200), (42, "kivi-2", 640)]):
+            p = prompt(seed, n)
+            r = worker.run(i, p, 12, method=method)
+            self.assertEqual(len(r.tokens), 12)
+            self.assertEqual(r.kv_bytes, 2 * 4 * n * 2 * 32 * 4)  # 4 layers, 2 heads, dim 32, f32
+            if method == "none":
+                expected = pd.reference_tokens(model, p, 12)
+                self.assertGreaterEqual(len(set(expected)), 5)
+                self.assertEqual(r.tokens, expected, f"request {i}")
+                self.assertGreater(r.frame_bytes, r.kv_bytes)
+            else:
+                self.assertLess(r.frame_bytes, r.kv_bytes / 2)  # 128 residual tokens stay raw
+            self.assertGreaterEqual(r.jct_seconds, r.ttft_seconds)
+        worker.stop()
+        thread.join(20)
+        self.assertEqual(served["n"], 3)
+
+    def test_layers_leave_while_the_prefill_still_runs(self):
+        """The last layer's forward waits until the receiver has decoded
+        layer 0: only a streamed prefill can get past it."""
+        model = pd.TinyCausalLM(seed=4)
+        listener = transport.tcp().listen("127.0.0.1:0")
+        first_layer_decoded = threading.Event()
+
+        def receive():
+            conn = transport.accept(listener, timeout=10)
+            conn.receive(timeout=10)  # REQUEST
+
+            def on_layer(layer):
+                if layer == 0:
+                    first_layer_decoded.set()
+
+            transport.receive_kv(conn, on_layer=on_layer, timeout=10)
+            conn.receive(timeout=10)  # FIRST
+            conn.send(pd.MSG_RESULT, json.dumps({"id": 0, "tokens": [], "kv_seconds": 0,
+                                                 "first_step_seconds": 0, "generate_seconds": 0}).encode())
+            conn.close()
+
+        thread = threading.Thread(target=receive, daemon=True)
+        thread.start()
+        seen_during_prefill = []
+        last = pd.decoder_layers(model)[-1]
+        handle = last.register_forward_pre_hook(
+            lambda *_: seen_during_prefill.append(first_layer_decoded.wait(15)))
+        conn = transport.dial(transport.tcp(), listener.address)
+        pd.PrefillWorker(model, conn).run(0, prompt(50), 1, method="kivi-4")
+        handle.remove()
+        thread.join(20)
+        self.assertEqual(seen_during_prefill, [True])
+
+    def test_controller_goes_raw_until_measured_then_respects_the_floor(self):
+        rows = [kvserve.ProfileCost("kivi-2", 7.0, 4e9, 4e9, quality={"w": 0.9}),
+                kvserve.ProfileCost("kivi-4", 3.7, 4e9, 4e9, quality={"w": 0.99})]
+        table = kvserve.ProfileTable.from_rows(rows, ["w"])
+        estimator = kvserve.BandwidthEstimator()
+        controller = kvserve.Controller(table, estimator=estimator, model="streamed", layers=4,
+                                        bandit=False)
+        model = pd.TinyCausalLM(seed=3)
+        conn, thread, _ = self.pair(shape_gbps=0.05, estimator=estimator)
+        worker = pd.PrefillWorker(model, conn, controller=controller, workload="w")
+        first = worker.run(0, prompt(60), 3, method="kvserve")
+        self.assertEqual(first.profile, "none")  # no measurement of this peer yet
+        self.assertGreaterEqual(estimator.sample_count("decode"), 1)
+        later = [worker.run(1 + i, prompt(61 + i), 3, method="kvserve", quality_min=0.95) for i in range(2)]
+        for r in later:
+            self.assertNotEqual(r.profile, "none", "a measured 50 Mbps link should compress")
+            self.assertEqual(kvserve.Profile(r.profile).to_json(), kvserve.Profile("kivi-4").to_json())
+        worker.stop()
+        thread.join(20)
+
+    def test_command_line_checks_lossless_tokens(self):
+        env = dict(os.environ)
+        out = subprocess.run([sys.executable, "-m", "kvserve.pd", "--model", "tiny", "--methods", "none,kivi-2",
+                              "--requests", "1", "--prompt-tokens", "64", "--new-tokens", "4", "--check"],
+                             capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        rows = [json.loads(line) for line in out.stdout.splitlines()]
+        self.assertEqual([r["method"] for r in rows], ["none", "kivi-2"])
+        self.assertTrue(rows[0]["matches_single_process"])
+        help_text = subprocess.run([sys.executable, "-m", "kvserve.pd", "--help"], capture_output=True,
+                                   text=True, timeout=60, env=env).stdout
+        self.assertIn("--methods", help_text)
+
+
+if __name__ == "__main__":
+    unittest.main()
