@@ -369,6 +369,30 @@ struct Candidate {
   CodecMetrics codec;
 };
 
+// Progress of MeasureCandidates: measurements made so far, rows read from
+// the database, candidates done. A non-OK return stops the loop with that
+// status (e.g. a user's Ctrl-C).
+using MeasureProgressFn = std::function<Status(int measured, int from_db, size_t done)>;
+
+// The candidates of `space`, in its order, with their codec metrics: the
+// row stored in `db` under (scope.model, scope.workload, spec,
+// scope.sample_set, "codec") where there is one, else measured by `meter`
+// and stored before the next profile (an interrupted run keeps everything it
+// measured; a rerun measures nothing twice). scope.spec and scope.evaluator
+// are ignored. `on_progress` (may be empty) runs after every `every`-th
+// measurement (every <= 0: never). `counts` (may be null) receives the
+// totals: measurements made, rows read from the database. Errors: the
+// meter's, with the spec as context; the database's; on_progress's.
+struct MeasureCounts {
+  int measured = 0;
+  int from_db = 0;
+};
+Result<std::vector<Candidate>> MeasureCandidates(const StrategySpace& space, CodecMeter& meter,
+                                                 ResultsDb& db, const EvaluationKey& scope,
+                                                 int every = 0,
+                                                 const MeasureProgressFn& on_progress = {},
+                                                 MeasureCounts* counts = nullptr);
+
 struct SearchProblem {
   std::vector<Candidate> candidates;
   double quality_min = 0.97;  // feasible iff quality >= quality_min

@@ -220,44 +220,34 @@ py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::obje
   int reused = 0, measured = 0, from_db = 0;
   auto cached = MakeCachingEvaluator(&inner, db.get(), {a.model, a.workload, "", a.sample_set, ""}, &reused);
 
-  std::vector<Candidate> candidates;
-  Status status;
+  MeasureCounts counts;
+  Result<std::vector<Candidate>> measured_candidates = Status::Internal("unset");
   {
     py::gil_scoped_release release;
-    for (const Profile& p : space.profiles()) {
-      EvaluationKey key{a.model, a.workload, p.ToString(), a.codec_set, "codec"};
-      auto row = db->Get(key);
-      if (row.ok() && row->codec) {
-        candidates.push_back({p, *row->codec});
-        ++from_db;
-        continue;
-      }
-      auto m = meter->Measure(p);
-      if (!m.ok()) {
-        status = m.status().WithContext("codec metrics of " + p.ToString());
-        break;
-      }
-      status = db->PutCodec(key, *m);
-      if (!status.ok()) break;
-      candidates.push_back({p, *m});
-      // Every 64 measurements: Ctrl-C, and a note on the way.
-      if (++measured % 64 == 0) {
-        status = pending.Call<bool>("codec metrics", [&] {
-                          if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-                          if (!note.is_none()) {
-                            note("codec metrics: " + std::to_string(measured) + " measured, " +
-                                 std::to_string(from_db) + " from the database, " +
-                                 std::to_string(candidates.size()) + " / " + std::to_string(space.size()));
-                          }
-                          return true;
-                        }).status();
-        if (!status.ok()) break;
-      }
-    }
+    // Every 64 measurements: Ctrl-C, and a note on the way.
+    measured_candidates = MeasureCandidates(
+        space, *meter, *db, {a.model, a.workload, "", a.codec_set, ""}, 64,
+        [&](int made, int stored, size_t done) {
+          return pending
+              .Call<bool>("codec metrics",
+                          [&] {
+                            if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                            if (!note.is_none()) {
+                              note("codec metrics: " + std::to_string(made) + " measured, " +
+                                   std::to_string(stored) + " from the database, " +
+                                   std::to_string(done) + " / " + std::to_string(space.size()));
+                            }
+                            return true;
+                          })
+              .status();
+        },
+        &counts);
   }
+  measured = counts.measured;
+  from_db = counts.from_db;
   pending.RaiseIfAny();
-  ThrowIfError(status);
-
+  ThrowIfError(measured_candidates.status());
+  std::vector<Candidate> candidates = std::move(*measured_candidates);
   SearchProblem problem{candidates, a.quality_min, a.budget, a.seed};
   ProgressFn on_progress;
   if (!progress.is_none()) {

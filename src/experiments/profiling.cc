@@ -126,35 +126,27 @@ Result<SearchOutcome> RunSearch(const ProfileRunOptions& a, std::vector<Candidat
   return out;
 }
 
-// Candidates with measured codec metrics, cached in the database.
-Result<std::vector<Candidate>> MeasureCandidates(const ProfileRunOptions& a,
-                                                 const StrategySpace& space, const KvView& kv,
-                                                 const HeadScores* scores,
-                                                 const std::string& sample_set, ResultsDb* db,
-                                                 const std::string& workload,
-                                                 const Progress& progress) {
+// Candidates with measured codec metrics, cached in the database, with
+// the run's progress lines.
+Result<std::vector<Candidate>> MeasureRunCandidates(const ProfileRunOptions& a,
+                                                    const StrategySpace& space, const KvView& kv,
+                                                    const HeadScores* scores,
+                                                    const std::string& sample_set, ResultsDb* db,
+                                                    const std::string& workload,
+                                                    const Progress& progress) {
   auto meter = MakeKvCodecMeter(kv, scores, 1);
-  std::vector<Candidate> out;
-  int measured = 0, stored = 0;
   const double start = NowSeconds();
-  for (const Profile& p : space.profiles()) {
-    EvaluationKey key{a.model, workload, p.ToString(), sample_set, "codec"};
-    auto row = db->Get(key);
-    if (row.ok() && row->codec) {
-      out.push_back({p, *row->codec});
-      ++stored;
-      continue;
-    }
-    auto m = meter->Measure(p);
-    if (!m.ok()) return m.status().WithContext(p.ToString());
-    KVSERVE_RETURN_IF_ERROR(db->PutCodec(key, *m));
-    out.push_back({p, *m});
-    if (++measured % 250 == 0) {
-      Note(progress, "codec metrics: {} measured, {} from the database, {} / {} ({:.0f} s)",
-           measured, stored, out.size(), space.size(), NowSeconds() - start);
-    }
-  }
-  Note(progress, "codec metrics: {} measured, {} from the database", measured, stored);
+  MeasureCounts counts;
+  auto out = MeasureCandidates(
+      space, *meter, *db, {a.model, workload, "", sample_set, ""}, 250,
+      [&](int measured, int from_db, size_t done) {
+        Note(progress, "codec metrics: {} measured, {} from the database, {} / {} ({:.0f} s)", measured,
+             from_db, done, space.size(), NowSeconds() - start);
+        return Status::Ok();
+      },
+      &counts);
+  if (!out.ok()) return out.status();
+  Note(progress, "codec metrics: {} measured, {} from the database", counts.measured, counts.from_db);
   return out;
 }
 
@@ -310,7 +302,7 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
          *path, part.evaluator->samples_scored(), part.codec_kv);
     const std::string codec_set =
         fmt::format("realkv:{}:tokens={}", part.evaluator->sample_set(), kv->shape().tokens);
-    auto c = MeasureCandidates(a, *usable, kv->view(), options.head_scores, codec_set, db->get(), w,
+    auto c = MeasureRunCandidates(a, *usable, kv->view(), options.head_scores, codec_set, db->get(), w,
                                progress);
     if (!c.ok()) return c.status();
     part.candidates = std::move(*c);
@@ -430,7 +422,7 @@ Result<ProfileRunResult> RunProfileSearch(const ProfileRunOptions& a, const Prog
     source = std::move(*s);
     Note(progress, "space {}: {} configurations; KV: {}", a.space, space->size(),
          source->description);
-    auto c = MeasureCandidates(a, *space, source->kv.view(), &source->scores, source->sample_set,
+    auto c = MeasureRunCandidates(a, *space, source->kv.view(), &source->scores, source->sample_set,
                                db->get(), a.workload, progress);
     if (!c.ok()) return c.status();
     candidates = std::move(*c);
