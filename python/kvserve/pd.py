@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import queue
 import sys
 import threading
@@ -234,6 +235,7 @@ class RequestResult:
     kv_seconds: float             # prefill end to the decode side's acknowledgement
     transfer_busy_seconds: float  # sender: blocked writing + drain to the ack
     decode_kv_seconds: float      # decode side: frame begin to end (decoding as records arrive)
+    decode_seconds: float         # decode side: time spent decoding records (within decode_kv_seconds)
     generate_seconds: float       # decode side: the generation steps
     ttft_seconds: float           # to the decode worker's first own token
     jct_seconds: float            # to the RESULT with every token
@@ -289,19 +291,20 @@ class PrefillWorker:
 
     ``controller``: a :class:`kvserve.Controller` for ``method="kvserve"``
     (its estimator should be the ``estimator`` the connection feeds).
-    Not thread-safe: one request at a time.
+    ``threads``: encoder threads (1, as ``kvserve.measure_codec`` calibrates
+    profile speeds; 0 = every core). Not thread-safe: one request at a time.
     """
 
     def __init__(self, model: Any, connection: Any, *, controller: Any = None,
-                 workload: Any = 0, head_scores: Any = None) -> None:
+                 workload: Any = 0, head_scores: Any = None, threads: int = 1) -> None:
         self.model, self.connection, self.controller = model, connection, controller
-        self.workload, self.head_scores = workload, head_scores
+        self.workload, self.head_scores, self.threads = workload, head_scores, threads
         self.layers = len(decoder_layers(model))
         self.encoders: Dict[str, Any] = {}
 
     def _encoder(self, spec: str) -> Any:
         if spec not in self.encoders:
-            self.encoders[spec] = kvserve.Encoder(spec, 0, self.head_scores)
+            self.encoders[spec] = kvserve.Encoder(spec, self.threads, self.head_scores)
         return self.encoders[spec]
 
     def kv_bytes_for(self, prompt_tokens: int) -> int:
@@ -335,7 +338,8 @@ class PrefillWorker:
             d = self.controller.choose(self.workload, kv_bytes=kv_bytes,
                                        peer=peer or self.connection.peer_id,
                                        slo_seconds=slo_seconds, quality_min=quality_min)
-            spec = d.spec if d.action != "raw" else "none"
+            # "recompute" (nothing meets the SLO) is not served by this module: raw instead.
+            spec = d.spec if d.action == "send" else "none"
             decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible}
             predicted = d.predicted_seconds
         else:
@@ -384,6 +388,7 @@ class PrefillWorker:
             frame_bytes=int(stats.frame_bytes), prefill_seconds=prefill_end - start,
             encode_seconds=streamer.encode_seconds, kv_seconds=kv_seconds,
             transfer_busy_seconds=stats.busy_seconds, decode_kv_seconds=reply["kv_seconds"],
+            decode_seconds=reply["decode_seconds"],
             generate_seconds=reply["generate_seconds"],
             ttft_seconds=(kv_done - start) + reply["first_step_seconds"], jct_seconds=end - start,
             predicted_kv_seconds=predicted, decision=decision)
@@ -411,10 +416,11 @@ class DecodeWorker:
     new cache as it arrives (CPU codec), moved to the model's device and
     dtype, and generation continues from the prefill's first token."""
 
-    def __init__(self, model: Any, connection: Any) -> None:
+    def __init__(self, model: Any, connection: Any, threads: int = 1) -> None:
         self.model, self.connection = model, connection
-        self.decoder = kvserve.Decoder()
+        self.decoder = kvserve.Decoder(threads)
         self.served = 0
+        self.stopped = False  # the peer sent STOP (not merely closed)
 
     def serve(self) -> int:
         """Serves until STOP; returns the number of requests served.
@@ -426,6 +432,7 @@ class DecodeWorker:
             except kvserve.KvserveUnavailableError:
                 return self.served  # the prefill side closed
             if kind == MSG_STOP:
+                self.stopped = True
                 return self.served
             if kind != MSG_REQUEST:
                 raise kvserve.KvserveCorruptionError(f"decode worker: unexpected message type {kind}")
@@ -440,7 +447,8 @@ class DecodeWorker:
     def _one(self, request: Dict[str, Any]) -> Dict[str, Any]:
         torch = _torch()
         begin = time.monotonic()
-        out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600)
+        timing: Dict[str, float] = {}
+        out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600, timing=timing)
         kv_end = time.monotonic()
         kind, _, payload = self.connection.receive(timeout=600)
         if kind != MSG_FIRST:
@@ -466,6 +474,7 @@ class DecodeWorker:
                 if i == 0:
                     first_step = time.monotonic() - step_start
         return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin,
+                "decode_seconds": timing["decode_seconds"],
                 "first_step_seconds": first_step, "generate_seconds": time.monotonic() - step_start}
 
 
@@ -486,6 +495,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
     p.add_argument("--address", default="127.0.0.1:0",
                    help="decode worker's listen address (role decode/both) or the one to dial (prefill)")
+    p.add_argument("--address-file", help="role decode: write the bound address here once listening")
     p.add_argument("--secret", default="", help="shared secret of the connection (both sides)")
     p.add_argument("--methods", default="none,kivi-2",
                    help="comma-separated profiles or presets; 'kvserve' lets the controller choose "
@@ -505,12 +515,20 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _decode_side(model: Any, listener: Any, secret: str) -> None:
-    conn = transport.accept(listener, timeout=600, secret=secret, local_id="decode")
-    try:
-        DecodeWorker(model, conn).serve()
-    finally:
-        conn.close()
+def serve_decode(model: Any, listener: Any, secret: str = "", threads: int = 1,
+                 accept_timeout: float = 3600.0) -> int:
+    """Serves prefill connections one after another (a prefill side redials
+    to change its link) until one sends STOP; returns the requests served."""
+    served = 0
+    while True:
+        conn = transport.accept(listener, timeout=accept_timeout, secret=secret, local_id="decode")
+        worker = DecodeWorker(model, conn, threads)
+        try:
+            served += worker.serve()
+        finally:
+            conn.close()
+        if worker.stopped:
+            return served
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -522,7 +540,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.role == "decode":
         listener = transport.tcp().listen(args.address)
         print(f"decode worker listening on {listener.address}", file=sys.stderr, flush=True)
-        _decode_side(model, listener, args.secret)
+        if args.address_file:
+            with open(args.address_file + ".tmp", "w") as f:
+                f.write(listener.address)
+            os.replace(args.address_file + ".tmp", args.address_file)
+        serve_decode(model, listener, args.secret)
         return 0
     decode_thread = None
     address = args.address
@@ -530,7 +552,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         listener = transport.tcp().listen(args.address)
         address = listener.address
         decode_model = load_model(args.model, args.device, args.seed)
-        decode_thread = threading.Thread(target=_decode_side, args=(decode_model, listener, args.secret),
+        decode_thread = threading.Thread(target=serve_decode, args=(decode_model, listener, args.secret),
                                          daemon=True)
         decode_thread.start()
     estimator = kvserve.BandwidthEstimator()

@@ -31,6 +31,7 @@ bad arguments.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Optional, Tuple
 
 from . import _kvserve
@@ -129,7 +130,8 @@ def receive_frame(connection: Connection,
 
 def receive_kv(connection: Connection, out: Any = None, *, decoder: Any = None,
                timeout: Optional[float] = None,
-               on_layer: Optional[Callable[[int], None]] = None) -> Tuple[Any, TransferStats]:
+               on_layer: Optional[Callable[[int], None]] = None,
+               timing: Optional[dict] = None) -> Tuple[Any, TransferStats]:
     """Receives one streamed frame and decodes each record into a KV cache
     as it arrives (CPU codec).
 
@@ -138,12 +140,14 @@ def receive_kv(connection: Connection, out: Any = None, *, decoder: Any = None,
     allocated from the header (as :func:`kvserve.empty_like_frame`).
     ``decoder``: a reusable :class:`kvserve.Decoder`. ``on_layer(layer)`` is
     called once every record of ``layer`` was decoded (a frame's records
-    come layer by layer, as the sender encoded them). Returns ``(out, stats)``.
+    come layer by layer, as the sender encoded them). ``timing`` (a dict)
+    receives ``decode_seconds``: the time spent decoding records (the rest
+    of the transfer is waiting for them). Returns ``(out, stats)``.
     """
     from . import Decoder, empty_like_frame  # the package's wrappers
 
     decoder = decoder if decoder is not None else Decoder()
-    state = {"out": out, "seen": 0, "per_layer": 0}
+    state = {"out": out, "seen": 0, "per_layer": 0, "decode_seconds": 0.0}
 
     def header(_transfer_id: int, data: memoryview) -> None:
         decoder.start(data)
@@ -155,11 +159,15 @@ def receive_kv(connection: Connection, out: Any = None, *, decoder: Any = None,
         state["per_layer"] = info.chunk_count // max(1, info.shape[0])
 
     def record(data: memoryview) -> None:
+        start = time.monotonic()
         decoder.decode_record(data, state["out"])
+        state["decode_seconds"] += time.monotonic() - start
         state["seen"] += 1
         per_layer = state["per_layer"]
         if on_layer is not None and per_layer and state["seen"] % per_layer == 0:
             on_layer(state["seen"] // per_layer - 1)
 
     stats = receive_frame(connection, header, record, timeout)
+    if timing is not None:
+        timing["decode_seconds"] = state["decode_seconds"]
     return state["out"], stats

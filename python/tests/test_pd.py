@@ -90,7 +90,7 @@ class PdTest(unittest.TestCase):
 
             transport.receive_kv(conn, on_layer=on_layer, timeout=10)
             conn.receive(timeout=10)  # FIRST
-            conn.send(pd.MSG_RESULT, json.dumps({"id": 0, "tokens": [], "kv_seconds": 0,
+            conn.send(pd.MSG_RESULT, json.dumps({"id": 0, "tokens": [], "kv_seconds": 0, "decode_seconds": 0,
                                                  "first_step_seconds": 0, "generate_seconds": 0}).encode())
             conn.close()
 
@@ -142,3 +142,48 @@ class PdTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class PdBenchTest(unittest.TestCase):
+    def test_sweep_reports_every_point_and_respects_the_floor(self):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            table = os.path.join(tmp, "table.json")
+            rows = [kvserve.ProfileCost("kivi-2", 7.0, 1e9, 1e9, quality={"w": 0.9}),
+                    kvserve.ProfileCost("kivi-4", 3.7, 1e9, 1e9, quality={"w": 0.99})]
+            with open(table, "w") as f:
+                f.write(kvserve.ProfileTable.from_rows(rows, ["w"]).to_json())
+            out_json, out_md = os.path.join(tmp, "r.json"), os.path.join(tmp, "r.md")
+            env = dict(os.environ)
+            res = subprocess.run(
+                [sys.executable, "-m", "kvserve.bench.pd", "--model", "tiny", "--prompt-tokens", "64,256",
+                 "--gbps", "0.05,0", "--methods", "none,kivi-2,kvserve", "--requests", "2", "--new-tokens", "3",
+                 "--table", table, "--workload", "w", "--quality-min", "0.95", "--change-gbps", "0,0.05",
+                 "--change-requests", "2", "--check", "--out-json", out_json, "--out-md", out_md],
+                capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+            self.assertEqual(res.returncode, 0, res.stderr[-3000:])
+            with open(out_json) as f:
+                report = json.load(f)
+            with open(out_md) as f:
+                md = f.read()
+        self.assertEqual([(p["gbps"], p["tokens"]) for p in report["points"]],
+                         [(0.05, 64), (0.05, 256), (0, 64), (0, 256)])
+        for p in report["points"]:
+            self.assertEqual(set(p["methods"]), {"none", "kivi-2", "kvserve", "best-static"})
+            self.assertIn(p["best_static"], ("none", "kivi-2"))
+            self.assertEqual(p["methods"]["none"]["requests"], 2)
+        kv_rows = [r for r in report["rows"] if r["method"] == "kvserve"]
+        self.assertEqual(len(kv_rows), 4 * 2 + 4)  # sweep + link change
+        for r in kv_rows:  # kivi-2 is below the floor: never chosen
+            self.assertIn(r["profile"], ("none", "kivi-4"))
+            self.assertGreaterEqual(r["quality"], 0.95)
+        # On the 50 Mbps link, once measured, kvserve compresses.
+        self.assertIn("kivi-4", [r["profile"] for r in kv_rows if r["gbps"] == 0.05])
+        lossless = [r for r in report["rows"] if r["profile"] == "none"]
+        self.assertTrue(lossless and all(r["matches_single_process"] for r in lossless))
+        self.assertEqual(report["checks"]["floor_and_token_failures"], [])
+        self.assertGreater(report["loopback_gbps"], 0)
+        self.assertIn("| 0.05 | 64 | kvserve |", md)
+        self.assertIn("Link change", md)

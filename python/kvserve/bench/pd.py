@@ -1,0 +1,370 @@
+"""The prefill/decode benchmark: a sweep of prompt sizes, link rates and
+methods through :mod:`kvserve.pd`, with a report.
+
+    python -m kvserve.bench.pd --model llama-8b-random --device cuda \\
+        --prompt-tokens 2048,8192,32768 --gbps 1,5,25,0 \\
+        --table configs/profiles/kvs-qwen2-9m-unified.json --workload unified \\
+        --out-json docs/results/e2e-gpu.json --out-md docs/e2e-gpu.md
+
+A decode worker runs in its own process (``python -m kvserve.pd --role
+decode``, same device); this process is the prefill worker. Per link rate
+the prefill side dials a connection shaped to that rate (0: unshaped,
+whatever the loopback sustains -- measured and reported), sends one
+unrecorded warm-up request (raw: it also gives the estimator its first
+sample), then runs every method on every prompt size. Methods: fixed
+profiles (``none`` is raw), ``best-static`` (per point, the fixed method
+with the lowest mean JCT, picked after the fact) and ``kvserve`` (the
+controller per request, from the measured bandwidth, ``--slo`` and
+``--quality-min``, with the table's profile speeds re-measured by this
+machine's codec on this model's KV). After the sweep, a link-change run
+sends kvserve requests while the link drops from the first to the second
+rate of ``--change-gbps``.
+
+Everything in the report is measured in this run; the prediction column
+is the controller's latency model for the choices it made.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from typing import Any, Dict, List, Optional, Sequence
+
+import kvserve
+from kvserve import hf, pd, transport
+
+RAW = "none"
+
+
+def start_decode_process(model: str, device: str, secret: str, seed: int,
+                         timeout: float = 600.0) -> tuple:
+    """Starts ``python -m kvserve.pd --role decode`` and returns (process,
+    address) once it listens. Raises RuntimeError with its stderr when it
+    exits first or does not listen within ``timeout`` s (model loading
+    included)."""
+    tmp = tempfile.mkdtemp(prefix="kvserve-pd-")
+    address_file = os.path.join(tmp, "address")
+    log = open(os.path.join(tmp, "decode.log"), "w+")
+    cmd = [sys.executable, "-m", "kvserve.pd", "--role", "decode", "--model", model, "--device", device,
+           "--address", "127.0.0.1:0", "--address-file", address_file, "--seed", str(seed)]
+    if secret:
+        cmd += ["--secret", secret]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(address_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.seek(0)
+            raise RuntimeError("decode worker did not start: " + log.read()[-4000:])
+        time.sleep(0.05)
+    with open(address_file) as f:
+        return proc, f.read().strip()
+
+
+def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None) -> Any:
+    """The table with every row's CR and codec speeds measured again by this
+    machine's codec on ``kv`` (one thread, as the workers run), qualities
+    kept. Rows the codec refuses here (e.g. head scores missing) are
+    dropped."""
+    rows = []
+    for cost in table.profiles:
+        if cost.spec == RAW:
+            continue
+        try:
+            m = kvserve.measure_codec(kvserve.Profile(cost.spec), kv, dtype, head_scores)
+        except kvserve.KvserveError:
+            continue
+        rows.append(kvserve.ProfileCost(cost.spec, m["compression_ratio"], m["encode_bytes_per_second"],
+                                        m["decode_bytes_per_second"], 0.0, dict(cost.quality)))
+    return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
+
+
+def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
+    """(kv as a 5-D CPU tensor, dtype name) of one seeded prompt."""
+    import torch  # noqa: PLC0415
+
+    rng = random.Random(seed)
+    vocab = int(getattr(model.config, "vocab_size", 96))
+    ids = [rng.randrange(1, vocab) for _ in range(tokens)]
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        cache = pd.new_cache(model)
+        model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True)
+    layers = hf.cache_layers(cache)
+    kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in layers]).cpu()
+    return kv, pd._DTYPES[str(kv.dtype)]
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in [0, 100])."""
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = max(0, min(len(s) - 1, int(round(p / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Mean / p50 / p99 of JCT and TTFT and mean stage times of `rows`."""
+    jct = [r["jct_seconds"] for r in rows]
+    ttft = [r["ttft_seconds"] for r in rows]
+    out = {"requests": len(rows), "jct_mean": statistics.fmean(jct), "jct_p50": percentile(jct, 50),
+           "jct_p99": percentile(jct, 99), "ttft_mean": statistics.fmean(ttft),
+           "ttft_p50": percentile(ttft, 50), "ttft_p99": percentile(ttft, 99)}
+    for k in ("prefill_seconds", "encode_seconds", "kv_seconds", "transfer_busy_seconds",
+              "decode_kv_seconds", "decode_seconds", "generate_seconds", "frame_bytes", "kv_bytes"):
+        out[k] = statistics.fmean(r[k] for r in rows)
+    out["codec_share"] = (statistics.fmean(r["encode_seconds"] + r["decode_seconds"] for r in rows)
+                          / out["jct_mean"]) if out["jct_mean"] > 0 else 0.0
+    profiles: Dict[str, int] = {}
+    for r in rows:
+        profiles[r["profile"]] = profiles.get(r["profile"], 0) + 1
+    out["profiles"] = profiles
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m kvserve.bench.pd", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="tiny", help="as kvserve.pd: tiny, llama-8b-random or a checkpoint")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--prompt-tokens", default="256,1024", help="comma-separated prompt sizes")
+    p.add_argument("--gbps", default="1,0", help="comma-separated link rates, Gbit/s; 0 = unshaped loopback")
+    p.add_argument("--methods", default="none,kivi-2,cachegen,kvserve",
+                   help="fixed profiles/presets and 'kvserve'; best-static is derived from the fixed ones")
+    p.add_argument("--table", required=True, help="profile table for the controller (qualities per workload)")
+    p.add_argument("--workload", default="0", help="workload of the table (name or index)")
+    p.add_argument("--quality-min", type=float, default=0.97)
+    p.add_argument("--slo", type=float, default=float("inf"), help="KV time budget per request, s")
+    p.add_argument("--requests", type=int, default=4, help="requests per method and point")
+    p.add_argument("--new-tokens", type=int, default=8)
+    p.add_argument("--change-gbps", default="",
+                   help="two rates 'A,B': after the sweep, kvserve requests on A, then on B (link change)")
+    p.add_argument("--change-requests", type=int, default=6, help="requests per phase of the link change")
+    p.add_argument("--calibration-tokens", type=int, default=0,
+                   help="prompt size the codec speeds are measured on (0: the median prompt size)")
+    p.add_argument("--secret", default="kvserve-bench", help="connection secret (both processes)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-json", help="write every request and the summary here")
+    p.add_argument("--out-md", help="write the markdown report here")
+    p.add_argument("--check", action="store_true",
+                   help="compare tokens of lossless requests with a single-process run (exit 1 on a difference)")
+    return p
+
+
+def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, flush=True)) -> Dict[str, Any]:
+    """Runs the sweep described by ``args`` (see ``--help``); returns the
+    report dict (``rows``, ``points``, ``checks``, ``machine``)."""
+    sizes = [int(x) for x in args.prompt_tokens.split(",") if x]
+    rates = [float(x) for x in args.gbps.split(",") if x]
+    methods = [m for m in args.methods.split(",") if m]
+    fixed = [m for m in methods if m not in ("kvserve", "best-static")]
+    workload: Any = int(args.workload) if args.workload.isdigit() else args.workload
+    started = time.time()
+    progress(f"loading {args.model} on {args.device}")
+    model = pd.load_model(args.model, args.device, args.seed)
+    layers = len(pd.decoder_layers(model))
+    calib_tokens = args.calibration_tokens or sorted(sizes)[len(sizes) // 2]
+    kv, dtype = prefill_kv(model, calib_tokens, args.seed + 7)
+    table = calibrate(kvserve.ProfileTable.load(args.table), kv, dtype)
+    progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype})")
+    proc, address = start_decode_process(args.model, args.device, args.secret, args.seed)
+    estimator = kvserve.BandwidthEstimator()
+    controller = kvserve.Controller(table, estimator=estimator, model="streamed", layers=layers)
+    rng = random.Random(args.seed)
+    vocab = int(getattr(model.config, "vocab_size", 96))
+    rows: List[Dict[str, Any]] = []
+    request_id = 0
+    failures: List[str] = []
+    conn = None
+
+    def one(worker: Any, gbps: float, tokens: int, method: str, phase: str) -> Dict[str, Any]:
+        nonlocal request_id
+        prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+        r = worker.run(request_id, prompt, args.new_tokens, method=method, slo_seconds=args.slo,
+                       quality_min=args.quality_min, peer="decode")
+        request_id += 1
+        row = asdict(r)
+        row.update({"gbps": gbps, "phase": phase, "estimate_gbps": estimator.estimate("decode") * 8 / 1e9})
+        if method == "kvserve":
+            row["quality"] = (table.quality(table.index_of(r.profile), workload)
+                              if r.profile != RAW else 1.0)
+            if row["quality"] < args.quality_min:
+                failures.append(f"request {r.id}: {r.profile} quality {row['quality']} < floor")
+        if args.check and kvserve.Profile(r.profile).is_lossless:
+            ok = pd.reference_tokens(model, prompt, args.new_tokens) == r.tokens
+            row["matches_single_process"] = ok
+            if not ok:
+                failures.append(f"request {r.id}: {r.profile} tokens differ from a single-process run")
+        rows.append(row)
+        return row
+
+    def connect(gbps: float) -> Any:
+        nonlocal conn
+        if conn is not None:
+            conn.close()
+        conn = transport.dial(transport.tcp(), address, secret=args.secret, local_id="prefill",
+                              shape_gbps=gbps, estimator=estimator)
+        return pd.PrefillWorker(model, conn, controller=controller, workload=workload)
+
+    try:
+        for gbps in rates:
+            worker = connect(gbps)
+            worker.run(request_id, [1] * min(sizes), 2, method=RAW)  # warm-up: first sample of the link
+            request_id += 1
+            for tokens in sizes:
+                for method in fixed + (["kvserve"] if "kvserve" in methods else []):
+                    for _ in range(args.requests):
+                        row = one(worker, gbps, tokens, method, "sweep")
+                    progress(f"{gbps:g} Gbps, {tokens} tokens, {method}: last JCT {row['jct_seconds']:.3f} s "
+                             f"({row['profile']})")
+        if args.change_gbps:
+            a, b = (float(x) for x in args.change_gbps.split(","))
+            for phase, gbps in (("before", a), ("after", b)):
+                worker = connect(gbps)
+                for _ in range(args.change_requests):
+                    one(worker, gbps, sizes[len(sizes) // 2], "kvserve", f"change-{phase}")
+        worker.stop()
+    finally:
+        if conn is not None:
+            conn.close()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+    points = []
+    for gbps in rates:
+        for tokens in sizes:
+            point = {"gbps": gbps, "tokens": tokens, "methods": {}}
+            for method in fixed + ["kvserve"]:
+                sel = [r for r in rows if r["phase"] == "sweep" and r["gbps"] == gbps and
+                       r["prompt_tokens"] == tokens and r["method"] == method]
+                if sel:
+                    point["methods"][method] = summarize(sel)
+            statics = {m: s for m, s in point["methods"].items() if m != "kvserve"}
+            if statics:
+                best = min(statics, key=lambda m: statics[m]["jct_mean"])
+                point["best_static"] = best
+                point["methods"]["best-static"] = dict(statics[best], profile_of=best)
+            points.append(point)
+    checks = _checks(points, rates, failures, args)
+    loopback = [r for r in rows if r["gbps"] == 0 and r["profile"] == RAW and r["transfer_busy_seconds"] > 0]
+    report = {
+        "command": "python -m kvserve.bench.pd " + " ".join(sys.argv[1:]),
+        "machine": _machine(args.device), "model": args.model, "layers": layers,
+        "calibration_tokens": calib_tokens, "quality_min": args.quality_min, "workload": args.workload,
+        "table": args.table, "seconds": time.time() - started,
+        "loopback_gbps": (statistics.fmean(r["frame_bytes"] * 8 / 1e9 / r["transfer_busy_seconds"]
+                                           for r in loopback) if loopback else None),
+        "points": points, "checks": checks, "rows": rows,
+    }
+    return report
+
+
+def _checks(points: List[Dict[str, Any]], rates: List[float], failures: List[str],
+            args: argparse.Namespace) -> Dict[str, Any]:
+    """The issue's criteria, evaluated on this run's numbers."""
+    out: Dict[str, Any] = {"floor_and_token_failures": failures}
+    vs_static, vs_raw = [], []
+    top = max(rates, key=lambda g: float("inf") if g == 0 else g) if rates else None
+    for p in points:
+        m = p["methods"]
+        if "kvserve" in m and "best-static" in m:
+            vs_static.append({"gbps": p["gbps"], "tokens": p["tokens"],
+                              "ratio": m["kvserve"]["jct_mean"] / m["best-static"]["jct_mean"]})
+        if "kvserve" in m and RAW in m and p["gbps"] == top:
+            vs_raw.append({"gbps": p["gbps"], "tokens": p["tokens"],
+                           "ratio": m["kvserve"]["jct_mean"] / m[RAW]["jct_mean"]})
+    out["kvserve_vs_best_static"] = vs_static
+    out["kvserve_vs_raw_at_top_rate"] = vs_raw
+    out["ok"] = (not failures and all(v["ratio"] <= 1.05 for v in vs_static) and
+                 all(v["ratio"] <= 1.02 for v in vs_raw))
+    return out
+
+
+def _machine(device: str) -> Dict[str, Any]:
+    info = {"host": platform.node(), "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(), "load_average": os.getloadavg(), "device": device}
+    try:
+        import torch  # noqa: PLC0415
+
+        if device.startswith("cuda") and torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    except ImportError:
+        pass
+    return info
+
+
+def markdown(report: Dict[str, Any]) -> str:
+    """The report as markdown (docs/e2e-gpu.md)."""
+    m = report["machine"]
+    lines = ["# Prefill/decode on the GPU machine: JCT by method, prompt size and link rate", "",
+             f"Generated by `{report['command']}` (do not edit by hand) in {report['seconds']:.0f} s on "
+             f"{m.get('gpu', m['device'])}, {m['cores']} cores (load average "
+             f"{', '.join(f'{x:.2f}' for x in m['load_average'])} at the end). Model `{report['model']}` "
+             f"({report['layers']} layers); quality floor {report['quality_min']} on workload "
+             f"`{report['workload']}` of `{report['table']}`, codec speeds re-measured on "
+             f"{report['calibration_tokens']} tokens of this model's KV.", ""]
+    if report["loopback_gbps"]:
+        lines += [f"Unshaped loopback (rate 0) sustained {report['loopback_gbps']:.2f} Gbps (raw frames, "
+                  "sender busy time).", ""]
+    lines += ["Columns: means over the point's requests. prefill: the forward pass (layers are encoded and "
+              "sent from its hooks meanwhile); KV tail: prefill end to the decode side's acknowledgement; "
+              "encode / decode: codec time on the sender thread / the decode worker; codec share: "
+              "(encode + decode) / JCT. TTFT: to the decode worker's first own token.", "",
+              "| Gbps | tokens | method | profiles | JCT mean s | p50 | p99 | TTFT mean s | prefill s | "
+              "KV tail s | encode s | decode s | codec share |",
+              "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in report["points"]:
+        for name, s in p["methods"].items():
+            label = f"best-static ({s['profile_of']})" if name == "best-static" else name
+            profiles = ", ".join(f"{k} ×{v}" for k, v in s["profiles"].items())
+            rate = "loopback" if p["gbps"] == 0 else f"{p['gbps']:g}"
+            lines.append(f"| {rate} | {p['tokens']} | {label} | {profiles} | {s['jct_mean']:.3f} | "
+                         f"{s['jct_p50']:.3f} | {s['jct_p99']:.3f} | {s['ttft_mean']:.3f} | "
+                         f"{s['prefill_seconds']:.3f} | {s['kv_seconds']:.3f} | {s['encode_seconds']:.3f} | "
+                         f"{s['decode_seconds']:.3f} | {s['codec_share']:.2f} |")
+    change = [r for r in report["rows"] if r["phase"].startswith("change")]
+    if change:
+        lines += ["", "Link change (kvserve):", "", "| request | phase | Gbps | estimate Gbps | profile | JCT s |",
+                  "|---:|---|---:|---:|---|---:|"]
+        for r in change:
+            lines.append(f"| {r['id']} | {r['phase']} | {r['gbps']:g} | {r['estimate_gbps']:.2f} | "
+                         f"{r['profile']} | {r['jct_seconds']:.3f} |")
+    c = report["checks"]
+    lines += ["", "Checks on this run: kvserve / best static mean JCT "
+              + ", ".join(f"{v['ratio']:.3f} ({v['gbps']:g} Gbps, {v['tokens']})" for v in c["kvserve_vs_best_static"])
+              + "; kvserve / raw at the top rate "
+              + ", ".join(f"{v['ratio']:.3f} ({v['tokens']})" for v in c["kvserve_vs_raw_at_top_rate"])
+              + f"; floor or token failures: {len(c['floor_and_token_failures'])}.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    report = run(args)
+    if args.out_json:
+        with open(args.out_json, "w") as f:
+            json.dump(report, f, indent=1)
+    text = markdown(report)
+    if args.out_md:
+        with open(args.out_md, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    # --check: a request below its floor or a lossless request with other
+    # tokens fails the command; the JCT criteria are reported, not enforced.
+    return 1 if args.check and report["checks"]["floor_and_token_failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
