@@ -100,11 +100,22 @@ class UcxTransportTest : public ::testing::TestWithParam<Kind> {
     raw_ = raw.ok() ? std::move(*raw) : nullptr;
     return raw_ != nullptr;
   }
+  // Two UCX transports of the test's kind and a stream pair between them
+  // (client on the first), owned by the fixture, which destroys the streams
+  // before their transports. Null streams when the set-up failed.
+  StreamPair& Connected() {
+    a_ = Ucx(GetParam());
+    b_ = Ucx(GetParam());
+    if (a_ && b_) pair_ = Pair(*a_, *b_);
+    return pair_;
+  }
 
   std::unique_ptr<Transport> tcp_ = NewTcpTransport();
   std::unique_ptr<Transport> server_;
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<Stream> raw_;
+  std::unique_ptr<Transport> a_, b_;
+  StreamPair pair_;  // after a_ and b_: destroyed first
 };
 
 TEST_P(UcxTransportTest, BootstrapAdmitsOnlyPeersWithTheSecret) {
@@ -169,7 +180,9 @@ TEST_P(UcxTransportTest, GarbageOnTheBootstrapPortIsDropped) {
   ASSERT_TRUE(ListenAndConnectRaw());
   std::mt19937_64 rng(21);
   for (int i = 0; i < 5; ++i) {
-    if (i > 0) ASSERT_TRUE(ConnectRaw());
+    if (i > 0) {
+      ASSERT_TRUE(ConnectRaw());
+    }
     std::vector<uint8_t> junk = RandomBytes(rng, 1 + rng() % 3000);
     if (i % 2 == 1) std::memcpy(junk.data(), "KVSU\x01", std::min<size_t>(5, junk.size()));
     (void)raw_->Write(junk, 5);
@@ -187,9 +200,7 @@ TEST_P(UcxTransportTest, GarbageOnTheBootstrapPortIsDropped) {
 }
 
 TEST_P(UcxTransportTest, ClosedStreamDeliversEveryByteBeforeItsEnd) {
-  auto a = Ucx(GetParam());
-  auto b = Ucx(GetParam());
-  StreamPair p = Pair(*a, *b);
+  StreamPair& p = Connected();
   ASSERT_TRUE(p.client && p.server);
   std::mt19937_64 rng(31);
   std::vector<uint8_t> all;
@@ -233,9 +244,7 @@ bool PollReadable(int fd, int timeout_ms) {
 }
 
 TEST_P(UcxTransportTest, PollHandleIsReadableExactlyWhileReadWouldNotWait) {
-  auto a = Ucx(GetParam());
-  auto b = Ucx(GetParam());
-  StreamPair p = Pair(*a, *b);
+  StreamPair& p = Connected();
   ASSERT_TRUE(p.client && p.server);
   const int fd = p.server->PollHandle();
   ASSERT_GE(fd, 0);
@@ -267,9 +276,7 @@ TEST_P(UcxTransportTest, PollHandleIsReadableExactlyWhileReadWouldNotWait) {
 }
 
 TEST_P(UcxTransportTest, LargeWritesCrossBetweenWorkersIntact) {
-  auto a = Ucx(GetParam());
-  auto b = Ucx(GetParam());
-  StreamPair p = Pair(*a, *b);
+  StreamPair& p = Connected();
   ASSERT_TRUE(p.client && p.server);
   std::mt19937_64 rng(41);
   const std::vector<uint8_t> big = RandomBytes(rng, size_t{24} << 20);
@@ -290,9 +297,7 @@ TEST_P(UcxTransportTest, LargeWritesCrossBetweenWorkersIntact) {
 // returns; the reader must still see every byte that was written, with
 // frame-sized, header-sized and over-the-limit (zero-copy) writes mixed.
 TEST_P(UcxTransportTest, WriteBehindCopiesTheCallersBytes) {
-  auto a = Ucx(GetParam());
-  auto b = Ucx(GetParam());
-  StreamPair p = Pair(*a, *b);
+  StreamPair& p = Connected();
   ASSERT_TRUE(p.client && p.server);
   std::mt19937_64 rng(0x57b1);
   std::vector<size_t> sizes;
@@ -328,9 +333,7 @@ TEST_P(UcxTransportTest, WriteBehindCopiesTheCallersBytes) {
 // meanwhile: two peers that each write several MiB (zero-copy writes,
 // beyond the write-behind limit) and only then read both finish.
 TEST_P(UcxTransportTest, WritersThatReadOnlyAfterwardsDoNotDeadlock) {
-  auto a = Ucx(GetParam());
-  auto b = Ucx(GetParam());
-  StreamPair p = Pair(*a, *b);
+  StreamPair& p = Connected();
   ASSERT_TRUE(p.client && p.server);
   std::mt19937_64 rng(0xdead);
   const std::vector<uint8_t> one = RandomBytes(rng, size_t{6} << 20);
@@ -367,8 +370,10 @@ struct EnginePair {
 // forges it). Control connections are in-process pipes (not watched).
 EnginePair Engines(Kind kind, uint64_t window, bool forge_id) {
   EnginePair e;
-  auto a = Engine::Create({.tls = transporttest::UcxOptions(kind).tls});
-  auto b = Engine::Create({.tls = transporttest::UcxOptions(kind).tls});
+  Engine::Options options;
+  options.tls = transporttest::UcxOptions(kind).tls;
+  auto a = Engine::Create(options);
+  auto b = Engine::Create(options);
   EXPECT_TRUE(a.ok() && b.ok());
   if (!a.ok() || !b.ok()) return e;
   e.a = *a;
@@ -389,7 +394,9 @@ EnginePair Engines(Kind kind, uint64_t window, bool forge_id) {
   e.on_a->peer_id = e.on_b->local_id;
   e.on_a->peer_window = window;
   e.on_b->peer_id = e.on_a->local_id;
-  if (forge_id) EXPECT_TRUE(transport::ucx::RandomStreamId(&e.on_b->peer_id).ok());
+  if (forge_id) {
+    EXPECT_TRUE(transport::ucx::RandomStreamId(&e.on_b->peer_id).ok());
+  }
   e.on_b->peer_window = window;
   EXPECT_TRUE(e.a->Register(e.on_a).ok());
   EXPECT_TRUE(e.b->Register(e.on_b).ok());
