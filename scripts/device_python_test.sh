@@ -17,6 +17,8 @@
 # Then it runs python/examples/profile_own_model.py (profiling from Python,
 # output in $OUT/profile-qa; KVSERVE_PROFILE_EXAMPLE=0 skips it,
 # KVSERVE_PROFILE_EXAMPLE_ARGS adds flags such as "--samples 100 --budget 20").
+# KVSERVE_PD_BENCH_ARGS runs `python -m kvserve.bench.pd` with those flags
+# (report in $OUT/e2e-gpu.md and .json).
 # KVSERVE_DEVICE_UNITTEST=0 skips the unit tests, KVSERVE_CUDA_BENCH=0 the
 # CUDA API benchmark, KVSERVE_DEVICE_CLI=0 the kvserve CLI build (then no C++
 # comparison or policy check there): a run for the profiling example alone.
@@ -131,6 +133,15 @@ if [ "${KVSERVE_PROFILE_EXAMPLE:-1}" != "0" ] && [ -f data/eval/qa.jsonl ] && "$
     "$BUILD/tools/kvserve/kvserve" policy "$OUT/profile-qa/table.json" --workload qa --quality-min 0.97 \
       | tee "$OUT/profile-qa/policy.txt" || rc=1
   fi
+fi
+# The prefill/decode sweep (issue 15) when KVSERVE_PD_BENCH_ARGS is set, e.g.
+# "--model llama-8b-random --device cuda --prompt-tokens 2048,8192 --gbps 1,5,25,0
+#  --table configs/profiles/kvs-qwen2-9m-unified.json --workload unified".
+if [ -n "${KVSERVE_PD_BENCH_ARGS:-}" ]; then
+  echo "== prefill/decode sweep (python -m kvserve.bench.pd)"
+  # shellcheck disable=SC2086  # the knob is a list of flags
+  PYTHONUNBUFFERED=1 "$PY" -m kvserve.bench.pd $KVSERVE_PD_BENCH_ARGS --check \
+    --out-json "$OUT/e2e-gpu.json" --out-md "$OUT/e2e-gpu.md" || rc=1
 fi
 echo "== exit $rc"
 exit $rc

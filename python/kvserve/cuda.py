@@ -181,6 +181,12 @@ class CudaEncoder:
         return self._native.frame_size_is_static
 
     @property
+    def header_bytes(self) -> int:
+        """Bytes of the frame header, written by :meth:`begin` (the records
+        start there)."""
+        return self._native.header_bytes
+
+    @property
     def profile(self) -> Any:
         return self._native.profile
 

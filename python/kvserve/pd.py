@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import kvserve
 from kvserve import hf, transport
@@ -240,6 +240,8 @@ class RequestResult:
     ttft_seconds: float           # to the decode worker's first own token
     jct_seconds: float            # to the RESULT with every token
     predicted_kv_seconds: float = 0.0  # the controller's prediction (kvserve method), else 0
+    gpu_codec: bool = False       # encoded on the GPU (else the CPU codec, layer by layer)
+    decode_gpu_codec: bool = False  # decoded on the GPU
     decision: Dict[str, Any] = field(default_factory=dict)
 
 
@@ -286,6 +288,82 @@ class _LayerSender(threading.Thread):
             self.error = e
 
 
+class _GpuLayerStream:
+    """The GPU codec in the forward hooks (pack profiles: every layer's
+    records have a fixed place in the frame). In the hook, on the model's
+    stream and so after the layer's own kernels: ``encode_layer`` and an
+    asynchronous copy of that layer's records into pinned host memory, then
+    an event; a sender thread waits for each event and sends the bytes. The
+    prefill waits for nothing but kernel launches."""
+
+    def __init__(self, sender: Any, transfer_id: int, encoder: Any, host: Any, layers: int) -> None:
+        import torch  # noqa: PLC0415
+
+        self.torch, self.sender, self.transfer_id = torch, sender, transfer_id
+        self.encoder, self.host, self.layers = encoder, host, layers
+        self.host_bytes = host.numpy()
+        self.queue: "queue.Queue[Any]" = queue.Queue()
+        self.timing: List[Any] = []  # (start, end) CUDA events around each encode call
+        self.error: Optional[BaseException] = None
+        self.frame = None
+        self.raw = None
+        self.kv_bytes = 0
+        self.thread = threading.Thread(target=self._send, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _copy_out(self, offset: int, size: int) -> None:
+        torch = self.torch
+        self.host[offset:offset + size].copy_(self.raw[offset:offset + size], non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        self.queue.put((ready, offset, size))
+
+    def on_layer(self, layer: int, k: Any, v: Any) -> None:
+        """Called from the forward hook of decoder layer ``layer``."""
+        torch = self.torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        if layer == 0:
+            self.kv_bytes = 2 * self.layers * k[0].numel() * k.element_size()
+            self.frame = self.encoder.begin()
+            self.raw = torch.from_dlpack(self.frame)
+        self.encoder.encode_layer(layer, (k[0], v[0]))
+        if layer == self.layers - 1:
+            self.encoder.finish()
+        end.record()
+        self.timing.append((start, end))
+        if layer == 0:
+            self._copy_out(0, self.encoder.header_bytes)
+        offset, size = self.frame.layer_records(layer)
+        self._copy_out(offset, size)
+
+    def end(self) -> None:
+        self.queue.put(None)
+
+    def join(self) -> None:
+        self.thread.join()
+
+    @property
+    def encode_seconds(self) -> float:
+        """GPU time of the encode kernels (valid after join)."""
+        return sum(a.elapsed_time(b) for a, b in self.timing) / 1e3
+
+    def _send(self) -> None:
+        try:
+            while True:
+                item = self.queue.get()
+                if item is None:
+                    break
+                ready, offset, size = item
+                ready.synchronize()
+                self.sender.write(self.transfer_id, memoryview(self.host_bytes[offset:offset + size]))
+            self.encoder.check()  # non-finite input found by the kernels
+        except BaseException as e:  # reported by the prefill thread
+            self.error = e
+
+
 class PrefillWorker:
     """The prefill side: one connection to a decode worker.
 
@@ -296,11 +374,34 @@ class PrefillWorker:
     """
 
     def __init__(self, model: Any, connection: Any, *, controller: Any = None,
-                 workload: Any = 0, head_scores: Any = None, threads: int = 1) -> None:
+                 workload: Any = 0, head_scores: Any = None, threads: int = 1,
+                 gpu_codec: bool = True) -> None:
         self.model, self.connection, self.controller = model, connection, controller
         self.workload, self.head_scores, self.threads = workload, head_scores, threads
         self.layers = len(decoder_layers(model))
         self.encoders: Dict[str, Any] = {}
+        self.gpu_encoders: Dict[Any, Any] = {}
+        self.gpu_codec = gpu_codec
+
+    def uses_gpu_codec(self, spec: str) -> bool:
+        """True when requests of ``spec`` are encoded on the GPU: the model
+        is on a CUDA device, this build has the CUDA codec, ``gpu_codec`` is
+        on and the profile's records have static places (pack codec)."""
+        device = next(self.model.parameters()).device
+        return (self.gpu_codec and device.type == "cuda" and kvserve.cuda_available()
+                and kvserve.Profile(spec).codec == "pack")
+
+    def _gpu_stream(self, sender: Any, transfer_id: int, spec: str, k: Any) -> _GpuLayerStream:
+        torch = _torch()
+        shape = (self.layers, k.shape[1], k.shape[2], k.shape[3])
+        key = (spec, shape, str(k.dtype), k.device.index)
+        if key not in self.gpu_encoders:
+            enc = kvserve.CudaEncoder(spec, shape=shape, dtype=_DTYPES[str(k.dtype)],
+                                      device=k.device.index or 0, head_scores=self.head_scores)
+            host = torch.empty(enc.max_frame_bytes, dtype=torch.uint8).pin_memory()
+            self.gpu_encoders[key] = (enc, host)
+        enc, host = self.gpu_encoders[key]
+        return _GpuLayerStream(sender, transfer_id, enc, host, self.layers)
 
     def _encoder(self, spec: str) -> Any:
         if spec not in self.encoders:
@@ -348,10 +449,23 @@ class PrefillWorker:
             "id": request_id, "prompt_tokens": len(prompt_ids), "max_new_tokens": max_new_tokens,
             "profile": spec}).encode())
         sender = transport.FrameSender(self.connection)
-        streamer = _LayerSender(sender, request_id, self._encoder(spec), self.layers)
-        streamer.start()
+        gpu = self.uses_gpu_codec(spec)
+        streamer: Any = None if gpu else _LayerSender(sender, request_id, self._encoder(spec), self.layers)
+        if streamer is not None:
+            streamer.start()
         cache = new_cache(self.model)
-        hooks = [layer.register_forward_hook(self._hook(l, cache, streamer))
+        state: Dict[str, Any] = {"streamer": streamer}
+
+        def on_layer(layer: int, k: Any, v: Any) -> None:
+            if gpu:
+                if layer == 0:
+                    state["streamer"] = self._gpu_stream(sender, request_id, spec, k)
+                    state["streamer"].start()
+                state["streamer"].on_layer(layer, k, v)
+            else:
+                streamer.queue.put((layer, k, v))
+
+        hooks = [layer.register_forward_hook(self._hook(l, cache, on_layer))
                  for l, layer in enumerate(decoder_layers(self.model))]
         device = next(self.model.parameters()).device
         try:
@@ -362,7 +476,13 @@ class PrefillWorker:
         finally:
             for h in hooks:
                 h.remove()
-            streamer.queue.put(None)  # unblocks a streamer that lacks layers
+            streamer = state["streamer"]
+            if streamer is None:
+                raise RuntimeError("the forward pass ran no hooked decoder layer")
+            if gpu:
+                streamer.end()
+            else:
+                streamer.queue.put(None)  # unblocks a streamer that lacks layers
         prefill_end = time.monotonic()
         streamer.join()
         if streamer.error is not None:
@@ -383,21 +503,21 @@ class PrefillWorker:
         if d is not None:
             self.controller.observe(d, kv_done - start)
         return RequestResult(
-            id=request_id, prompt_tokens=len(prompt_ids), method=method, profile=spec,
+            id=request_id, prompt_tokens=len(prompt_ids), method=method, profile=spec, gpu_codec=gpu,
             tokens=[first] + list(reply["tokens"]), kv_bytes=streamer.kv_bytes,
             frame_bytes=int(stats.frame_bytes), prefill_seconds=prefill_end - start,
             encode_seconds=streamer.encode_seconds, kv_seconds=kv_seconds,
             transfer_busy_seconds=stats.busy_seconds, decode_kv_seconds=reply["kv_seconds"],
-            decode_seconds=reply["decode_seconds"],
+            decode_seconds=reply["decode_seconds"], decode_gpu_codec=reply.get("gpu_codec", False),
             generate_seconds=reply["generate_seconds"],
             ttft_seconds=(kv_done - start) + reply["first_step_seconds"], jct_seconds=end - start,
             predicted_kv_seconds=predicted, decision=decision)
 
     @staticmethod
-    def _hook(layer: int, cache: Any, streamer: _LayerSender) -> Callable[..., None]:
+    def _hook(layer: int, cache: Any, on_layer: Callable[[int, Any, Any], None]) -> Callable[..., None]:
         def hook(_module: Any, _args: Any, _output: Any) -> None:
             k, v = hf.cache_layers(cache)[layer]
-            streamer.queue.put((layer, k, v))
+            on_layer(layer, k, v)
 
         return hook
 
@@ -416,8 +536,8 @@ class DecodeWorker:
     new cache as it arrives (CPU codec), moved to the model's device and
     dtype, and generation continues from the prefill's first token."""
 
-    def __init__(self, model: Any, connection: Any, threads: int = 1) -> None:
-        self.model, self.connection = model, connection
+    def __init__(self, model: Any, connection: Any, threads: int = 1, gpu_codec: bool = True) -> None:
+        self.model, self.connection, self.gpu_codec = model, connection, gpu_codec
         self.decoder = kvserve.Decoder(threads)
         self.served = 0
         self.stopped = False  # the peer sent STOP (not merely closed)
@@ -444,17 +564,70 @@ class DecodeWorker:
                 self.connection.send(MSG_ERROR, json.dumps({"id": request["id"], "error": str(e)}).encode())
             self.served += 1
 
+    def _receive_maybe_on_gpu(self, timing: Dict[str, float]) -> Tuple[Any, bool]:
+        """Receives one frame for a model on the GPU: pack frames are decoded
+        on the GPU layer by layer as each layer's records are complete (copied
+        to the device from pinned memory), other frames by the CPU codec as
+        records arrive (then moved to the device). Returns (kv, on_gpu)."""
+        torch = _torch()
+        device = next(self.model.parameters()).device
+        st: Dict[str, Any] = {"gpu": False, "seen": 0, "pending": bytearray(), "events": []}
+
+        def on_header(_tid: int, header: memoryview) -> None:
+            self.decoder.start(header)
+            info = self.decoder.info
+            st["per_layer"] = info.chunk_count // max(1, info.shape[0])
+            if info.profile.codec == "pack":
+                st["gpu"] = True
+                st["dec"] = kvserve.CudaDecoder(bytes(header), device=device.index or 0)
+                st["out"] = st["dec"].empty_out()
+            else:
+                st["out"] = kvserve.empty_like_frame(info)
+            st["start"] = time.monotonic()
+
+        def on_record(record: memoryview) -> None:
+            if not st["gpu"]:
+                t = time.monotonic()
+                self.decoder.decode_record(record, st["out"])
+                st.setdefault("cpu_seconds", 0.0)
+                st["cpu_seconds"] += time.monotonic() - t
+                return
+            st["pending"] += record
+            st["seen"] += 1
+            if st["seen"] % st["per_layer"] == 0:
+                layer = st["seen"] // st["per_layer"] - 1
+                data = torch.frombuffer(st["pending"], dtype=torch.uint8).pin_memory()
+                records = data.to(device, non_blocking=True)
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                st["dec"].decode_layer(layer, records, st["out"])
+                b.record()
+                st["events"].append((a, b, data, records))  # keeps both buffers alive until done
+                st["pending"] = bytearray()
+
+        transport.receive_frame(self.connection, on_header, on_record, timeout=600)
+        if st["gpu"]:
+            st["dec"].check()  # synchronises; Corruption for a record that failed there
+            timing["decode_seconds"] = sum(a.elapsed_time(b) for a, b, _, _ in st["events"]) / 1e3
+        else:
+            timing["decode_seconds"] = st.get("cpu_seconds", 0.0)
+        return st["out"], st["gpu"]
+
     def _one(self, request: Dict[str, Any]) -> Dict[str, Any]:
         torch = _torch()
         begin = time.monotonic()
+        param = next(self.model.parameters())
         timing: Dict[str, float] = {}
-        out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600, timing=timing)
+        if param.device.type == "cuda" and kvserve.cuda_available() and self.gpu_codec:
+            out, gpu = self._receive_maybe_on_gpu(timing)
+        else:
+            out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600, timing=timing)
+            gpu = False
         kv_end = time.monotonic()
         kind, _, payload = self.connection.receive(timeout=600)
         if kind != MSG_FIRST:
             raise kvserve.KvserveCorruptionError(f"expected FIRST, got message type {kind}")
         first = json.loads(payload)["first_token"]
-        param = next(self.model.parameters())
         buffer = out if isinstance(out, torch.Tensor) else kvserve.as_torch(out, self.decoder.info.dtype)
         buffer = buffer.to(device=param.device, dtype=param.dtype)
         cache = new_cache(self.model)
@@ -473,7 +646,7 @@ class DecodeWorker:
                 tokens.append(last)
                 if i == 0:
                     first_step = time.monotonic() - step_start
-        return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin,
+        return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin, "gpu_codec": gpu,
                 "decode_seconds": timing["decode_seconds"],
                 "first_step_seconds": first_step, "generate_seconds": time.monotonic() - step_start}
 

@@ -187,3 +187,36 @@ class PdBenchTest(unittest.TestCase):
         self.assertGreater(report["loopback_gbps"], 0)
         self.assertIn("| 0.05 | 64 | kvserve |", md)
         self.assertIn("Link change", md)
+
+
+GPU = torch is not None and torch.cuda.is_available() and kvserve.cuda_available()
+
+
+@unittest.skipIf(not GPU, "needs a CUDA device and a build with the CUDA codec")
+class PdGpuTest(unittest.TestCase):
+    def test_pack_profiles_encode_and_decode_on_the_gpu(self):
+        model = pd.TinyCausalLM(seed=3).to("cuda", torch.bfloat16)
+        listener = transport.tcp().listen("127.0.0.1:0")
+
+        def decode():
+            conn = transport.accept(listener, timeout=30, local_id="decode")
+            pd.DecodeWorker(pd.TinyCausalLM(seed=3).to("cuda", torch.bfloat16), conn).serve()
+            conn.close()
+
+        thread = threading.Thread(target=decode, daemon=True)
+        thread.start()
+        conn = transport.dial(transport.tcp(), listener.address)
+        self.addCleanup(thread.join, 30)
+        self.addCleanup(conn.close)
+        worker = pd.PrefillWorker(model, conn)
+        p = prompt(41, 160)
+        r = worker.run(0, p, 12, method="none")
+        self.assertTrue(r.gpu_codec and r.decode_gpu_codec)
+        self.assertEqual(r.tokens, pd.reference_tokens(model, p, 12))
+        r = worker.run(1, prompt(42, 640), 4, method="kivi-2")
+        self.assertTrue(r.gpu_codec and r.decode_gpu_codec)
+        cpu_frame = kvserve.encode(torch.zeros((4, 2, 2, 640, 32), dtype=torch.bfloat16), "kivi-2")
+        self.assertEqual(r.frame_bytes, len(cpu_frame))  # pack: the size is the shape's
+        r = worker.run(2, prompt(43, 300), 4, method="cachegen")  # rANS: the CPU codec
+        self.assertFalse(r.gpu_codec or r.decode_gpu_codec)
+        worker.stop()
