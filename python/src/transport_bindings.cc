@@ -83,16 +83,19 @@ class PyConnection {
     ThrowIfError(s);
   }
 
+  // One Message per call: receives from two Python threads must not share a
+  // buffer (Connection serialises them, but the copy into bytes happens after).
   py::tuple Receive(std::optional<double> timeout) {
     Connection& c = get();
+    Message message;
     Status s;
     {
       py::gil_scoped_release release;
-      s = c.Receive(&message_, timeout.value_or(-1));
+      s = c.Receive(&message, timeout.value_or(-1));
     }
     ThrowIfError(s);
-    py::bytes payload(reinterpret_cast<const char*>(message_.payload.data()), message_.payload.size());
-    return py::make_tuple(static_cast<int>(message_.type), static_cast<int>(message_.flags), payload);
+    py::bytes payload(reinterpret_cast<const char*>(message.payload.data()), message.payload.size());
+    return py::make_tuple(static_cast<int>(message.type), static_cast<int>(message.flags), payload);
   }
 
   void Close() {
@@ -128,7 +131,6 @@ class PyConnection {
  private:
   TransportPtr transport_;
   std::unique_ptr<Connection> connection_;
-  Message message_;  // reused across receive calls
 };
 
 class PyListener {
