@@ -28,8 +28,10 @@
 #ifndef KVSERVE_PROFILER_H_
 #define KVSERVE_PROFILER_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -118,7 +120,22 @@ struct QualityEstimate {
   double quality = 0.0;
   double ci_half_width = 0.0;
   int samples = 0;
+  // The 95% interval's ends when the evaluator knows them (the task
+  // evaluator's paired bootstrap, which need not be symmetric); NaN
+  // otherwise.
+  double low = std::numeric_limits<double>::quiet_NaN();
+  double high = std::numeric_limits<double>::quiet_NaN();
+  // The interval's lower end: `low` when known, else quality - ci_half_width.
+  double LowerBound() const { return std::isfinite(low) ? low : quality - ci_half_width; }
 };
+
+// An exact quality (a proxy or a recorded value): no interval, one "sample".
+inline QualityEstimate PointEstimate(double quality) {
+  QualityEstimate q;
+  q.quality = quality;
+  q.samples = 1;
+  return q;
+}
 
 // The expensive black box: quality of a profile on one workload and sample
 // set. Implementations: the task evaluator (quality issue), the
@@ -230,6 +247,10 @@ struct TaskEvaluatorOptions {
   const HeadScores* head_scores = nullptr;   // for mixhq / duo; caller keeps it alive
   int codec_threads = 1;
   int bootstrap_resamples = 1000;
+  // Names the sample set when the samples given are not a workload's own
+  // (e.g. "holdout": HeldOutSamples of a search); part of name() and
+  // sample_set(), so the results database keeps the sets apart.
+  std::string sample_tag;
 };
 
 // Task quality of a profile on one workload: QualityEvaluator::Evaluate on a
@@ -248,7 +269,8 @@ class TaskEvaluator final : public Evaluator {
                                                        std::vector<EvalSample> samples,
                                                        TaskEvaluatorOptions options);
 
-  // "task:<workload>:n=<samples scored>:seed=<seed>".
+  // "task:<workload>:n=<samples scored>:seed=<seed>", with ":<sample_tag>"
+  // after the workload when the options name one.
   std::string name() const override;
   bool is_proxy() const override { return false; }
   // NotSupported when the relative quality is undefined (the baseline

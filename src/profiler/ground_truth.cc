@@ -26,7 +26,7 @@ class GroundTruthEvaluator final : public Evaluator {
     if (it == index_.end()) {
       return Status::NotFound("ground truth has no row for " + profile.ToString());
     }
-    return QualityEstimate{truth_.rows[it->second].quality, 0.0, 1};
+    return PointEstimate(truth_.rows[it->second].quality);
   }
 
  private:

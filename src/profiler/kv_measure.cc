@@ -35,7 +35,7 @@ class ReconstructionProxyEvaluator final : public Evaluator {
   Result<QualityEstimate> Evaluate(const Profile& profile) override {
     auto m = MeasureOnKv(profile, kv_, scores_, 1);
     if (!m.ok()) return m.status();
-    return QualityEstimate{m->proxy_quality, 0.0, 1};
+    return PointEstimate(m->proxy_quality);
   }
 
  private:

@@ -2,6 +2,8 @@
 // (model, workload, spec, sample set, evaluator).
 #include <sqlite3.h>
 
+#include <cmath>
+
 #include "kvserve/profiler.h"
 
 namespace kvserve {
@@ -32,6 +34,7 @@ constexpr const char* kSchema =
     " model TEXT NOT NULL, workload TEXT NOT NULL, spec TEXT NOT NULL,"
     " sample_set TEXT NOT NULL, evaluator TEXT NOT NULL,"
     " quality REAL, quality_ci REAL, samples INTEGER,"
+    " quality_low REAL, quality_high REAL,"
     " compression_ratio REAL, encode_bytes_per_second REAL,"
     " decode_bytes_per_second REAL, overhead_seconds REAL,"
     " seq INTEGER NOT NULL,"
@@ -71,8 +74,13 @@ EvaluationRecord ReadRow(sqlite3_stmt* s) {
   EvaluationRecord r;
   r.key = {text(0), text(1), text(2), text(3), text(4)};
   if (sqlite3_column_type(s, 5) != SQLITE_NULL) {
-    r.quality = QualityEstimate{sqlite3_column_double(s, 5), sqlite3_column_double(s, 6),
-                                sqlite3_column_int(s, 7)};
+    QualityEstimate q;
+    q.quality = sqlite3_column_double(s, 5);
+    q.ci_half_width = sqlite3_column_double(s, 6);
+    q.samples = sqlite3_column_int(s, 7);
+    if (sqlite3_column_type(s, 12) != SQLITE_NULL) q.low = sqlite3_column_double(s, 12);
+    if (sqlite3_column_type(s, 13) != SQLITE_NULL) q.high = sqlite3_column_double(s, 13);
+    r.quality = q;
   }
   if (sqlite3_column_type(s, 8) != SQLITE_NULL) {
     r.codec = CodecMetrics{sqlite3_column_double(s, 8), sqlite3_column_double(s, 9),
@@ -83,8 +91,34 @@ EvaluationRecord ReadRow(sqlite3_stmt* s) {
 
 constexpr const char* kColumns =
     "SELECT model, workload, spec, sample_set, evaluator, quality, quality_ci, samples,"
-    " compression_ratio, encode_bytes_per_second, decode_bytes_per_second, overhead_seconds"
-    " FROM evaluations ";
+    " compression_ratio, encode_bytes_per_second, decode_bytes_per_second, overhead_seconds,"
+    " quality_low, quality_high FROM evaluations ";
+
+// Databases written before the interval ends were stored lack their
+// columns: add them (NULL for the old rows).
+Status AddIntervalColumns(sqlite3* db) {
+  bool have = false;
+  {
+    Statement info(db, "PRAGMA table_info(evaluations)");
+    if (info.get() == nullptr) return Status::IOError("results db: table_info");
+    while (sqlite3_step(info.get()) == SQLITE_ROW) {
+      const unsigned char* name = sqlite3_column_text(info.get(), 1);
+      if (name != nullptr && std::string(reinterpret_cast<const char*>(name)) == "quality_low") have = true;
+    }
+  }
+  if (have) return Status::Ok();
+  char* message = nullptr;
+  if (sqlite3_exec(db,
+                   "ALTER TABLE evaluations ADD COLUMN quality_low REAL;"
+                   "ALTER TABLE evaluations ADD COLUMN quality_high REAL;",
+                   nullptr, nullptr, &message) != SQLITE_OK) {
+    Status st = Status::IOError(std::string("results db: adding the interval columns: ") +
+                                (message ? message : "error"));
+    sqlite3_free(message);
+    return st;
+  }
+  return Status::Ok();
+}
 
 }  // namespace
 
@@ -110,21 +144,29 @@ Result<std::unique_ptr<ResultsDb>> ResultsDb::Open(const std::string& path) {
           "kvserve-results-db-1") {
     return Status::Corruption("results db " + path + ": not a kvserve results database");
   }
+  KVSERVE_RETURN_IF_ERROR(AddIntervalColumns(impl->db));
   return std::unique_ptr<ResultsDb>(new ResultsDb(std::move(impl)));
 }
 
 Status ResultsDb::PutQuality(const EvaluationKey& key, const QualityEstimate& quality) {
   Statement s(impl_->db,
               "INSERT INTO evaluations (model, workload, spec, sample_set, evaluator, quality,"
-              " quality_ci, samples, seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
+              " quality_ci, samples, quality_low, quality_high, seq)"
+              " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
               " (SELECT IFNULL(MAX(seq), 0) + 1 FROM evaluations))"
               " ON CONFLICT DO UPDATE SET quality = excluded.quality,"
-              " quality_ci = excluded.quality_ci, samples = excluded.samples");
+              " quality_ci = excluded.quality_ci, samples = excluded.samples,"
+              " quality_low = excluded.quality_low, quality_high = excluded.quality_high");
   if (s.get() == nullptr) return impl_->Error("prepare");
   s.BindKey(key);
   sqlite3_bind_double(s.get(), 6, quality.quality);
   sqlite3_bind_double(s.get(), 7, quality.ci_half_width);
   sqlite3_bind_int(s.get(), 8, quality.samples);
+  // NULL for an unknown interval end (SQLite would store NaN as NULL anyway).
+  if (std::isfinite(quality.low)) sqlite3_bind_double(s.get(), 9, quality.low);
+  else sqlite3_bind_null(s.get(), 9);
+  if (std::isfinite(quality.high)) sqlite3_bind_double(s.get(), 10, quality.high);
+  else sqlite3_bind_null(s.get(), 10);
   if (sqlite3_step(s.get()) != SQLITE_DONE) return impl_->Error("insert");
   return Status::Ok();
 }

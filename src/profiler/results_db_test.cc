@@ -1,6 +1,8 @@
 // Copyright kvserve authors.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -84,6 +86,71 @@ TEST(ResultsDb, InterruptedSearchResumesWithoutPayingTwice) {
       EXPECT_EQ(second->observations[i].candidate, expected->observations[i].candidate);
     }
   }
+}
+
+TEST(ResultsDb, IntervalEndsRoundTripAndUnknownOnesStayUnknown) {
+  auto db = ResultsDb::Open(":memory:");
+  ASSERT_TRUE(db.ok());
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 30; ++i) {
+    const EvaluationKey key{"m", "w", "spec" + std::to_string(i), "s", "e"};
+    QualityEstimate q;
+    q.quality = static_cast<double>(rng() % 1000) / 1000;
+    q.ci_half_width = 0.02;
+    q.samples = 100;
+    if (i % 3 != 0) {  // an asymmetric interval
+      q.low = q.quality - 0.03;
+      q.high = q.quality + 0.01;
+    }
+    ASSERT_TRUE((*db)->PutQuality(key, q).ok());
+    auto r = (*db)->Get(key);
+    ASSERT_TRUE(r.ok() && r->quality);
+    if (i % 3 != 0) {
+      EXPECT_EQ(r->quality->low, q.low);
+      EXPECT_EQ(r->quality->high, q.high);
+      EXPECT_EQ(r->quality->LowerBound(), q.low);
+    } else {
+      EXPECT_TRUE(std::isnan(r->quality->low) && std::isnan(r->quality->high));
+      EXPECT_DOUBLE_EQ(r->quality->LowerBound(), q.quality - 0.02);
+    }
+  }
+}
+
+TEST(ResultsDb, ADatabaseWithoutIntervalColumnsGainsThemAndKeepsItsRows) {
+  const std::string path = TempPath("old-schema.db");
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
+    const char* old_schema =
+        "CREATE TABLE evaluations (model TEXT NOT NULL, workload TEXT NOT NULL, spec TEXT NOT NULL,"
+        " sample_set TEXT NOT NULL, evaluator TEXT NOT NULL, quality REAL, quality_ci REAL,"
+        " samples INTEGER, compression_ratio REAL, encode_bytes_per_second REAL,"
+        " decode_bytes_per_second REAL, overhead_seconds REAL, seq INTEGER NOT NULL,"
+        " recorded_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP,"
+        " PRIMARY KEY (model, workload, spec, sample_set, evaluator));"
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT);"
+        "INSERT INTO meta VALUES ('format', 'kvserve-results-db-1');"
+        "INSERT INTO evaluations (model, workload, spec, sample_set, evaluator, quality, quality_ci,"
+        " samples, seq) VALUES ('m', 'w', 'kivi-2', 's', 'e', 0.9, 0.05, 50, 1);";
+    ASSERT_EQ(sqlite3_exec(raw, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(raw);
+  }
+  auto db = ResultsDb::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  auto old_row = (*db)->Get({"m", "w", "kivi-2", "s", "e"});
+  ASSERT_TRUE(old_row.ok() && old_row->quality);
+  EXPECT_EQ(old_row->quality->quality, 0.9);
+  EXPECT_TRUE(std::isnan(old_row->quality->low));
+  QualityEstimate q = *old_row->quality;
+  q.low = 0.8;
+  q.high = 0.95;
+  ASSERT_TRUE((*db)->PutQuality({"m", "w", "kivi-4", "s", "e"}, q).ok());
+  db->reset();
+  auto reopened = ResultsDb::Open(path);  // a second open finds the columns there
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  auto row = (*reopened)->Get({"m", "w", "kivi-4", "s", "e"});
+  ASSERT_TRUE(row.ok() && row->quality);
+  EXPECT_EQ(row->quality->low, 0.8);
 }
 
 TEST(ResultsDb, RejectsAForeignDatabase) {

@@ -30,11 +30,13 @@ Result<std::unique_ptr<TaskEvaluator>> TaskEvaluator::Create(QualityEvaluator* q
 }
 
 std::string TaskEvaluator::name() const {
-  return fmt::format("task:{}:n={}:seed={}", workload_, samples_scored(), options_.seed);
+  const std::string tag = options_.sample_tag.empty() ? "" : ":" + options_.sample_tag;
+  return fmt::format("task:{}{}:n={}:seed={}", workload_, tag, samples_scored(), options_.seed);
 }
 
 std::string TaskEvaluator::sample_set() const {
-  return fmt::format("task:n={},seed={},wire={},model={}", samples_scored(), options_.seed,
+  const std::string tag = options_.sample_tag.empty() ? "" : options_.sample_tag + ",";
+  return fmt::format("task:{}n={},seed={},wire={},model={}", tag, samples_scored(), options_.seed,
                      DTypeName(options_.wire_dtype), quality_->model_fingerprint());
 }
 
@@ -58,6 +60,8 @@ Result<QualityEstimate> TaskEvaluator::Evaluate(const Profile& profile) {
   q.quality = report.relative;
   const double low = report.relative_ci.low, high = report.relative_ci.high;
   q.ci_half_width = std::isfinite(low) && std::isfinite(high) ? (high - low) / 2 : 0.0;
+  q.low = low;
+  q.high = high;
   q.samples = report.samples_scored;
   last_ = std::move(report);
   return q;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,13 +69,16 @@ class TaskEvaluatorTest : public ::testing::Test {
     samples_ = std::move(*samples);
   }
 
-  std::unique_ptr<TaskEvaluator> Make(int n, uint64_t seed, const std::string& cache = "") {
+  std::unique_ptr<TaskEvaluator> Make(int n, uint64_t seed, const std::string& cache = "",
+                                      const std::string& tag = "",
+                                      const std::vector<EvalSample>* samples = nullptr) {
     TaskEvaluatorOptions o;
     o.samples = n;
     o.seed = seed;
     o.cache_dir = cache;
     o.bootstrap_resamples = 200;
-    auto ev = TaskEvaluator::Create(quality_.get(), "tiny", samples_, o);
+    o.sample_tag = tag;
+    auto ev = TaskEvaluator::Create(quality_.get(), "tiny", samples ? *samples : samples_, o);
     EXPECT_TRUE(ev.ok()) << ev.status().ToString();
     return ev.ok() ? std::move(ev).value() : nullptr;
   }
@@ -84,6 +88,24 @@ class TaskEvaluatorTest : public ::testing::Test {
   std::vector<EvalSample> samples_;
 };
 std::string* TaskEvaluatorTest::dir_ = nullptr;
+
+TEST_F(TaskEvaluatorTest, HeldOutEvaluatorHasItsOwnNameAndSampleSet) {
+  const std::vector<EvalSample> held = HeldOutSamples(samples_, 3, 9);
+  ASSERT_EQ(held.size(), samples_.size() - 3);
+  auto search = Make(3, 9);
+  auto holdout = Make(3, 9, "", "holdout", &held);
+  ASSERT_NE(search, nullptr);
+  ASSERT_NE(holdout, nullptr);
+  EXPECT_EQ(holdout->name(), "task:tiny:holdout:n=3:seed=9");
+  EXPECT_NE(holdout->sample_set(), search->sample_set());  // never answered from the other set
+  auto q = holdout->Evaluate(Profile());
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  std::set<std::string> held_ids;
+  for (const EvalSample& h : held) held_ids.insert(h.id);
+  ASSERT_EQ(holdout->last_report()->samples.size(), 3u);
+  for (const SampleScore& s : holdout->last_report()->samples)
+    EXPECT_EQ(held_ids.count(s.id), 1u) << s.id << " was scored but is not held out";
+}
 
 TEST_F(TaskEvaluatorTest, NoneIsFullQualityAndNotAProxy) {
   auto ev = Make(4, 9);
@@ -120,6 +142,9 @@ TEST_F(TaskEvaluatorTest, LossyProfilesGiveFiniteBoundedQualityWithOrderedInterv
     ASSERT_NE(r, nullptr);
     EXPECT_LE(r->relative_ci.low, r->relative_ci.high);
     EXPECT_NEAR(q->ci_half_width, (r->relative_ci.high - r->relative_ci.low) / 2, 1e-12);
+    EXPECT_EQ(q->low, r->relative_ci.low);  // the interval's own ends, not a symmetric guess
+    EXPECT_EQ(q->high, r->relative_ci.high);
+    EXPECT_EQ(q->LowerBound(), r->relative_ci.low);
     const CodecMetrics m = TaskCodecMetrics(*r);
     EXPECT_GT(m.compression_ratio, 1.5);  // <= 2-bit codes vs f16
     EXPECT_GE(m.encode_bytes_per_second, 0.0);

@@ -69,7 +69,7 @@ class TableEvaluator final : public Evaluator {
     ++calls;
     if (fail_after >= 0 && calls > fail_after) return Status::Unavailable("injected failure");
     for (size_t i = 0; i < candidates_->size(); ++i) {
-      if ((*candidates_)[i].profile == profile) return QualityEstimate{(*quality_)[i], 0.0, 1};
+      if ((*candidates_)[i].profile == profile) return PointEstimate((*quality_)[i]);
     }
     return Status::NotFound("not a candidate");
   }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -283,6 +284,29 @@ TEST(QualityStatsTest, SubsetIsDeterministicDistinctAndSorted) {
   for (size_t i = 1; i < a.size(); ++i) EXPECT_LT(a[i - 1], a[i]);
   EXPECT_EQ(ChooseSubset(5, 0, 1).size(), 5u);
   EXPECT_EQ(ChooseSubset(5, 9, 1).size(), 5u);
+}
+
+TEST(QualityStatsTest, HeldOutSamplesAreTheComplementOfTheSearchSubset) {
+  std::mt19937_64 rng(29);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int total = 1 + static_cast<int>(rng() % 300);
+    const int n = static_cast<int>(rng() % (total + 5));
+    const uint64_t seed = rng();
+    std::vector<EvalSample> all(total);
+    for (int i = 0; i < total; ++i) all[i].id = "s" + std::to_string(i);
+    const std::vector<EvalSample> held = HeldOutSamples(all, n, seed);
+    std::set<std::string> searched;
+    for (int i : ChooseSubset(total, n, seed)) searched.insert(all[i].id);
+    if (n <= 0 || n >= total) {
+      EXPECT_TRUE(held.empty());
+      continue;
+    }
+    ASSERT_EQ(held.size(), static_cast<size_t>(total - n));
+    for (size_t i = 0; i < held.size(); ++i) {
+      EXPECT_EQ(searched.count(held[i].id), 0u) << held[i].id << " is in both sets";
+      if (i > 0) EXPECT_LT(std::stoi(held[i - 1].id.substr(1)), std::stoi(held[i].id.substr(1)));
+    }
+  }
 }
 
 TEST(QualityStatsTest, BootstrapBracketsTheMean) {

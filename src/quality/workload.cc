@@ -127,4 +127,17 @@ Result<std::string> ResolveWorkloadPath(const std::string& name_or_file,
                           ".jsonl) with scripts/data/build_all.sh");
 }
 
+std::vector<EvalSample> HeldOutSamples(const std::vector<EvalSample>& all, int search_samples,
+                                       uint64_t seed) {
+  const int total = static_cast<int>(all.size());
+  if (search_samples <= 0 || search_samples >= total) return {};
+  std::vector<bool> searched(all.size(), false);
+  for (int i : ChooseSubset(total, search_samples, seed)) searched[i] = true;
+  std::vector<EvalSample> out;
+  out.reserve(all.size() - search_samples);
+  for (size_t i = 0; i < all.size(); ++i)
+    if (!searched[i]) out.push_back(all[i]);
+  return out;
+}
+
 }  // namespace kvserve
