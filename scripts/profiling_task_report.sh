@@ -7,16 +7,21 @@
 #
 #   stage 1 (only for missing tables, or all with --research): `kvserve profile`
 #     per profiling workload and for the unified mix: Bayesian search, quality
-#     floor Q, budget B, N samples (seed 0) per evaluation. Every evaluation is
-#     stored in $DB, so an interrupted run resumes and nothing is paid twice.
-#   stage 2: `kvserve quality` on every workload (the unseen ones too) for the
-#     max-CR feasible profile of its own table, of the unified table, of the
-#     nearest profiling workload's table (unseen workloads), kivi-2 and
-#     cachegen; then scripts/render_profiling_task.py splices the table into
-#     docs/profiling.md between the task markers.
+#     floor Q, budget B, SEARCH_N samples (seed 0) per evaluation; the search's
+#     Pareto rows are then scored on HOLDOUT_N held-out samples (disjoint from
+#     the search's) and the tables carry the lower end of that 95% interval.
+#     Every evaluation is stored in $DB, so an interrupted run resumes and
+#     nothing is paid twice.
+#   stage 2: `kvserve quality` on every workload (the unseen ones too), on N
+#     samples of the held-out pool (--holdout-of SEARCH_N: none the searches
+#     scored), for the max-CR feasible profile of its own table, of the unified
+#     table, of the nearest profiling workload's table (unseen workloads),
+#     kivi-2 and cachegen; then scripts/render_profiling_task.py splices the
+#     table into docs/profiling.md between the task markers.
 #
 # Environment: MODEL (models/kvs-qwen2-9m), N (100: comparison samples per
-# workload), SEARCH_N (N: samples per search evaluation), Q (0.97), B (80),
+# workload), SEARCH_N (N: samples per search evaluation), HOLDOUT_N (N:
+# held-out samples per table row), Q (0.97), B (80),
 # PROFILING ("qa math code prose"), UNSEEN ("multihop:qa unseen:prose", each
 # workload:nearest), DB (.cache/kvserve-profile/<model>.db), NICE (10),
 # REUSE_BASELINES (0; 1 keeps docs/results/profiling/<w>.baselines.json),
@@ -33,6 +38,7 @@ kvserve="$build/tools/kvserve/kvserve"
 MODEL=${MODEL:-models/kvs-qwen2-9m}
 N=${N:-100}                  # samples per workload in the stage-2 comparison
 SEARCH_N=${SEARCH_N:-$N}     # samples per workload and evaluation in the searches
+HOLDOUT_N=${HOLDOUT_N:-$N}   # held-out samples per table row (disjoint from the search's)
 Q=${Q:-0.97}
 B=${B:-80}
 PROFILING=${PROFILING:-"qa math code prose"}
@@ -53,7 +59,8 @@ for w in $PROFILING unified; do
   if [[ $research == 1 || ! -f "$table" ]]; then
     echo "== profile $w (budget $B, $SEARCH_N samples, quality >= $Q)" >&2
     nice -n "$NICE" "$kvserve" profile --model "$MODEL" --workload "$w" --mix "$mix" \
-      --quality-min "$Q" --budget "$B" --samples "$SEARCH_N" --sample-seed 0 --threads 1 --codec-kv-tokens "$CODEC_KV_TOKENS" \
+      --quality-min "$Q" --budget "$B" --samples "$SEARCH_N" --sample-seed 0 --holdout-samples "$HOLDOUT_N" \
+      --threads 1 --codec-kv-tokens "$CODEC_KV_TOKENS" \
       --head-scores "$HEADS" --db "$DB" --out "$table"
   fi
 done
@@ -70,13 +77,13 @@ PY
 measure() {  # measure <workload> <out.json> <profiles...>
   local w=$1 out=$2; shift 2
   local list; list=$(IFS=,; echo "$*")
-  nice -n "$NICE" "$kvserve" quality -m "$MODEL" -w "$w" -p "$list" -n "$N" --seed 0 \
+  nice -n "$NICE" "$kvserve" quality -m "$MODEL" -w "$w" -p "$list" -n "$N" --seed 0 --holdout-of "$SEARCH_N" \
     --threads 1 --head-scores "$HEADS" --json -q > "$out.tmp"
   mv "$out.tmp" "$out"
 }
 unified=$(best "configs/profiles/$name-unified.json" unified)
 manifest="$results/manifest.json"
-echo "{\"model\": \"$MODEL\", \"samples\": $N, \"search_samples\": $SEARCH_N, \"codec_kv_tokens\": $CODEC_KV_TOKENS, \"quality_min\": $Q, \"budget\": $B, \"rows\": [" > "$manifest.tmp"
+echo "{\"model\": \"$MODEL\", \"samples\": $N, \"search_samples\": $SEARCH_N, \"holdout_samples\": $HOLDOUT_N, \"codec_kv_tokens\": $CODEC_KV_TOKENS, \"quality_min\": $Q, \"budget\": $B, \"rows\": [" > "$manifest.tmp"
 sep=""
 pids=()
 for pair in $(for w in $PROFILING; do echo "$w:$w:profiling"; done) \

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -66,8 +67,11 @@ Result<KvSource> LoadKvSource(const ProfileRunOptions& a, const std::string& wor
 }
 
 // The table JSON with provenance fields (ignored by ProfileTable::FromJson).
+// `row_extras` (spec -> object) adds fields to rows (the controller ignores
+// them): the held-out and search qualities behind a row's quality.
 std::string LabelledTableJson(const ProfileTable& table, const std::string& quality_kind,
-                              const std::string& provenance) {
+                              const std::string& provenance,
+                              const nlohmann::json& row_extras = nlohmann::json::object()) {
   nlohmann::json doc = nlohmann::json::parse(table.ToJson());
   nlohmann::ordered_json out;
   out["format"] = doc["format"];
@@ -75,6 +79,11 @@ std::string LabelledTableJson(const ProfileTable& table, const std::string& qual
   out["quality_kind"] = quality_kind;
   out["comment"] = provenance;
   out["workloads"] = doc["workloads"];
+  for (auto& row : doc["profiles"]) {
+    const std::string spec = row.value("spec", "");
+    if (row_extras.contains(spec))
+      for (const auto& [k, v] : row_extras[spec].items()) row[k] = v;
+  }
   out["profiles"] = doc["profiles"];
   return out.dump(2) + "\n";
 }
@@ -227,9 +236,74 @@ struct TaskPart {
   std::string workload;
   std::unique_ptr<TaskEvaluator> evaluator;
   std::unique_ptr<Evaluator> cached;  // results database in front of `evaluator`
+  std::unique_ptr<TaskEvaluator> holdout;  // held-out samples (null without held-out scoring)
+  std::unique_ptr<Evaluator> holdout_cached;
   std::vector<Candidate> candidates;
   std::string codec_kv;
 };
+
+// Re-scores the search table's rows on the held-out evaluators of `parts`
+// (through the results database) and returns the table whose quality is
+// the held-out figure a floor is checked against (`floor_on`: the interval's
+// lower end or the point estimate); `extras` receives per row the held-out
+// point, interval and the search's quality, per workload. NotFound when no
+// row meets the floor on the held-out samples.
+Result<ProfileTable> HoldOutTable(const ProfileRunOptions& a, const ProfileTable& searched,
+                                  std::vector<TaskPart>& parts, bool unified,
+                                  const Progress& progress, nlohmann::json* extras) {
+  const bool lower = a.floor_on == "lower";
+  std::vector<TableEntry> entries;
+  std::string rejected;
+  for (const ProfileCost& row : searched.profiles()) {
+    if (row.spec == "none") continue;  // raw: quality 1 by definition
+    auto profile = Profile::Parse(row.spec);
+    if (!profile.ok()) return profile.status();
+    TableEntry e;
+    e.profile = *profile;
+    e.codec = CodecMetrics{row.compression_ratio, row.encode_bytes_per_second,
+                           row.decode_bytes_per_second, row.overhead_seconds};
+    nlohmann::json& x = (*extras)[row.spec];
+    std::vector<Evaluator*> held;
+    for (TaskPart& part : parts) {
+      auto q = part.holdout_cached->Evaluate(*profile);
+      if (!q.ok()) return q.status().WithContext("held-out " + part.workload + " " + row.spec);
+      e.quality[part.workload] = lower ? q->LowerBound() : q->quality;
+      x["quality_holdout"][part.workload] = q->quality;
+      x["quality_low"][part.workload] = q->LowerBound();
+      x["quality_high"][part.workload] = std::isfinite(q->high) ? q->high : q->quality + q->ci_half_width;
+      auto searched_q = row.quality.find(part.workload);
+      if (searched_q != row.quality.end()) x["quality_search"][part.workload] = searched_q->second;
+      held.push_back(part.holdout_cached.get());
+    }
+    if (unified) {
+      MixedEvaluator mix(held);  // answered by the database: the parts were just scored
+      auto q = mix.Evaluate(*profile);
+      if (!q.ok()) return q.status();
+      e.quality["unified"] = lower ? q->LowerBound() : q->quality;
+      x["quality_holdout"]["unified"] = q->quality;
+      x["quality_low"]["unified"] = q->LowerBound();
+      x["quality_high"]["unified"] = q->quality + q->ci_half_width;
+      auto searched_q = row.quality.find("unified");
+      if (searched_q != row.quality.end()) x["quality_search"]["unified"] = searched_q->second;
+    }
+    const double figure = e.quality[a.workload];
+    Note(progress, "held out: {} quality {} {:.4f} (search {:.4f}){}", row.spec,
+         lower ? "lower end" : "point", figure,
+         row.quality.count(a.workload) ? row.quality.at(a.workload) : 0.0,
+         figure >= a.quality_min ? "" : "  below the floor");
+    if (figure < a.quality_min)
+      rejected += fmt::format("{}{} ({:.4f})", rejected.empty() ? "" : ", ", row.spec, figure);
+    entries.push_back(std::move(e));
+  }
+  auto table = BuildParetoTable(entries, a.workload, a.quality_min);
+  if (!table.ok()) {
+    return Status::NotFound(fmt::format(
+        "no profile of the search's Pareto set meets quality >= {} on the held-out samples "
+        "({} of the 95% interval): {}",
+        a.quality_min, lower ? "lower end" : "point estimate", rejected));
+  }
+  return table;
+}
 
 Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progress& progress) {
   if (a.workload.empty()) return Status::InvalidArgument("a workload is required (--workload)");
@@ -280,6 +354,9 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   const bool unified = a.workload == "unified";
   const std::vector<std::string> names = unified ? SplitWords(a.mix) : std::vector{a.workload};
   if (names.empty()) return Status::InvalidArgument("--mix is empty");
+  if (a.holdout_samples < 0) return Status::InvalidArgument("--holdout-samples must be >= 0");
+  if (a.floor_on != "lower" && a.floor_on != "point")
+    return Status::InvalidArgument("--floor-on must be lower or point, not " + a.floor_on);
   TaskEvaluatorOptions options;
   options.samples = a.samples;
   options.seed = a.sample_seed;
@@ -293,6 +370,24 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
     if (!samples.ok()) return samples.status();
     TaskPart part;
     part.workload = w;
+    if (a.holdout_samples > 0) {
+      std::vector<EvalSample> held = HeldOutSamples(*samples, a.samples, a.sample_seed);
+      if (held.empty()) {
+        return Status::InvalidArgument(fmt::format(
+            "workload {}: the search scores all {} samples, none is left to hold out: lower "
+            "--samples, or pass --holdout-samples 0 (the table then reports the search's own "
+            "qualities)",
+            w, samples->size()));
+      }
+      TaskEvaluatorOptions held_options = options;
+      held_options.samples = a.holdout_samples;
+      held_options.sample_tag = "holdout";
+      auto held_ev = TaskEvaluator::Create(quality->get(), w, std::move(held), held_options);
+      if (!held_ev.ok()) return held_ev.status();
+      part.holdout = std::move(*held_ev);
+      part.holdout_cached = MakeCachingEvaluator(part.holdout.get(), db->get(),
+                                                 {a.model, w, "", part.holdout->sample_set(), ""});
+    }
     auto ev = TaskEvaluator::Create(quality->get(), w, std::move(*samples), options);
     if (!ev.ok()) return ev.status();
     part.evaluator = std::move(*ev);
@@ -354,6 +449,24 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   }
   auto table = BuildParetoTable(entries, a.workload, a.quality_min);
   if (!table.ok()) return table.status();
+  nlohmann::json extras = nlohmann::json::object();
+  std::string quality_text = quality_kind;
+  if (a.holdout_samples > 0) {
+    Note(progress, "held-out scoring of {} Pareto rows on {} ({} the floor)", table->size() - 1,
+         parts.front().holdout->name(),
+         a.floor_on == "lower" ? "the lower end of the 95% interval meets" : "the point estimate meets");
+    auto held = HoldOutTable(a, *table, parts, unified, progress, &extras);
+    if (!held.ok()) return held.status();
+    table = std::move(*held);
+    quality_text = fmt::format(
+        "task: relative quality vs none (exact-match ratio; perplexity ratio for perplexity "
+        "workloads) on {} held-out samples per workload, disjoint from the {} the search scored "
+        "(seed {}), model {}; quality = the {} of the held-out 95% paired bootstrap CI "
+        "(quality_holdout: point estimate, quality_low / quality_high: the interval, "
+        "quality_search: on the search samples)",
+        parts.front().holdout->samples_scored(), parts.front().evaluator->samples_scored(),
+        a.sample_seed, a.model, a.floor_on == "lower" ? "lower end" : "point estimate");
+  }
   std::string kv_text;
   for (const TaskPart& p : parts) kv_text += (kv_text.empty() ? "" : "; ") + p.codec_kv;
   const std::string provenance = fmt::format(
@@ -361,8 +474,8 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
       "{} evaluations; quality: {} ({}). CR and codec throughputs: CPU, 1 thread, measured on "
       "real prefilled KV ({}).",
       a.model, a.workload, unified ? " --mix " + a.mix : "", a.searcher, a.quality_min, a.budget,
-      a.seed, trace.observations.size(), evaluator.name(), quality_kind, kv_text);
-  return ProfileRunResult{*table, LabelledTableJson(*table, quality_kind, provenance)};
+      a.seed, trace.observations.size(), evaluator.name(), quality_text, kv_text);
+  return ProfileRunResult{*table, LabelledTableJson(*table, quality_text, provenance, extras)};
 }
 
 }  // namespace

@@ -34,25 +34,7 @@ class TaskEvaluatorTest : public ::testing::Test {
     ASSERT_TRUE(WriteRandomModel(*dir_ + "/model", spec).ok());
     auto model = Model::Load(*dir_ + "/model");
     ASSERT_TRUE(model.ok()) << model.status().ToString();
-    std::mt19937_64 rng(17);
-    std::string text;
-    for (int i = 0; i < 6; ++i) {
-      const int len = 48 + static_cast<int>(rng() % 48);
-      std::vector<int32_t> prompt(len);
-      for (auto& t : prompt) t = 1 + static_cast<int32_t>(rng() % 90);
-      std::vector<int32_t> full{0};
-      full.insert(full.end(), prompt.begin(), prompt.end());
-      auto pre = (*model)->Prefill(full);
-      ASSERT_TRUE(pre.ok());
-      Sampler greedy(SamplingOptions{});
-      auto answer = Generate(**model, &pre->kv, pre->kv.last_logits(), 5, &greedy, false);
-      ASSERT_TRUE(answer.ok());
-      text += nlohmann::json({{"id", "s-" + std::to_string(i)}, {"workload", "tiny"},
-                              {"metric", "exact_match"}, {"prompt_ids", prompt},
-                              {"answer_ids", *answer}})
-                  .dump() + "\n";
-    }
-    std::ofstream(*dir_ + "/tiny.jsonl", std::ios::binary | std::ios::trunc) << text;
+    ASSERT_TRUE(testing::WriteGreedyWorkload(**model, *dir_ + "/tiny.jsonl", 6, 17));
   }
   static void TearDownTestSuite() {
     std::error_code ec;

@@ -115,6 +115,16 @@ RunFn SetupProfile(CLI::App& sub) {
       ->capture_default_str();
   sub.add_option("--sample-seed", a->o.sample_seed, "task mode: subset and bootstrap seed")
       ->capture_default_str();
+  sub.add_option("--holdout-samples", a->o.holdout_samples,
+                 "task mode: score the search's Pareto rows again on N samples disjoint from the "
+                 "search's and write those qualities into the table (0 = keep the search's own)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub.add_option("--floor-on", a->o.floor_on,
+                 "task mode, held-out scoring: a profile meets the floor when the 'lower' end of "
+                 "its held-out 95% interval does, or its 'point' estimate")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"lower", "point"}));
   sub.add_option("--cache-dir", a->o.cache_dir, "task mode: prefill KV cache directory ('' = none)")
       ->capture_default_str();
   a->eval_dir_option = sub.add_option("--eval-dir", a->o.eval_dir,

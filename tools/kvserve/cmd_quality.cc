@@ -25,6 +25,7 @@ struct QualityArgs {
   std::string head_scores;
   std::string wire_dtype = "f16";
   int threads = 0;
+  int holdout_of = 0;  // score the samples a search of this many did not use
   bool json = false, per_sample = false, quiet = false;
 };
 
@@ -36,6 +37,15 @@ int RunQuality(const QualityArgs& a) {
   if (!path.ok()) return ReportError(kCmd, path.status());
   auto samples = LoadWorkload(*path);
   if (!samples.ok()) return ReportError(kCmd, samples.status());
+  if (a.holdout_of > 0) {
+    std::vector<EvalSample> held = HeldOutSamples(*samples, a.holdout_of, a.o.seed);
+    if (held.empty()) {
+      return ReportError(kCmd, Status::InvalidArgument(fmt::format(
+                                   "--holdout-of {}: the workload has only {} samples, none is held out",
+                                   a.holdout_of, samples->size())));
+    }
+    *samples = std::move(held);
+  }
   auto dtype = ParseDType(a.wire_dtype);
   if (!dtype.ok()) return ReportError(kCmd, dtype.status());
   std::vector<Profile> profiles;
@@ -87,6 +97,11 @@ RunFn SetupQuality(CLI::App& sub) {
   sub.add_option("-n,--samples", a->o.samples, "random subset of N samples (0 = all)")
       ->capture_default_str();
   sub.add_option("--seed", a->o.seed, "subset and bootstrap seed")->capture_default_str();
+  sub.add_option("--holdout-of", a->holdout_of,
+                 "score only samples a `kvserve profile --samples N --sample-seed <seed>` search "
+                 "did not use (its held-out set; 0 = every sample is eligible)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub.add_option("--cache-dir", a->o.cache_dir, "prefill KV cache directory ('' = none)")
       ->capture_default_str();
   sub.add_option("--head-scores", a->head_scores, "head-score JSON (mixhq, duo)");

@@ -46,6 +46,17 @@ struct ProfileRunOptions {
   std::string mix = "qa,math,code,prose";
   int codec_kv_tokens = 1024;
   int threads = 0;
+  // Held-out scoring (task mode): the search's Pareto rows are scored again
+  // on this many samples of each workload disjoint from the `samples` the
+  // search scored (HeldOutSamples), and the table's quality is the held-out
+  // figure; the search's own stays in each row as quality_search. 0: the
+  // table carries the search's qualities (re-scored on the data they were
+  // chosen on; the table's quality_kind says so).
+  int holdout_samples = 100;
+  // The held-out figure a floor is checked against: "lower" (the lower end
+  // of the held-out 95% bootstrap interval: a profile meets q_min only when
+  // its interval lies above it) or "point" (the point estimate).
+  std::string floor_on = "lower";
 };
 
 // A search's Pareto profile table, also as labelled JSON (the controller's

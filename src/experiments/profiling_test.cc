@@ -1,0 +1,131 @@
+// Copyright kvserve authors. Task-mode profiling runs with held-out scoring
+// (experiments/profiling.h): a tiny random-weight model, a workload of its
+// own greedy answers, a small strategy space.
+#include "experiments/profiling.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "runtime/test_model_util.h"
+
+namespace kvserve::lab {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TaskProfilingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(kvserve::testing::TempDir("task_profiling"));
+    RandomModelSpec spec;
+    spec.seed = 41;
+    ASSERT_TRUE(WriteRandomModel(*dir_ + "/model", spec).ok());
+    auto model = Model::Load(*dir_ + "/model");
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    ASSERT_TRUE(kvserve::testing::WriteGreedyWorkload(**model, *dir_ + "/tiny.jsonl", 16, 43));
+    // Lossless and lossy rows: the floor below keeps some and drops others.
+    std::ofstream(*dir_ + "/space.json")
+        << R"({"transforms":{"identity":{}},"codecs":{"pack":{}},
+              "quantizers":{"kivi":{"k":[1,2,8],"v":[1,8],"group":[32],"residual":[0]}},
+              "include":["kivi-4"]})";
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+  }
+
+  ProfileRunOptions Options(const std::string& db) const {
+    ProfileRunOptions o;
+    o.model = *dir_ + "/model";
+    o.workload = *dir_ + "/tiny.jsonl";
+    o.space = *dir_ + "/space.json";
+    o.db = *dir_ + "/" + db;
+    o.searcher = "exhaustive";
+    o.budget = 20;
+    o.quality_min = 0.5;
+    o.samples = 8;
+    o.holdout_samples = 8;
+    o.cache_dir = "";
+    o.codec_kv_tokens = 32;
+    o.threads = 1;
+    o.head_scores = "";
+    return o;
+  }
+
+  static std::string* dir_;
+};
+std::string* TaskProfilingTest::dir_ = nullptr;
+
+TEST_F(TaskProfilingTest, TableQualitiesAreHeldOutLowerEndsAndEveryRowMeetsTheFloor) {
+  const ProfileRunOptions o = Options("lower.db");
+  auto r = RunProfileSearch(o, {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto doc = nlohmann::json::parse(r->table_json);
+  EXPECT_NE(doc["quality_kind"].get<std::string>().find("held-out"), std::string::npos);
+  const std::string w = o.workload;
+  ASSERT_FALSE(doc["profiles"].empty());
+  for (const auto& row : doc["profiles"]) {
+    SCOPED_TRACE(row["spec"].get<std::string>());
+    const double q = row["quality"][w], low = row["quality_low"][w], high = row["quality_high"][w];
+    const double point = row["quality_holdout"][w];
+    EXPECT_EQ(q, low);  // the floor is checked against the interval's lower end
+    EXPECT_LE(low, point);
+    EXPECT_LE(point, high);
+    EXPECT_GE(q, o.quality_min);
+    EXPECT_TRUE(row.contains("quality_search"));
+  }
+  // The controller reads the held-out figure.
+  for (int i = 1; i < r->table.size(); ++i) EXPECT_GE(r->table.Quality(i, 0), o.quality_min);
+}
+
+TEST_F(TaskProfilingTest, PointEstimateOptionAndTheHeldOutRowsComeBackFromTheDatabase) {
+  ProfileRunOptions o = Options("point.db");
+  o.floor_on = "point";
+  auto first = RunProfileSearch(o, {});
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  for (const auto& row : nlohmann::json::parse(first->table_json)["profiles"])
+    EXPECT_EQ(row["quality"][o.workload], row["quality_holdout"][o.workload]);
+  // A rerun pays for no search evaluation ("N evaluations (N from the
+  // database)") and writes the same table (its held-out rows come back too).
+  std::string stopped;
+  auto again = RunProfileSearch(o, [&](const std::string& line) {
+    if (line.rfind("stopped:", 0) == 0) stopped = line;
+  });
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  int evaluations = -1, stored = -2;
+  const size_t at = stopped.find("; ");
+  ASSERT_NE(at, std::string::npos) << stopped;
+  ASSERT_EQ(std::sscanf(stopped.c_str() + at, "; %d evaluations (%d from the database)", &evaluations,
+                        &stored),
+            2)
+      << stopped;
+  EXPECT_EQ(evaluations, stored);
+  EXPECT_EQ(again->table_json.substr(again->table_json.find("\"workloads\"")),
+            first->table_json.substr(first->table_json.find("\"workloads\"")));
+}
+
+TEST_F(TaskProfilingTest, HoldOutNeedsSamplesTheSearchDidNotUse) {
+  ProfileRunOptions o = Options("bad.db");
+  o.samples = 0;  // every sample in the search
+  auto r = RunProfileSearch(o, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--holdout-samples 0"), std::string::npos);
+  o.holdout_samples = 0;  // the search's own qualities, as before
+  auto plain = RunProfileSearch(o, {});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(nlohmann::json::parse(plain->table_json)["quality_kind"].get<std::string>().find("held-out"),
+            std::string::npos);
+  o = Options("bad.db");
+  o.floor_on = "median";
+  EXPECT_EQ(RunProfileSearch(o, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvserve::lab
