@@ -8,12 +8,20 @@
   data/eval/multihop.jsonl  2-3 hop retrieval in prose of the held-out source (Moby-Dick)    (unseen)
   data/eval/unseen.jsonl    prose perplexity on the held-out source (Moby-Dick)              (unseen)
 
+Harder variants (issue 19: workloads the shipped model does not saturate, where compression shows):
+  data/eval/qa-hard.jsonl        qa with 10-14 planted facts whose entities may share a colour or an
+                                 object (the key needs both words), 3K-4K-token contexts
+  data/eval/multihop-hard.jsonl  multihop whose entities may share a colour or an object, 2K-4K tokens
+  data/eval/code-hard.jsonl      code line completion with 2.5K-3.9K-token file prefixes
+No harder arithmetic: the shipped model solves every 3-step problem and no 4-step one (40 samples
+each, 3-4 solved shots of the same length), so no variant lands between saturation and zero.
+
 One JSON object per line: {"id", "workload", "metric", "prompt", "answer", "prompt_ids", "answer_ids",
 "n_prompt_tokens"}. Token ids are for data/tokenizer/kvs8k.model, WITHOUT the BOS the model expects
 first (prepend id 1). For exact-match workloads answer_ids ends with the newline token (<0x0A>): a
 greedy decode is correct iff it reproduces answer_ids exactly (i.e. the text up to the first newline
 equals `answer`). For ppl workloads `answer` is the continuation scored by perplexity.
-Run from the repo root: /usr/bin/python3 scripts/data/make_workloads.py [--n 200]
+Run from the repo root: /usr/bin/python3 scripts/data/make_workloads.py [--n 200] [--only qa-hard,...]
 """
 import argparse
 import json
@@ -65,19 +73,25 @@ def record(wid, workload, metric, prompt, answer, newline=True):
             "prompt_ids": p, "answer_ids": a, "n_prompt_tokens": len(p) + 1}
 
 
-def retrieval(rng, n, stream, workload, seed_name):
+def retrieval(rng, n, stream, workload, seed_name, min_tokens=1000, hard=False):
+    """qa / multihop prompts of min_tokens..~4K tokens; hard: entities that share words (the key
+    needs both) and, for qa, 10-14 planted facts."""
     out = []
+    kind = workload.split("-")[0]
     while len(out) < n:
-        target = rng.randint(1000, 3950)  # prompt tokens incl. BOS, 1K-4K
-        ctx_tokens = target - 60 if workload == "qa" else target - 100
+        target = rng.randint(min_tokens, 3950)  # prompt tokens incl. BOS
+        ctx_tokens = target - (60 if kind == "qa" else 100) - (200 if hard else 0)
         prose = prose_window(rng, stream, ctx_tokens)
-        if workload == "qa":
-            context, qas = tasks.qa_example(rng, prose, n_questions=1)
+        if kind == "qa":
+            facts = rng.randint(10, 14) if hard else None
+            context, qas = tasks.qa_example(rng, prose, n_facts=facts, n_questions=1, overlapping=hard)
         else:
-            context, qas = tasks.multihop_example(rng, prose, n_questions=1)
+            hops, chains = (None, None)  # hard: the entities share words (below)
+            context, qas = tasks.multihop_example(rng, prose, hops=hops, n_chains=chains, n_questions=1,
+                                                  overlapping=hard)
         prompt, answer = tasks.qa_prompt(context, qas[0])
         r = record(f"{seed_name}-{len(out):04d}", workload, "exact_match", prompt, answer)
-        if not (1000 <= r["n_prompt_tokens"] and r["n_prompt_tokens"] + len(r["answer_ids"]) <= MAX_TOKENS):
+        if not (min_tokens <= r["n_prompt_tokens"] and r["n_prompt_tokens"] + len(r["answer_ids"]) <= MAX_TOKENS):
             continue
         out.append(r)
     return out
@@ -94,7 +108,7 @@ def math_set(rng, n):
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 
 
-def code_set(rng, n, docs):
+def code_set(rng, n, docs, workload="code", min_tokens=500, max_tokens=3500):
     """Line completion: prompt = a held-out file's lines up to line i (500-3500 tokens) plus the
     indentation and the first 1-3 words of line i; answer = the rest of line i. Candidate lines:
     12-80 characters of code (no comment, docstring or blank line) that occur verbatim earlier in
@@ -125,7 +139,7 @@ def code_set(rng, n, docs):
         i = rng.choice(cands)
         line = lines[i].rstrip()
         keep = lines[:i]
-        while keep and len(enc("\n".join(keep) + "\n")) > 3500:
+        while keep and len(enc("\n".join(keep) + "\n")) > max_tokens:
             keep = keep[len(keep) // 8 + 1:]
         earlier = [l.rstrip() for l in keep]
         if line not in earlier:
@@ -144,10 +158,10 @@ def code_set(rng, n, docs):
             continue
         rest = line[len(head):]
         prefix = "\n".join(keep) + "\n"
-        if len(rest) < 5 or len(enc(prefix)) < 500:
+        if len(rest) < 5 or len(enc(prefix)) < min_tokens:
             continue
         try:
-            out.append(record(f"code-{len(out):04d}", "code", "exact_match", prefix + head, rest))
+            out.append(record(f"{workload}-{len(out):04d}", workload, "exact_match", prefix + head, rest))
         except AssertionError:
             continue
     return out
@@ -182,6 +196,7 @@ def ppl_set(rng, n, docs, sources, split, workload, cont=256):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--only", default="", help="comma-separated workload names to build (default: all)")
     args = ap.parse_args()
     docs = [json.loads(l) for l in open(os.path.join(ROOT, "data/docs.jsonl"), encoding="utf-8")]
     held_prose = np.array([t for d in docs if d["split"] == "heldout" and d["source"] in PROSE
@@ -195,8 +210,20 @@ def main():
         "code": lambda: code_set(random.Random(4004), args.n, docs),
         "prose": lambda: ppl_set(random.Random(4005), args.n, docs, PROSE, "heldout", "prose"),
         "unseen": lambda: ppl_set(random.Random(4006), args.n, docs, {"moby"}, "heldout_source", "unseen"),
+        "qa-hard": lambda: retrieval(random.Random(4011), args.n, held_prose, "qa-hard", "qa-hard",
+                                     min_tokens=3000, hard=True),
+        "multihop-hard": lambda: retrieval(random.Random(4012), args.n, moby, "multihop-hard",
+                                           "multihop-hard", min_tokens=2000, hard=True),
+        "code-hard": lambda: code_set(random.Random(4014), args.n, docs, "code-hard", min_tokens=2500,
+                                      max_tokens=3900),
     }
+    only = [w for w in args.only.split(",") if w]
+    unknown = [w for w in only if w not in sets]
+    if unknown:
+        sys.exit(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(sets)}")
     for name, fn in sets.items():
+        if only and name not in only:
+            continue
         rows = fn()
         with open(os.path.join(ROOT, f"data/eval/{name}.jsonl"), "w", encoding="utf-8") as f:
             for r in rows:

@@ -45,6 +45,13 @@ def _entities(rng, n):
     return [f"{c} {o}" for c, o in zip(rng.sample(COLOURS, n), rng.sample(OBJECTS, n))]
 
 
+def _overlapping_entities(rng, n):
+    """n distinct (colour, object) pairs that may share a colour or an object with each other: a
+    question's key then needs both words (harder retrieval: the eval sets' -hard variants)."""
+    pairs = rng.sample([(c, o) for c in COLOURS for o in OBJECTS], n)
+    return [f"{c} {o}" for c, o in pairs]
+
+
 def _number(rng):
     return str(rng.randint(1000, 9999))
 
@@ -74,11 +81,12 @@ def plant(rng, prose, facts):
     return " ".join(out)
 
 
-def qa_example(rng, prose, n_facts=None, n_questions=1):
+def qa_example(rng, prose, n_facts=None, n_questions=1, overlapping=False):
     """Single-hop retrieval. Returns (text_prompt, [(question, answer), ...]); the first
-    n_questions facts are asked, in random order."""
+    n_questions facts are asked, in random order. overlapping: entities may share a colour or an
+    object (harder)."""
     n_facts = n_facts or rng.randint(2, 6)
-    ents = _entities(rng, n_facts)
+    ents = (_overlapping_entities if overlapping else _entities)(rng, n_facts)
     nums = [_number(rng) for _ in ents]
     facts = [_hold(e, v) for e, v in zip(ents, nums)]
     order = list(range(n_facts))
@@ -89,11 +97,12 @@ def qa_example(rng, prose, n_facts=None, n_questions=1):
     return context, qas
 
 
-def multihop_example(rng, prose, hops=None, n_chains=None, n_questions=1):
-    """Chains of `hops` facts (2 or 3): start -> ... -> holder holds number; distractor chains too."""
+def multihop_example(rng, prose, hops=None, n_chains=None, n_questions=1, overlapping=False):
+    """Chains of `hops` facts (2 or 3): start -> ... -> holder holds number; distractor chains too.
+    overlapping: entities may share a colour or an object (harder)."""
     n_chains = n_chains or rng.randint(2, 3)
     chains = []
-    ents = _entities(rng, n_chains * 3)  # at most 9 <= len(COLOURS)
+    ents = (_overlapping_entities if overlapping else _entities)(rng, n_chains * 3)
     for c in range(n_chains):
         h = hops or rng.randint(2, 3)
         chain = ents[c * 3:c * 3 + h]
