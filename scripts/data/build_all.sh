@@ -6,7 +6,8 @@
 #   data/docs.jsonl, data/manifest.json, docs/data-manifest.md
 #   data/tokenizer/kvs8k.model
 #   data/tok/*.bin           token streams for training
-#   data/eval/*.jsonl        the six workloads (qa, math, code, prose, multihop, unseen)
+#   data/eval/*.jsonl        the six workloads (qa, math, code, prose, multihop, unseen) and the
+#                            harder variants qa-hard, multihop-hard, code-hard
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
