@@ -233,6 +233,7 @@ class RequestResult:
     prefill_seconds: float        # the forward pass (hooks hand layers off; they do not wait)
     encode_seconds: float         # encoder time on the sender thread (overlaps the prefill)
     kv_seconds: float             # prefill end to the decode side's acknowledgement
+    kv_movement_seconds: float    # layer 0's encode start to the acknowledgement (bandit feedback)
     transfer_busy_seconds: float  # sender: blocked writing + drain to the ack
     decode_kv_seconds: float      # decode side: frame begin to end (decoding as records arrive)
     decode_seconds: float         # decode side: time spent decoding records (within decode_kv_seconds)
@@ -442,6 +443,8 @@ class PrefillWorker:
             # "recompute" (nothing meets the SLO) is not served by this module: raw instead.
             spec = d.spec if d.action == "send" else "none"
             decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible}
+            if self.controller.estimator is not None:  # the bandwidth the decision saw, bytes/s
+                decision["bandwidth"] = self.controller.estimator.estimate(peer or self.connection.peer_id)
             predicted = d.predicted_seconds
         else:
             spec = method
@@ -457,6 +460,8 @@ class PrefillWorker:
         state: Dict[str, Any] = {"streamer": streamer}
 
         def on_layer(layer: int, k: Any, v: Any) -> None:
+            if layer == 0:
+                state["kv_start"] = time.monotonic()  # KV movement starts with layer 0's encode
             if gpu:
                 if layer == 0:
                     state["streamer"] = self._gpu_stream(sender, request_id, spec, k)
@@ -500,13 +505,16 @@ class PrefillWorker:
         if kind != MSG_RESULT or reply.get("id") != request_id:
             raise kvserve.KvserveCorruptionError(f"expected RESULT for request {request_id}, got type {kind}")
         kv_seconds = kv_done - prefill_end
+        kv_movement = kv_done - state.get("kv_start", prefill_end)
         if d is not None:
-            self.controller.observe(d, kv_done - start)
+            # The bandit's feedback, as the C++ prefill worker gives it: encode start to ack.
+            self.controller.observe(d, kv_movement)
         return RequestResult(
             id=request_id, prompt_tokens=len(prompt_ids), method=method, profile=spec, gpu_codec=gpu,
             tokens=[first] + list(reply["tokens"]), kv_bytes=streamer.kv_bytes,
             frame_bytes=int(stats.frame_bytes), prefill_seconds=prefill_end - start,
             encode_seconds=streamer.encode_seconds, kv_seconds=kv_seconds,
+            kv_movement_seconds=kv_movement,
             transfer_busy_seconds=stats.busy_seconds, decode_kv_seconds=reply["kv_seconds"],
             decode_seconds=reply["decode_seconds"], decode_gpu_codec=reply.get("gpu_codec", False),
             generate_seconds=reply["generate_seconds"],

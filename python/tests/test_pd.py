@@ -187,6 +187,9 @@ class PdBenchTest(unittest.TestCase):
         self.assertGreater(report["loopback_gbps"], 0)
         self.assertIn("| 0.05 | 64 | kvserve |", md)
         self.assertIn("Link change", md)
+        for v in report["checks"]["speedup_vs_model"]:  # the model's view of kvserve's choices
+            self.assertGreater(v["predicted"], 0)
+            self.assertGreater(v["measured"], 0)
 
 
 GPU = torch is not None and torch.cuda.is_available() and kvserve.cuda_available()

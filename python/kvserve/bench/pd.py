@@ -250,6 +250,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                        r["prompt_tokens"] == tokens and r["method"] == method]
                 if sel:
                     point["methods"][method] = summarize(sel)
+                    if method == "kvserve":
+                        point["kv_rows"] = sel
             statics = {m: s for m, s in point["methods"].items() if m != "kvserve"}
             if statics:
                 best = min(statics, key=lambda m: statics[m]["jct_mean"])
@@ -257,6 +259,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                 point["methods"]["best-static"] = dict(statics[best], profile_of=best)
             points.append(point)
     checks = _checks(points, rates, failures, args)
+    for p in points:
+        p.pop("kv_rows", None)  # every row is in report["rows"]
     loopback = [r for r in rows if r["gbps"] == 0 and r["profile"] == RAW and r["transfer_busy_seconds"] > 0]
     report = {
         "command": "python -m kvserve.bench.pd " + " ".join(sys.argv[1:]),
@@ -286,9 +290,26 @@ def _checks(points: List[Dict[str, Any]], rates: List[float], failures: List[str
                            "ratio": m["kvserve"]["jct_mean"] / m[RAW]["jct_mean"]})
     out["kvserve_vs_best_static"] = vs_static
     out["kvserve_vs_raw_at_top_rate"] = vs_raw
+    out["speedup_vs_model"] = [_speedup_vs_model(p) for p in points if "kvserve" in p["methods"]
+                               and RAW in p["methods"]]
     out["ok"] = (not failures and all(v["ratio"] <= 1.05 for v in vs_static) and
                  all(v["ratio"] <= 1.02 for v in vs_raw))
     return out
+
+
+def _speedup_vs_model(point: Dict[str, Any]) -> Dict[str, Any]:
+    """kvserve's measured JCT speedup over raw at a point beside what the latency model predicts
+    for its choices: (T + V/B) / (T + predicted KV time), T = kvserve's mean JCT outside KV
+    movement, B = the bandwidth each decision saw."""
+    rows = point["kv_rows"]
+    other = statistics.fmean(r["jct_seconds"] - r["kv_movement_seconds"] for r in rows)
+    raw_kv = statistics.fmean(r["kv_bytes"] / r["decision"]["bandwidth"] for r in rows
+                              if r["decision"].get("bandwidth"))
+    chosen_kv = statistics.fmean(r["predicted_kv_seconds"] for r in rows)
+    predicted = (other + raw_kv) / (other + chosen_kv) if other + chosen_kv > 0 else float("nan")
+    measured = point["methods"][RAW]["jct_mean"] / point["methods"]["kvserve"]["jct_mean"]
+    return {"gbps": point["gbps"], "tokens": point["tokens"], "measured": measured,
+            "predicted": predicted, "ratio": measured / predicted if predicted else float("nan")}
 
 
 def _machine(device: str) -> Dict[str, Any]:
@@ -345,6 +366,9 @@ def markdown(report: Dict[str, Any]) -> str:
               + ", ".join(f"{v['ratio']:.3f} ({v['gbps']:g} Gbps, {v['tokens']})" for v in c["kvserve_vs_best_static"])
               + "; kvserve / raw at the top rate "
               + ", ".join(f"{v['ratio']:.3f} ({v['tokens']})" for v in c["kvserve_vs_raw_at_top_rate"])
+              + "; kvserve's JCT speedup over raw measured / predicted by the latency model for its "
+              "choices " + ", ".join(f"{v['measured']:.2f} / {v['predicted']:.2f} ({v['gbps']:g} Gbps, "
+                                     f"{v['tokens']})" for v in c["speedup_vs_model"])
               + f"; floor or token failures: {len(c['floor_and_token_failures'])}.", ""]
     return "\n".join(lines)
 
