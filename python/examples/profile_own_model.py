@@ -118,6 +118,9 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=40, help="eval samples per evaluation (0 = all)")
     ap.add_argument("--seed", type=int, default=0, help="sample subset and bootstrap seed")
     ap.add_argument("--budget", type=int, default=12, help="most evaluations")
+    ap.add_argument("--holdout-samples", type=int, default=0,
+                    help="score the Pareto rows again on N samples the search did not use, and put "
+                         "the lower end of that interval into the table (0 = off)")
     ap.add_argument("--quality-min", type=float, default=0.97, help="quality floor, relative to none")
     ap.add_argument("--codec-kv-tokens", type=int, default=1024,
                     help="CR/codec speed on the first N tokens of the median-length sample's KV")
@@ -157,13 +160,17 @@ def main() -> int:
     if len(kept) < len(space):
         print(f"{len(space) - len(kept)} duo profiles left out (per-head pruning)", file=sys.stderr)
         space = kvserve.StrategySpace.from_profiles(kept)
+    holdout = None
+    if a.holdout_samples > 0:  # the same loaded model, other samples
+        holdout = TaskEvaluator(evaluator.model, a.workload, samples=a.holdout_samples, seed=a.seed,
+                                eval_dir=a.eval_dir, head_scores=head_scores, holdout_of=a.samples)
     status = 0
     try:
         result = kvserve.profile(
             space, evaluator, kv=kv, quality_min=a.quality_min, budget=a.budget,
             db=os.path.join(a.out_dir, "results.sqlite"), model=evaluator.model_name,
             workload=evaluator.workload, sample_set=evaluator.sample_set, head_scores=head_scores,
-            out=os.path.join(a.out_dir, "table.json"), progress=not a.no_progress)
+            out=os.path.join(a.out_dir, "table.json"), progress=not a.no_progress, holdout=holdout)
     except kvserve.NoFeasibleProfileError as e:  # the trace is still worth writing
         print(f"error: {e}", file=sys.stderr)
         result, status = e.result, 1
@@ -188,6 +195,7 @@ def main() -> int:
         "best": result.best.spec if result.best else None,
         "best_compression_ratio": result.best.compression_ratio if result.best else None,
         "wall_seconds": wall, "evaluations": rows,
+        "holdout_evaluator": holdout.name if holdout else None, "holdout": result.holdout_rows,
     }
     if a.compare_cli:
         specs = [str(kvserve.Profile.parse("identity+kivi(k=2,v=2,residual=128)+pack"))]

@@ -41,7 +41,7 @@ import numbers
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _kvserve, cuda
 
@@ -97,6 +97,9 @@ class ProfileResult:
     space_size: int
     table_json: Optional[str]      # the labelled Pareto table, None when nothing is feasible
     out: Optional[str] = None      # where the table was written
+    # With holdout=: each Pareto row of the search scored again ({spec, quality, ci_half_width,
+    # samples, search_quality, kept}).
+    holdout_rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def table(self) -> Any:
@@ -256,12 +259,60 @@ def _write_atomically(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _estimate(value: Any, spec: str) -> Tuple[float, float, int]:
+    """(quality, ci_half_width, samples) of what an evaluate function returned."""
+    if isinstance(value, tuple):
+        if not 1 <= len(value) <= 3:
+            raise TypeError(f"holdout({spec}): expected a number or a 1-3 tuple, got {len(value)} items")
+        q = float(value[0])
+        hw = float(value[1]) if len(value) > 1 else 0.0
+        n = int(value[2]) if len(value) > 2 else 1
+        return q, hw, n
+    if isinstance(value, numbers.Real):
+        return float(value), 0.0, 1
+    raise TypeError(f"holdout({spec}): expected a number or a 1-3 tuple, got {type(value).__name__}")
+
+
+def _hold_out(table_json: str, holdout: Evaluate, workload: str, quality_min: float, floor_on: str,
+              line: Any) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    """The search's table with every row scored again by ``holdout`` (see :func:`profile`);
+    None when no row meets the floor out of sample."""
+    doc = json.loads(table_json)
+    kept, rows = [], []
+    for row in doc["profiles"]:
+        q, hw, n = _estimate(holdout(_kvserve.Profile.parse(row["spec"])), row["spec"])
+        figure = q - hw if floor_on == "lower" else q
+        searched = row["quality"].get(workload)
+        rows.append({"spec": row["spec"], "quality": q, "ci_half_width": hw, "samples": n,
+                     "search_quality": searched, "figure": figure, "kept": figure >= quality_min})
+        if line:
+            line.note(f"held out: {row['spec']} {q:.4f} ± {hw:.4f} (search {searched:.4f})"
+                      + ("" if figure >= quality_min else "  below the floor"))
+        if figure < quality_min:
+            continue
+        row["quality_search"] = {workload: searched}
+        row["quality_holdout"] = {workload: q}
+        row["quality_low"] = {workload: q - hw}
+        row["quality_high"] = {workload: q + hw}
+        row["quality"][workload] = figure
+        kept.append(row)
+    if not kept:
+        return None, rows
+    doc["profiles"] = kept
+    name = getattr(holdout, "name", None) or getattr(holdout, "__qualname__", type(holdout).__qualname__)
+    doc["quality_kind"] = (f"{doc['quality_kind']}; quality = the "
+                           f"{'lower end of the 95% interval' if floor_on == 'lower' else 'point estimate'} "
+                           f"on held-out samples ({name}); quality_search: the search's own")
+    return json.dumps(doc, indent=2) + "\n", rows
+
+
 def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float = 0.97,
             budget: int = 80, db: Optional[str] = None, model: str = "model",
             workload: str = "default", sample_set: str = "default", evaluator: Optional[str] = None,
             quality_kind: Optional[str] = None, out: Optional[str] = None, head_scores: Any = None,
             dtype: Optional[str] = None, seed: int = 1, searcher: str = "bayes", repeats: int = 1,
-            progress: Union[bool, Callable[[Dict[str, Any]], None]] = True) -> ProfileResult:
+            progress: Union[bool, Callable[[Dict[str, Any]], None]] = True,
+            holdout: Optional[Evaluate] = None, floor_on: str = "lower") -> ProfileResult:
     """Searches ``space`` for the profiles with the highest compression ratio
     whose ``evaluate`` quality is at least ``quality_min``, with at most
     ``budget`` calls of ``evaluate``, and returns a :class:`ProfileResult`.
@@ -299,6 +350,16 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
         repeats: codec timing runs per profile (the fastest counts).
         progress: True prints a live line on stderr per evaluation, False
             nothing, or a callable receiving each progress dict.
+        holdout: a second evaluate function on samples the search never
+            scored (e.g. ``TaskEvaluator(..., holdout_of=<search samples>)``):
+            each Pareto row of the search is scored again with it, and the
+            table's quality becomes the held-out figure -- by default the
+            lower end of its interval (``quality - ci_half_width``;
+            ``floor_on="point"``: the point estimate); rows whose figure is
+            below ``quality_min`` are dropped, and each row keeps
+            ``quality_search``, ``quality_holdout``, ``quality_low`` and
+            ``quality_high``. Held-out calls are not stored in ``db``.
+        floor_on: "lower" or "point" (see ``holdout``).
 
     Raises ValueError (KvserveInvalidArgumentError) for an empty space, a
     bad ``kv``, ``budget < 1`` or an unknown searcher; TypeError for an
@@ -307,6 +368,10 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
     """
     if not callable(evaluate):
         raise TypeError(f"evaluate: expected a callable evaluate(profile), got {type(evaluate).__name__}")
+    if holdout is not None and not callable(holdout):
+        raise TypeError(f"holdout: expected a callable holdout(profile), got {type(holdout).__name__}")
+    if floor_on not in ("lower", "point"):
+        raise ValueError(f"floor_on: {floor_on!r} is not 'lower' or 'point'")
     if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
         raise TypeError(f"budget: expected an int, got {type(budget).__name__}")
     budget = int(budget)
@@ -375,12 +440,15 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
             "workloads": doc["workloads"], "profiles": doc["profiles"],
         }
         table_json = json.dumps(labelled, indent=2) + "\n"
+    holdout_rows: List[Dict[str, Any]] = []
+    if holdout is not None and table_json is not None:
+        table_json, holdout_rows = _hold_out(table_json, holdout, workload, quality_min, floor_on, line)
     result = ProfileResult(
         rows=rows, best=rows[raw["best"]] if raw["best"] >= 0 else None, stop_reason=raw["stop_reason"],
         evaluated=sum(not r.from_db for r in rows), reused=raw["reused"], codec_measured=raw["codec_measured"],
         codec_from_db=raw["codec_from_db"], codec_device=codec_device, codec_cpu_profiles=cpu_specs,
         space_size=len(space_obj),
-        table_json=table_json)
+        table_json=table_json, holdout_rows=holdout_rows)
     if line:
         best = result.best
         line.note(f"stopped: {result.stop_reason}; {len(rows)} evaluations ({result.reused} from the db); "
@@ -389,6 +457,9 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
     if out is not None:
         if table_json is None:
             why = (f"no evaluated profile reached quality_min {quality_min}" if result.best is None else
+                   f"no Pareto row meets quality_min {quality_min} on the held-out evaluator "
+                   f"({floor_on}: " + ", ".join(f"{r['spec']} {r['figure']:.4f}" for r in holdout_rows) + ")"
+                   if holdout_rows else
                    f"no feasible profile compresses (CR > 1): {raw['table_error']}")
             raise NoFeasibleProfileError(f"{why} ({len(rows)} evaluations); {out} not written", result)
         _write_atomically(os.fspath(out), table_json)

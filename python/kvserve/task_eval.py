@@ -94,6 +94,10 @@ class TaskEvaluator:
         head_scores: for mixhq / duo (HeadScores, a JSON path or an array).
         device: "cuda" when available, else "cpu" (model directories only).
         bootstrap_resamples: for the interval.
+        holdout_of: > 0: draw the subset from the samples a search with
+            ``samples=holdout_of`` and the same seed did not score (its
+            held-out set, as ``kvserve profile --holdout-samples``); the name
+            and sample set say "holdout".
 
     Attributes: ``name`` and ``sample_set`` (keys for :func:`kvserve.profile`'s
     database), ``model_name``, ``workload``, ``metric``, ``quality_kind``,
@@ -104,7 +108,7 @@ class TaskEvaluator:
     def __init__(self, model: Any, workload: str, *, samples: int = 100, seed: int = 0,
                  eval_dir: str = "data/eval", wire_dtype: str = "f16", head_scores: Any = None,
                  device: Optional[str] = None, torch_dtype: Any = None,
-                 bootstrap_resamples: int = 1000) -> None:
+                 bootstrap_resamples: int = 1000, holdout_of: int = 0) -> None:
         import torch  # noqa: PLC0415
 
         self._torch = torch
@@ -132,6 +136,13 @@ class TaskEvaluator:
         self._wire = wire[wire_dtype]
         self.path = resolve_workload(workload, eval_dir)
         all_samples = _kvserve.load_workload(self.path)
+        tag = ""
+        if holdout_of > 0:  # the samples a `samples=holdout_of` search (same seed) did not score
+            searched = set(_kvserve.choose_subset(len(all_samples), holdout_of, seed))
+            all_samples = [s for i, s in enumerate(all_samples) if i not in searched]
+            if not all_samples:
+                raise ValueError(f"holdout_of={holdout_of}: the workload has no sample left to hold out")
+            tag = "holdout"
         chosen = _kvserve.choose_subset(len(all_samples), samples, seed)
         self.samples = [all_samples[i] for i in chosen]
         self.workload = os.path.splitext(os.path.basename(workload))[0]
@@ -144,11 +155,12 @@ class TaskEvaluator:
         if isinstance(head_scores, (str, os.PathLike)):
             self.head_scores = _kvserve.HeadScores.load(os.fspath(head_scores))
         self.samples_scored = len(self.samples)
-        self.name = f"hf-task:{self.workload}:n={self.samples_scored}:seed={seed}"
-        self.sample_set = f"task:n={self.samples_scored},seed={seed},wire={wire_dtype},model={fingerprint}"
+        self.name = f"hf-task:{self.workload}{':' + tag if tag else ''}:n={self.samples_scored}:seed={seed}"
+        self.sample_set = (f"task:{tag + ',' if tag else ''}n={self.samples_scored},seed={seed},"
+                           f"wire={wire_dtype},model={fingerprint}")
         self.quality_kind = (
             f"task: relative quality vs none ({'perplexity ratio' if self.metric == 'perplexity' else 'exact-match ratio'}) "
-            f"on {self.samples_scored} samples of {self.workload} (seed {seed}), transformers model "
+            f"on {self.samples_scored} {'held-out ' if tag else ''}samples of {self.workload} (seed {seed}), transformers model "
             f"{self.model_name} on {self.device}, 95% paired bootstrap CI")
         bos = getattr(model.config, "bos_token_id", None)
         self._bos = [] if bos is None else [int(bos)]

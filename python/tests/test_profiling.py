@@ -323,6 +323,55 @@ class ProfileSearchTest(unittest.TestCase):
             self.assertTrue(tables)
 
 
+class HoldOutTest(unittest.TestCase):
+    """kvserve.profile(holdout=...): the Pareto rows scored again on other samples."""
+
+    def test_table_takes_the_held_out_lower_end_and_drops_rows_below_the_floor(self):
+        kv = synth(51, dtype="f16", shape=SHAPE)
+        space = kivi_space(bits=(2, 4, 8))
+        calls = []
+
+        def held(profile):  # out of sample: 0.02 worse than the search saw, +-0.01
+            calls.append(str(profile))
+            return bits_quality(profile) - 0.02, 0.01, 50
+
+        r = run(space, bits_quality, kv, budget=10, searcher="exhaustive", quality_min=0.95, holdout=held)
+        # Every Pareto row of the search (codec speeds are measured, so the set varies from run
+        # to run) was scored once out of sample, and only those.
+        self.assertEqual(sorted(calls), sorted(h["spec"] for h in r.holdout_rows))
+        self.assertTrue(all(h["search_quality"] >= 0.95 for h in r.holdout_rows))
+        rows = json.loads(r.table_json)["profiles"]
+        self.assertTrue(rows)
+        self.assertLess(len(rows), len(r.holdout_rows))  # some rows lose the floor out of sample
+        for row in rows:
+            spec = row["spec"]
+            q = bits_quality(kvserve.Profile.parse(spec))
+            self.assertAlmostEqual(row["quality"]["default"], q - 0.03)
+            self.assertAlmostEqual(row["quality_holdout"]["default"], q - 0.02)
+            self.assertAlmostEqual(row["quality_search"]["default"], q)
+            self.assertGreaterEqual(row["quality"]["default"], 0.95)
+        self.assertEqual({row["spec"] for row in rows}, {h["spec"] for h in r.holdout_rows if h["kept"]})
+        self.assertIn("held-out", json.loads(r.table_json)["quality_kind"])
+        point = run(space, bits_quality, kv, budget=10, searcher="exhaustive", quality_min=0.95,
+                    holdout=held, floor_on="point")
+        for row in json.loads(point.table_json)["profiles"]:
+            self.assertAlmostEqual(row["quality"]["default"], row["quality_holdout"]["default"])
+        self.assertGreaterEqual(len(json.loads(point.table_json)["profiles"]), len(rows))
+
+    def test_nothing_meeting_the_floor_out_of_sample_writes_no_table(self):
+        kv = synth(52, dtype="f16", shape=SHAPE)
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "t.json")
+            with self.assertRaisesRegex(kvserve.NoFeasibleProfileError, "held-out"):
+                run(kivi_space(bits=(4, 8)), bits_quality, kv, budget=5, searcher="exhaustive",
+                    quality_min=0.95, holdout=lambda p: 0.5, out=out)
+            self.assertFalse(os.path.exists(out))
+        with self.assertRaises(ValueError):
+            run(kivi_space(bits=(8,)), bits_quality, kv, budget=2, holdout=bits_quality, floor_on="median")
+        with self.assertRaises(TypeError):
+            run(kivi_space(bits=(8,)), bits_quality, kv, budget=2, holdout=lambda p: "good")
+
+
 class StatisticsTest(unittest.TestCase):
     def test_relative_quality_matches_a_direct_computation(self):
         rng = random.Random(7)
@@ -404,6 +453,13 @@ class TaskEvaluatorToyModelTest(unittest.TestCase):
         ev = TaskEvaluator(self.model, self.path, samples=20, seed=3)
         chosen = kvserve._kvserve.choose_subset(30, 20, 3)
         self.assertEqual([s["id"] for s in ev.samples], [f"toy-{i}" for i in chosen])
+        held = TaskEvaluator(self.model, self.path, samples=10, seed=3, holdout_of=20)
+        self.assertEqual(len(held.samples), 10)  # exactly the 10 the search did not score
+        self.assertFalse({s["id"] for s in held.samples} & {s["id"] for s in ev.samples})
+        self.assertIn("holdout", held.name)
+        self.assertNotEqual(held.sample_set, ev.sample_set)
+        with self.assertRaises(ValueError):
+            TaskEvaluator(self.model, self.path, samples=10, seed=3, holdout_of=30)
         self.assertEqual(ev(kvserve.Profile()), (1.0, 0.0, 20))
         self.assertGreater(ev.last["baseline_metric_value"], 0.5)
         lossy = kvserve.Profile.parse("kivi-2")
