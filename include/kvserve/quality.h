@@ -75,10 +75,10 @@ std::vector<int> ChooseSubset(int total, int n, uint64_t seed);
 
 // The samples of `all` outside ChooseSubset(all.size(), search_samples,
 // seed) -- the held-out set of a search that scored that subset -- in their
-// order in `all`. Empty when the search used every sample (search_samples <=
-// 0 or >= all.size()).
-std::vector<EvalSample> HeldOutSamples(const std::vector<EvalSample>& all, int search_samples,
-                                       uint64_t seed);
+// order in `all`. InvalidArgument when the search used every sample
+// (search_samples <= 0 or >= all.size()): nothing is held out.
+Result<std::vector<EvalSample>> HeldOutSamples(const std::vector<EvalSample>& all,
+                                               int search_samples, uint64_t seed);
 
 // Paired percentile bootstrap of a statistic of per-sample pairs.
 struct Interval {

@@ -371,18 +371,17 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
     TaskPart part;
     part.workload = w;
     if (a.holdout_samples > 0) {
-      std::vector<EvalSample> held = HeldOutSamples(*samples, a.samples, a.sample_seed);
-      if (held.empty()) {
+      auto held = HeldOutSamples(*samples, a.samples, a.sample_seed);
+      if (!held.ok()) {
         return Status::InvalidArgument(fmt::format(
-            "workload {}: the search scores all {} samples, none is left to hold out: lower "
-            "--samples, or pass --holdout-samples 0 (the table then reports the search's own "
-            "qualities)",
-            w, samples->size()));
+            "workload {}: {}: lower --samples, or pass --holdout-samples 0 (the table then "
+            "reports the search's own qualities)",
+            w, held.status().message()));
       }
       TaskEvaluatorOptions held_options = options;
       held_options.samples = a.holdout_samples;
       held_options.sample_tag = "holdout";
-      auto held_ev = TaskEvaluator::Create(quality->get(), w, std::move(held), held_options);
+      auto held_ev = TaskEvaluator::Create(quality->get(), w, std::move(*held), held_options);
       if (!held_ev.ok()) return held_ev.status();
       part.holdout = std::move(*held_ev);
       part.holdout_cached = MakeCachingEvaluator(part.holdout.get(), db->get(),

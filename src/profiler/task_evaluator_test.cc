@@ -72,7 +72,7 @@ class TaskEvaluatorTest : public ::testing::Test {
 std::string* TaskEvaluatorTest::dir_ = nullptr;
 
 TEST_F(TaskEvaluatorTest, HeldOutEvaluatorHasItsOwnNameAndSampleSet) {
-  const std::vector<EvalSample> held = HeldOutSamples(samples_, 3, 9);
+  const std::vector<EvalSample> held = *HeldOutSamples(samples_, 3, 9);
   ASSERT_EQ(held.size(), samples_.size() - 3);
   auto search = Make(3, 9);
   auto holdout = Make(3, 9, "", "holdout", &held);

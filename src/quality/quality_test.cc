@@ -294,13 +294,15 @@ TEST(QualityStatsTest, HeldOutSamplesAreTheComplementOfTheSearchSubset) {
     const uint64_t seed = rng();
     std::vector<EvalSample> all(total);
     for (int i = 0; i < total; ++i) all[i].id = "s" + std::to_string(i);
-    const std::vector<EvalSample> held = HeldOutSamples(all, n, seed);
+    const auto result = HeldOutSamples(all, n, seed);
     std::set<std::string> searched;
     for (int i : ChooseSubset(total, n, seed)) searched.insert(all[i].id);
     if (n <= 0 || n >= total) {
-      EXPECT_TRUE(held.empty());
+      EXPECT_EQ(result.status().code(), StatusCode::kInvalidArgument);
       continue;
     }
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    const std::vector<EvalSample>& held = *result;
     ASSERT_EQ(held.size(), static_cast<size_t>(total - n));
     for (size_t i = 0; i < held.size(); ++i) {
       EXPECT_EQ(searched.count(held[i].id), 0u) << held[i].id << " is in both sets";

@@ -127,10 +127,15 @@ Result<std::string> ResolveWorkloadPath(const std::string& name_or_file,
                           ".jsonl) with scripts/data/build_all.sh");
 }
 
-std::vector<EvalSample> HeldOutSamples(const std::vector<EvalSample>& all, int search_samples,
-                                       uint64_t seed) {
+Result<std::vector<EvalSample>> HeldOutSamples(const std::vector<EvalSample>& all,
+                                               int search_samples, uint64_t seed) {
   const int total = static_cast<int>(all.size());
-  if (search_samples <= 0 || search_samples >= total) return {};
+  if (search_samples <= 0 || search_samples >= total) {
+    return Status::InvalidArgument("a search of " +
+                                   (search_samples <= 0 ? std::string("every sample")
+                                                        : std::to_string(search_samples) + " samples") +
+                                   " of " + std::to_string(total) + " leaves none to hold out");
+  }
   std::vector<bool> searched(all.size(), false);
   for (int i : ChooseSubset(total, search_samples, seed)) searched[i] = true;
   std::vector<EvalSample> out;

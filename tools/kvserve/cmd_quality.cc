@@ -38,13 +38,9 @@ int RunQuality(const QualityArgs& a) {
   auto samples = LoadWorkload(*path);
   if (!samples.ok()) return ReportError(kCmd, samples.status());
   if (a.holdout_of > 0) {
-    std::vector<EvalSample> held = HeldOutSamples(*samples, a.holdout_of, a.o.seed);
-    if (held.empty()) {
-      return ReportError(kCmd, Status::InvalidArgument(fmt::format(
-                                   "--holdout-of {}: the workload has only {} samples, none is held out",
-                                   a.holdout_of, samples->size())));
-    }
-    *samples = std::move(held);
+    auto held = HeldOutSamples(*samples, a.holdout_of, a.o.seed);
+    if (!held.ok()) return ReportError(kCmd, held.status().WithContext("--holdout-of"));
+    *samples = std::move(*held);
   }
   auto dtype = ParseDType(a.wire_dtype);
   if (!dtype.ok()) return ReportError(kCmd, dtype.status());
