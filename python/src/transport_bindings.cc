@@ -24,8 +24,6 @@ namespace kvserve::python {
 namespace py = pybind11;
 namespace {
 
-double Gbps(double bytes_per_second) { return bytes_per_second * 8.0 / 1e9; }
-
 // Connection options from Python keywords. `estimator` (may be null)
 // receives every goodput sample of the connection; it is kept alive by the
 // callback.
@@ -41,7 +39,7 @@ ConnectionOptions MakeOptions(const std::string& secret, const std::string& loca
   ConnectionOptions o;
   o.secret = secret;
   o.local_id = local_id;
-  o.shape_bytes_per_second = shape_gbps * 1e9 / 8.0;
+  o.shape_bytes_per_second = GbpsToBytesPerSecond(shape_gbps);
   o.io_timeout_seconds = io_timeout;
   o.connect_timeout_seconds = connect_timeout;
   o.handshake_timeout_seconds = handshake_timeout;
@@ -340,7 +338,7 @@ void RegisterTransport(py::module_& m) {
       .def_property_readonly("goodput_gbps",
                              [](const TransferStats& s) {
                                const double t = s.busy_seconds > 0 ? s.busy_seconds : s.elapsed_seconds;
-                               return t > 0 ? Gbps(static_cast<double>(s.frame_bytes) / t) : 0.0;
+                               return t > 0 ? BytesPerSecondToGbps(static_cast<double>(s.frame_bytes) / t) : 0.0;
                              })
       .def("__repr__", [](const TransferStats& s) {
         return "TransferStats(transfer_id=" + std::to_string(s.transfer_id) +
@@ -355,7 +353,7 @@ void RegisterTransport(py::module_& m) {
            py::arg("estimator") = std::shared_ptr<BandwidthEstimator>())
       .def_property_readonly("local_id", [](const ConnectionOptions& o) { return o.local_id; })
       .def_property_readonly("shape_gbps",
-                             [](const ConnectionOptions& o) { return Gbps(o.shape_bytes_per_second); })
+                             [](const ConnectionOptions& o) { return BytesPerSecondToGbps(o.shape_bytes_per_second); })
       .def_property_readonly("io_timeout", [](const ConnectionOptions& o) { return o.io_timeout_seconds; })
       .def_property_readonly("authenticated", [](const ConnectionOptions& o) { return !o.secret.empty(); });
 

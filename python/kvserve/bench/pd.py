@@ -193,7 +193,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                        quality_min=args.quality_min, peer="decode")
         request_id += 1
         row = asdict(r)
-        row.update({"gbps": gbps, "phase": phase, "estimate_gbps": estimator.estimate("decode") * 8 / 1e9})
+        row.update({"gbps": gbps, "phase": phase, "estimate_gbps": kvserve.bytes_per_second_to_gbps(estimator.estimate("decode"))})
         if method == "kvserve":
             row["quality"] = (table.quality(table.index_of(r.profile), workload)
                               if r.profile != RAW else 1.0)
@@ -267,8 +267,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         "machine": _machine(args.device), "model": args.model, "layers": layers,
         "calibration_tokens": calib_tokens, "quality_min": args.quality_min, "workload": args.workload,
         "table": args.table, "seconds": time.time() - started,
-        "loopback_gbps": (statistics.fmean(r["frame_bytes"] * 8 / 1e9 / r["transfer_busy_seconds"]
-                                           for r in loopback) if loopback else None),
+        "loopback_gbps": (statistics.fmean(kvserve.bytes_per_second_to_gbps(
+            r["frame_bytes"] / r["transfer_busy_seconds"]) for r in loopback) if loopback else None),
         "points": points, "checks": checks, "rows": rows,
     }
     return report
