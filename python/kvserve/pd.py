@@ -383,6 +383,7 @@ class PrefillWorker:
         self.encoders: Dict[str, Any] = {}
         self.gpu_encoders: Dict[Any, Any] = {}
         self.gpu_codec = gpu_codec
+        self._kv_bytes_per_token: Optional[int] = None
 
     def uses_gpu_codec(self, spec: str) -> bool:
         """True when requests of ``spec`` are encoded on the GPU: the model
@@ -411,15 +412,18 @@ class PrefillWorker:
 
     def kv_bytes_for(self, prompt_tokens: int) -> int:
         """The wire KV bytes of a prompt (from one layer's shape, as the
-        cache will hold it), for the controller's decision."""
-        torch = _torch()
-        device = next(self.model.parameters()).device
-        with torch.no_grad():
-            cache = new_cache(self.model)
-            self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device),
-                       past_key_values=cache, use_cache=True)
-        k, _ = hf.cache_layers(cache)[0]
-        return 2 * self.layers * prompt_tokens * k.shape[1] * k.shape[3] * k.element_size()
+        cache will hold it), for the controller's decision. The per-token
+        size comes from one 1-token forward pass, made once per worker."""
+        if self._kv_bytes_per_token is None:
+            torch = _torch()
+            device = next(self.model.parameters()).device
+            with torch.no_grad():
+                cache = new_cache(self.model)
+                self.model(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device),
+                           past_key_values=cache, use_cache=True)
+            k, _ = hf.cache_layers(cache)[0]
+            self._kv_bytes_per_token = 2 * self.layers * k.shape[1] * k.shape[3] * k.element_size()
+        return prompt_tokens * self._kv_bytes_per_token
 
     def run(self, request_id: int, prompt_ids: Sequence[int], max_new_tokens: int, *,
             method: str = "none", slo_seconds: float = float("inf"), quality_min: float = 0.0,
