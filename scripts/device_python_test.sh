@@ -19,6 +19,7 @@
 # KVSERVE_PROFILE_EXAMPLE_ARGS adds flags such as "--samples 100 --budget 20").
 # KVSERVE_PD_BENCH_ARGS runs `python -m kvserve.bench.pd` with those flags
 # (report in $OUT/e2e-gpu.md and .json).
+# KVSERVE_DEVICE_TESTS="test_pd.PdGpuTest test_hf" runs only those tests;
 # KVSERVE_DEVICE_UNITTEST=0 skips the unit tests, KVSERVE_CUDA_BENCH=0 the
 # CUDA API benchmark, KVSERVE_DEVICE_CLI=0 the kvserve CLI build (then no C++
 # comparison or policy check there): a run for the profiling example alone.
@@ -110,7 +111,11 @@ EOF
 fi
 
 rc=0
-if [ "${KVSERVE_DEVICE_UNITTEST:-1}" != "0" ]; then
+if [ -n "${KVSERVE_DEVICE_TESTS:-}" ]; then
+  echo "== python tests: $KVSERVE_DEVICE_TESTS"
+  # shellcheck disable=SC2086  # a list of test names (modules, Class or Class.method)
+  (cd python/tests && PYTHONUNBUFFERED=1 "$PY" -m unittest -v $KVSERVE_DEVICE_TESTS) || rc=1
+elif [ "${KVSERVE_DEVICE_UNITTEST:-1}" != "0" ]; then
   echo "== python tests"
   PYTHONUNBUFFERED=1 "$PY" -m unittest discover -s python/tests -v || rc=1
 fi

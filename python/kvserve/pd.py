@@ -16,9 +16,12 @@ past_key_values=cache, use_cache=True)`` returning ``.logits`` and
 ``.past_key_values``; decoder layers at ``model.model.layers``; a cache
 object updated in place, as ``DynamicCache``). :class:`TinyCausalLM` is a
 seeded toy of that shape for CPU runs and tests (its timings say nothing
-about serving). The codec here is the CPU one: CUDA tensors are copied to
-host memory per layer on the sender thread (the GPU codec path of
-:mod:`kvserve.cuda` is the next step for this module).
+about serving). For a model on a CUDA device the GPU codec
+(:mod:`kvserve.cuda`) encodes in the hooks and decodes on the receiver:
+pack profiles layer by layer (each layer's records are sent as soon as they
+are copied out), rANS profiles layer by layer into one device frame that is
+sent when the last layer is encoded (its record sizes exist only then);
+profiles the GPU codec lacks (zstd, lz4) use the CPU codec on a host copy.
 
 Wire protocol on one connection (message types from
 ``transport.FIRST_USER_TYPE``): REQUEST (JSON: id, prompt length,
@@ -51,6 +54,8 @@ MSG_STOP = transport.FIRST_USER_TYPE + 3
 MSG_ERROR = transport.FIRST_USER_TYPE + 4
 
 _DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
+# Entropy stages the CUDA codec runs (zstd and lz4 frames use the CPU codec).
+GPU_CODECS = ("pack", "rans")
 
 
 def _torch():
@@ -122,8 +127,8 @@ def _tiny_classes():
             k, v = cache.update(k[None], v[None], self.index)
             k, v = k[0], v[0]
             total = k.shape[1]
-            pos = torch.arange(total - n, total)[:, None]
-            bias = torch.where(torch.arange(total)[None, :] <= pos, 0.0, float("-inf"))
+            pos = torch.arange(total - n, total, device=x.device)[:, None]
+            bias = torch.where(torch.arange(total, device=x.device)[None, :] <= pos, 0.0, float("-inf")).to(q.dtype)
             att = torch.softmax(q @ k.transpose(1, 2) * (self.sharpness / d ** 0.5) + bias, dim=-1)
             # No residual, RMS-normalised: every generated token depends on
             # the KV it attended to, and logits stay in a range where it shows.
@@ -197,15 +202,47 @@ def load_model(name: str, device: str = "cpu", seed: int = 0) -> Any:
     return AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype).to(device).eval()
 
 
-def reference_tokens(model: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> List[int]:
+def last_logits_only(model: Any) -> Dict[str, Any]:
+    """Forward kwargs that make a transformers model compute logits for the
+    last position only (``logits_to_keep=1``) when its forward takes them:
+    a 32K-token prefill of a 128K-vocabulary model otherwise materialises
+    8 GB of logits nobody reads. Empty for other models."""
+    import inspect  # noqa: PLC0415
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+
+def kv_digest(layers: Sequence[Tuple[Any, Any]]) -> int:
+    """A cheap digest of a cache's bytes (per-layer ``(K, V)`` tensors of
+    any 2-byte or 4-byte dtype, any device): the wrapped int64 sum of every
+    element's bits, position-weighted by layer and kind. Equal caches give
+    equal digests; a differing element almost surely changes it."""
+    torch = _torch()
+    total = 0
+    for l, pair in enumerate(layers):
+        for kind, t in enumerate(pair):
+            bits = t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+            total = (total + (2 * l + kind + 1) * int(bits.sum(dtype=torch.int64))) % (1 << 63)
+    return total
+
+
+def reference_tokens(model: Any, prompt_ids: Sequence[int], max_new_tokens: int,
+                     digest: Optional[List[int]] = None) -> List[int]:
     """Greedy tokens of a single-process run (no KV movement): what the
-    decode worker must produce through a lossless profile."""
+    decode worker must produce through a lossless profile. ``digest`` (a
+    list) receives the :func:`kv_digest` of the prompt's KV."""
     torch = _torch()
     device = next(model.parameters()).device
     with torch.no_grad():
         cache = new_cache(model)
         out = model(input_ids=torch.tensor([list(prompt_ids)], device=device), past_key_values=cache,
-                    use_cache=True)
+                    use_cache=True, **last_logits_only(model))
+        if digest is not None:
+            digest.append(kv_digest(hf.cache_layers(cache)))
         tokens = [int(out.logits[0, -1].argmax())]
         for _ in range(max_new_tokens - 1):
             out = model(input_ids=torch.tensor([[tokens[-1]]], device=device),
@@ -233,7 +270,7 @@ class RequestResult:
     prefill_seconds: float        # the forward pass (hooks hand layers off; they do not wait)
     encode_seconds: float         # encoder time on the sender thread (overlaps the prefill)
     kv_seconds: float             # prefill end to the decode side's acknowledgement
-    kv_movement_seconds: float    # layer 0's encode start to the acknowledgement (bandit feedback)
+    kv_movement_seconds: float    # layer 0's encode start to the acknowledgement
     transfer_busy_seconds: float  # sender: blocked writing + drain to the ack
     decode_kv_seconds: float      # decode side: frame begin to end (decoding as records arrive)
     decode_seconds: float         # decode side: time spent decoding records (within decode_kv_seconds)
@@ -241,6 +278,8 @@ class RequestResult:
     ttft_seconds: float           # to the decode worker's first own token
     jct_seconds: float            # to the RESULT with every token
     predicted_kv_seconds: float = 0.0  # the controller's prediction (kvserve method), else 0
+    observed_kv_seconds: float = 0.0   # what the bandit was told (PrefillWorker.pipeline_seconds), else 0
+    kv_digest: Optional[int] = None    # kv_digest of the KV the decode side received (run(digest=True))
     gpu_codec: bool = False       # encoded on the GPU (else the CPU codec, layer by layer)
     decode_gpu_codec: bool = False  # decoded on the GPU
     decision: Dict[str, Any] = field(default_factory=dict)
@@ -324,21 +363,35 @@ class _GpuLayerStream:
     def on_layer(self, layer: int, k: Any, v: Any) -> None:
         """Called from the forward hook of decoder layer ``layer``."""
         torch = self.torch
+        static = self.encoder.frame_size_is_static
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         if layer == 0:
             self.kv_bytes = 2 * self.layers * k[0].numel() * k.element_size()
             self.frame = self.encoder.begin()
-            self.raw = torch.from_dlpack(self.frame)
+            if static:
+                self.raw = torch.from_dlpack(self.frame)
         self.encoder.encode_layer(layer, (k[0], v[0]))
         if layer == self.layers - 1:
             self.encoder.finish()
         end.record()
         self.timing.append((start, end))
+        if not static:  # rANS: the whole frame goes once its size exists
+            if layer == self.layers - 1:
+                self.queue.put("frame")
+            return
         if layer == 0:
             self._copy_out(0, self.encoder.header_bytes)
         offset, size = self.frame.layer_records(layer)
         self._copy_out(offset, size)
+
+    def _send_frame(self) -> None:
+        """rANS frames: reads the size (synchronises the model's stream up to
+        the last encode), copies the frame to pinned memory and sends it."""
+        size = len(self.frame)
+        raw = self.torch.from_dlpack(self.frame)
+        self.host[:size].copy_(raw[:size])
+        self.sender.write(self.transfer_id, memoryview(self.host_bytes[:size]))
 
     def end(self) -> None:
         self.queue.put(None)
@@ -357,6 +410,9 @@ class _GpuLayerStream:
                 item = self.queue.get()
                 if item is None:
                     break
+                if item == "frame":
+                    self._send_frame()
+                    continue
                 ready, offset, size = item
                 ready.synchronize()
                 self.sender.write(self.transfer_id, memoryview(self.host_bytes[offset:offset + size]))
@@ -388,10 +444,10 @@ class PrefillWorker:
     def uses_gpu_codec(self, spec: str) -> bool:
         """True when requests of ``spec`` are encoded on the GPU: the model
         is on a CUDA device, this build has the CUDA codec, ``gpu_codec`` is
-        on and the profile's records have static places (pack codec)."""
+        on and the GPU codec runs the profile's entropy stage (pack, rans)."""
         device = next(self.model.parameters()).device
         return (self.gpu_codec and device.type == "cuda" and kvserve.cuda_available()
-                and kvserve.Profile(spec).codec == "pack")
+                and kvserve.Profile(spec).codec in GPU_CODECS)
 
     def _gpu_stream(self, sender: Any, transfer_id: int, spec: str, k: Any) -> _GpuLayerStream:
         torch = _torch()
@@ -427,11 +483,14 @@ class PrefillWorker:
 
     def run(self, request_id: int, prompt_ids: Sequence[int], max_new_tokens: int, *,
             method: str = "none", slo_seconds: float = float("inf"), quality_min: float = 0.0,
-            peer: Optional[str] = None, kv_bytes: Optional[int] = None) -> RequestResult:
+            peer: Optional[str] = None, kv_bytes: Optional[int] = None,
+            digest: bool = False) -> RequestResult:
         """Runs one request: decide, send REQUEST, prefill with layer
         streaming, send FIRST, wait for RESULT. ``method``: a profile spec or
         preset (``"none"`` sends raw records), or ``"kvserve"`` (the
-        controller decides; needs ``controller``)."""
+        controller decides; needs ``controller``). ``digest``: the decode
+        side reports the :func:`kv_digest` of the KV it received
+        (``RequestResult.kv_digest``; one pass over the cache)."""
         torch = _torch()
         decision: Dict[str, Any] = {}
         predicted = 0.0
@@ -454,7 +513,7 @@ class PrefillWorker:
             spec = method
         self.connection.send(MSG_REQUEST, json.dumps({
             "id": request_id, "prompt_tokens": len(prompt_ids), "max_new_tokens": max_new_tokens,
-            "profile": spec}).encode())
+            "profile": spec, "digest": digest}).encode())
         sender = transport.FrameSender(self.connection)
         gpu = self.uses_gpu_codec(spec)
         streamer: Any = None if gpu else _LayerSender(sender, request_id, self._encoder(spec), self.layers)
@@ -480,7 +539,7 @@ class PrefillWorker:
         try:
             with torch.no_grad():
                 out = self.model(input_ids=torch.tensor([list(prompt_ids)], device=device),
-                                 past_key_values=cache, use_cache=True)
+                                 past_key_values=cache, use_cache=True, **last_logits_only(self.model))
             first = int(out.logits[0, -1].argmax())
         finally:
             for h in hooks:
@@ -510,9 +569,10 @@ class PrefillWorker:
             raise kvserve.KvserveCorruptionError(f"expected RESULT for request {request_id}, got type {kind}")
         kv_seconds = kv_done - prefill_end
         kv_movement = kv_done - state.get("kv_start", prefill_end)
+        observed = 0.0
         if d is not None:
-            # The bandit's feedback, as the C++ prefill worker gives it: encode start to ack.
-            self.controller.observe(d, kv_movement)
+            observed = self.pipeline_seconds(streamer.encode_seconds, stats.busy_seconds, reply["decode_seconds"])
+            self.controller.observe(d, observed)
         return RequestResult(
             id=request_id, prompt_tokens=len(prompt_ids), method=method, profile=spec, gpu_codec=gpu,
             tokens=[first] + list(reply["tokens"]), kv_bytes=streamer.kv_bytes,
@@ -523,7 +583,21 @@ class PrefillWorker:
             decode_seconds=reply["decode_seconds"], decode_gpu_codec=reply.get("gpu_codec", False),
             generate_seconds=reply["generate_seconds"],
             ttft_seconds=(kv_done - start) + reply["first_step_seconds"], jct_seconds=end - start,
-            predicted_kv_seconds=predicted, decision=decision)
+            predicted_kv_seconds=predicted, observed_kv_seconds=observed, decision=decision,
+            kv_digest=reply.get("kv_digest"))
+
+    def pipeline_seconds(self, encode: float, busy: float, decode: float) -> float:
+        """The bandit's feedback: the request's KV-movement time in the terms
+        of the streamed latency model the decision was predicted with, from
+        the stage totals it measured (encoder time, the sender's blocked
+        time, decoder time): each of L layers through encode, send and
+        decode, the slowest stage pacing, i.e. (e + n + d) / L + (L - 1) / L
+        * max(e, n, d). Layer 0's encode start to the acknowledgement would
+        also count the wait for the prefill to produce the layers, which no
+        profile shortens, and would teach the bandit that whichever profile
+        ran on short prompts or fast links is slow."""
+        l = max(1, self.layers)
+        return (encode + busy + decode) / l + (l - 1) / l * max(encode, busy, decode)
 
     @staticmethod
     def _hook(layer: int, cache: Any, on_layer: Callable[[int, Any, Any], None]) -> Callable[..., None]:
@@ -542,6 +616,56 @@ class PrefillWorker:
 # Decode side
 
 
+class _PinnedStaging:
+    """Pinned host memory that received records are copied into (one copy)
+    and sent to the device from, reused across frames. Within a frame,
+    bytes accumulate into segments (a layer's records, or the whole frame):
+    :meth:`append` copies, :meth:`segment` returns the bytes appended since
+    the previous segment as a pinned tensor view. A frame larger than the
+    reservation moves to a bigger buffer, keeping the old one alive until
+    :meth:`end` (its segments may still be in flight to the device); call
+    :meth:`end` only once every copy from it has completed."""
+
+    def __init__(self) -> None:
+        self.buf: Any = None
+        self.view: Any = None
+        self.retired: List[Any] = []
+        self.start = self.cursor = 0
+
+    def _allocate(self, size: int) -> None:
+        torch = _torch()
+        if self.buf is not None:
+            self.retired.append(self.buf)
+        self.buf = torch.empty(size, dtype=torch.uint8).pin_memory()
+        self.view = self.buf.numpy()
+
+    def begin(self, expected_bytes: int) -> None:
+        """Starts a frame expected to need about ``expected_bytes``."""
+        if self.buf is None or self.buf.numel() < expected_bytes:
+            self._allocate(expected_bytes)
+        self.start = self.cursor = 0
+
+    def append(self, data: memoryview) -> None:
+        import numpy  # noqa: PLC0415
+
+        n = len(data)
+        if self.cursor + n > self.buf.numel():
+            pending = self.view[self.start:self.cursor].copy()
+            self._allocate(max(2 * self.buf.numel(), len(pending) + n))
+            self.view[:len(pending)] = pending
+            self.start, self.cursor = 0, len(pending)
+        self.view[self.cursor:self.cursor + n] = numpy.frombuffer(data, dtype=numpy.uint8)
+        self.cursor += n
+
+    def segment(self) -> Any:
+        out = self.buf[self.start:self.cursor]
+        self.start = self.cursor
+        return out
+
+    def end(self) -> None:
+        self.retired.clear()
+
+
 class DecodeWorker:
     """The decode side: serves requests from one prefill connection until
     STOP (or the peer closes). Each frame is decoded record by record into a
@@ -551,6 +675,7 @@ class DecodeWorker:
     def __init__(self, model: Any, connection: Any, threads: int = 1, gpu_codec: bool = True) -> None:
         self.model, self.connection, self.gpu_codec = model, connection, gpu_codec
         self.decoder = kvserve.Decoder(threads)
+        self._staging = _PinnedStaging()
         self.served = 0
         self.stopped = False  # the peer sent STOP (not merely closed)
 
@@ -578,52 +703,71 @@ class DecodeWorker:
 
     def _receive_maybe_on_gpu(self, timing: Dict[str, float]) -> Tuple[Any, bool]:
         """Receives one frame for a model on the GPU: pack frames are decoded
-        on the GPU layer by layer as each layer's records are complete (copied
-        to the device from pinned memory), other frames by the CPU codec as
-        records arrive (then moved to the device). Returns (kv, on_gpu)."""
-        torch = _torch()
+        on the GPU layer by layer as each layer's records are complete; rANS
+        frames on the GPU once every record arrived (header and records
+        reassemble the frame); other frames by the CPU codec as records
+        arrive (then moved to the device). GPU-bound bytes are copied once,
+        from the transport's buffer into pinned staging memory, and from
+        there to the device asynchronously. Returns (kv, on_gpu)."""
         device = next(self.model.parameters()).device
-        st: Dict[str, Any] = {"gpu": False, "seen": 0, "pending": bytearray(), "events": []}
+        st: Dict[str, Any] = {"mode": "cpu", "seen": 0, "events": []}
+        staging = self._staging
 
         def on_header(_tid: int, header: memoryview) -> None:
             self.decoder.start(header)
             info = self.decoder.info
             st["per_layer"] = info.chunk_count // max(1, info.shape[0])
-            if info.profile.codec == "pack":
-                st["gpu"] = True
+            if info.profile.codec in GPU_CODECS:
+                st["mode"] = "layer" if info.profile.codec == "pack" else "frame"
                 st["dec"] = kvserve.CudaDecoder(bytes(header), device=device.index or 0)
                 st["out"] = st["dec"].empty_out()
+                raw_bytes = st["out"].numel() * st["out"].element_size()
+                staging.begin(len(header) + raw_bytes + raw_bytes // 16)
+                if st["mode"] == "frame":
+                    staging.append(header)
             else:
                 st["out"] = kvserve.empty_like_frame(info)
-            st["start"] = time.monotonic()
 
         def on_record(record: memoryview) -> None:
-            if not st["gpu"]:
+            if st["mode"] == "cpu":
                 t = time.monotonic()
                 self.decoder.decode_record(record, st["out"])
                 st.setdefault("cpu_seconds", 0.0)
                 st["cpu_seconds"] += time.monotonic() - t
                 return
-            st["pending"] += record
+            staging.append(record)
             st["seen"] += 1
-            if st["seen"] % st["per_layer"] == 0:
+            if st["mode"] == "layer" and st["seen"] % st["per_layer"] == 0:
                 layer = st["seen"] // st["per_layer"] - 1
-                data = torch.frombuffer(st["pending"], dtype=torch.uint8).pin_memory()
-                records = data.to(device, non_blocking=True)
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                st["dec"].decode_layer(layer, records, st["out"])
-                b.record()
-                st["events"].append((a, b, data, records))  # keeps both buffers alive until done
-                st["pending"] = bytearray()
+                st["events"].append(self._decode_on_gpu(st, staging.segment(), device, layer))
 
         transport.receive_frame(self.connection, on_header, on_record, timeout=600)
-        if st["gpu"]:
-            st["dec"].check()  # synchronises; Corruption for a record that failed there
-            timing["decode_seconds"] = sum(a.elapsed_time(b) for a, b, _, _ in st["events"]) / 1e3
+        if st["mode"] == "frame":
+            st["events"].append(self._decode_on_gpu(st, staging.segment(), device, None))
+        if st["mode"] != "cpu":
+            st["dec"].check()  # synchronises (the staging memory is free again); Corruption for a bad record
+            staging.end()
+            timing["decode_seconds"] = sum(a.elapsed_time(b) for a, b, _ in st["events"]) / 1e3
         else:
             timing["decode_seconds"] = st.get("cpu_seconds", 0.0)
-        return st["out"], st["gpu"]
+        return st["out"], st["mode"] != "cpu"
+
+    @staticmethod
+    def _decode_on_gpu(st: Dict[str, Any], data: Any, device: Any, layer: Optional[int]) -> Tuple[Any, ...]:
+        """Copies ``data`` (pinned: one layer's records, or the whole frame
+        when ``layer`` is None) to the device and decodes it into
+        ``st["out"]``, stream-ordered. Returns the timing events and the
+        device copy (kept alive until the decode ran)."""
+        torch = _torch()
+        on_device = data.to(device, non_blocking=True)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        if layer is None:
+            st["dec"].decode(on_device, st["out"])
+        else:
+            st["dec"].decode_layer(layer, on_device, st["out"])
+        b.record()
+        return a, b, on_device
 
     def _one(self, request: Dict[str, Any]) -> Dict[str, Any]:
         torch = _torch()
@@ -645,6 +789,8 @@ class DecodeWorker:
         cache = new_cache(self.model)
         for l in range(buffer.shape[0]):
             cache.update(buffer[l, 0][None], buffer[l, 1][None], l)
+        digest = kv_digest([(buffer[l, 0], buffer[l, 1]) for l in range(buffer.shape[0])]) \
+            if request.get("digest") else None
         tokens: List[int] = []
         step_start = time.monotonic()
         first_step = 0.0
@@ -659,6 +805,7 @@ class DecodeWorker:
                 if i == 0:
                     first_step = time.monotonic() - step_start
         return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin, "gpu_codec": gpu,
+                "kv_digest": digest,
                 "decode_seconds": timing["decode_seconds"],
                 "first_step_seconds": first_step, "generate_seconds": time.monotonic() - step_start}
 

@@ -21,7 +21,7 @@ import kvserve
 from kvserve import transport
 
 if torch is not None:
-    from kvserve import pd
+    from kvserve import hf, pd
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -181,8 +181,13 @@ class PdBenchTest(unittest.TestCase):
             self.assertGreaterEqual(r["quality"], 0.95)
         # On the 50 Mbps link, once measured, kvserve compresses.
         self.assertIn("kivi-4", [r["profile"] for r in kv_rows if r["gbps"] == 0.05])
-        lossless = [r for r in report["rows"] if r["profile"] == "none"]
-        self.assertTrue(lossless and all(r["matches_single_process"] for r in lossless))
+        # The first raw request of every point is checked against a
+        # single-process run: same tokens, and the KV arrived bit-exact.
+        checked = [r for r in report["rows"] if "matches_single_process" in r]
+        self.assertEqual({(r["gbps"], r["prompt_tokens"]) for r in checked if r["method"] == "none"},
+                         {(p["gbps"], p["tokens"]) for p in report["points"]})
+        self.assertTrue(all(r["matches_single_process"] for r in checked))
+        self.assertTrue(all(r["kv_matches_single_process"] for r in checked if r["method"] == "none"))
         self.assertEqual(report["checks"]["floor_and_token_failures"], [])
         self.assertGreater(report["loopback_gbps"], 0)
         self.assertIn("| 0.05 | 64 | kvserve |", md)
@@ -220,6 +225,16 @@ class PdGpuTest(unittest.TestCase):
         self.assertTrue(r.gpu_codec and r.decode_gpu_codec)
         cpu_frame = kvserve.encode(torch.zeros((4, 2, 2, 640, 32), dtype=torch.bfloat16), "kivi-2")
         self.assertEqual(r.frame_bytes, len(cpu_frame))  # pack: the size is the shape's
-        r = worker.run(2, prompt(43, 300), 4, method="cachegen")  # rANS: the CPU codec
+        # rANS: encoded layer by layer on the GPU, sent whole, decoded there;
+        # the bytes equal the CPU codec's on the same KV.
+        p = prompt(43, 300)
+        r = worker.run(2, p, 4, method="cachegen")
+        self.assertTrue(r.gpu_codec and r.decode_gpu_codec)
+        with torch.no_grad():
+            cache = pd.new_cache(model)
+            model(input_ids=torch.tensor([p], device="cuda"), past_key_values=cache, use_cache=True)
+        kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)]).cpu()
+        self.assertEqual(r.frame_bytes, len(kvserve.encode(kv, "cachegen")))
+        r = worker.run(3, prompt(44, 300), 4, method="identity+kivi(k=4,v=4)+zstd")  # the CPU codec
         self.assertFalse(r.gpu_codec or r.decode_gpu_codec)
         worker.stop()

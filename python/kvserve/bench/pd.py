@@ -36,12 +36,17 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import kvserve
-from kvserve import hf, pd, transport
+from kvserve import hf, pd, profiling, transport
 
 RAW = "none"
+# What the paper reports for the same experiment (its §7.2 and artifact), for the report.
+PAPER_FIGURES = ("The paper, for comparison (vLLM, A100/H100-class GPUs, its own profiles): up to 9.13× JCT "
+                 "speedup in PD-separated serving (HotpotQA) and up to 3.15× on bandwidth-constrained prefill "
+                 "hardware (§7.2); in its artifact, Llama-8B at 5 Gbps goes from 9520 ms to 1695 ms (5.6×), "
+                 "and the gain shrinks to about 1.07× at 100 Gbps.")
 
 
 def start_decode_process(model: str, device: str, secret: str, seed: int,
@@ -69,26 +74,82 @@ def start_decode_process(model: str, device: str, secret: str, seed: int,
         return proc, f.read().strip()
 
 
-def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None) -> Any:
-    """The table with every row's CR and codec speeds measured again by this
-    machine's codec on ``kv`` (one thread, as the workers run), qualities
-    kept. Rows the codec refuses here (e.g. head scores missing) are
+def _on_gpu(kv: Any) -> bool:
+    return getattr(getattr(kv, "device", None), "type", "cpu") == "cuda"
+
+
+def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None, *, repeats: int = 3,
+              cpu_tokens: int = 512) -> Any:
+    """The table with every row's CR and codec speeds measured again on
+    ``kv`` by the codec the workers will run for that row, qualities kept:
+    for a CUDA ``kv``, the GPU codec for the profiles it runs (pack, rans;
+    fastest of ``repeats`` synchronised runs) and the CPU codec (one
+    thread, as the workers run it) on a host copy of the first
+    ``cpu_tokens`` tokens for the rest (zstd, lz4: their CPU speed on a
+    multi-GB cache would take minutes to measure, and bytes per second do
+    not depend on the token count); for a CPU ``kv``, the CPU codec on all
+    of it. Rows the codec refuses here (e.g. head scores missing) are
     dropped."""
+    gpu_meter = None
+    host = kv
+    if _on_gpu(kv):
+        gpu_meter = profiling._cuda_meter(kv, head_scores, repeats, [])
+        host = kv[:, :, :, :cpu_tokens].cpu().contiguous()
     rows = []
     for cost in table.profiles:
         if cost.spec == RAW:
             continue
+        profile = kvserve.Profile(cost.spec)
         try:
-            m = kvserve.measure_codec(kvserve.Profile(cost.spec), kv, dtype, head_scores)
+            if gpu_meter is not None and profile.codec in pd.GPU_CODECS:
+                cr, enc, dec = gpu_meter(profile)
+            else:
+                m = kvserve.measure_codec(profile, host, dtype, head_scores)
+                cr, enc, dec = (m["compression_ratio"], m["encode_bytes_per_second"],
+                                m["decode_bytes_per_second"])
         except kvserve.KvserveError:
             continue
-        rows.append(kvserve.ProfileCost(cost.spec, m["compression_ratio"], m["encode_bytes_per_second"],
-                                        m["decode_bytes_per_second"], 0.0, dict(cost.quality)))
+        rows.append(kvserve.ProfileCost(cost.spec, cr, enc, dec, 0.0, dict(cost.quality)))
+    return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
+
+
+def with_baselines(table: Any, methods: Sequence[str], quality_dir: str) -> Any:
+    """``table`` plus a row for every fixed method of ``methods`` it lacks
+    (raw aside), so that the controller may choose what the sweep compares
+    it with. Their qualities are the relative qualities ``kvserve quality``
+    recorded in ``quality_dir/<workload>.json`` (docs/results/quality, as
+    scripts/quality_report.sh writes it) for each of the table's
+    workloads; a workload without a file (a mix such as ``unified``) gets
+    the mean over the table's other workloads when all of those were
+    found. A method with no recorded quality is not added. CR and speeds
+    are placeholders here: :func:`calibrate` measures them."""
+    recorded: Dict[str, Dict[str, float]] = {}
+    for w in table.workloads:
+        path = os.path.join(quality_dir, f"{w}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                recorded[w] = {str(kvserve.Profile(r["profile"])): float(r["relative"]) for r in json.load(f)}
+    have = {str(kvserve.Profile(c.spec)) for c in table.profiles}
+    rows = [c for c in table.profiles if c.spec != RAW]
+    for method in methods:
+        spec = str(kvserve.Profile(method))
+        if method in ("kvserve", "best-static", RAW) or spec in have or kvserve.Profile(spec).is_lossless:
+            continue
+        quality = {w: q[spec] for w, q in recorded.items() if spec in q}
+        if not quality:
+            continue
+        for w in table.workloads:
+            parts = [x for x in table.workloads if x != w]
+            if w not in quality and parts and all(x in quality for x in parts):
+                quality[w] = statistics.fmean(quality[x] for x in parts)
+        rows.append(kvserve.ProfileCost(spec, 1.0, 1.0, 1.0, 0.0, quality))
+        have.add(spec)
     return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
 
 
 def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
-    """(kv as a 5-D CPU tensor, dtype name) of one seeded prompt."""
+    """(kv as a 5-D tensor on the model's device, dtype name) of one seeded
+    prompt."""
     import torch  # noqa: PLC0415
 
     rng = random.Random(seed)
@@ -97,9 +158,10 @@ def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
     device = next(model.parameters()).device
     with torch.no_grad():
         cache = pd.new_cache(model)
-        model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
+              **pd.last_logits_only(model))
     layers = hf.cache_layers(cache)
-    kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in layers]).cpu()
+    kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in layers])
     return kv, pd._DTYPES[str(kv.dtype)]
 
 
@@ -142,6 +204,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="fixed profiles/presets and 'kvserve'; best-static is derived from the fixed ones")
     p.add_argument("--table", required=True, help="profile table for the controller (qualities per workload)")
     p.add_argument("--workload", default="0", help="workload of the table (name or index)")
+    p.add_argument("--baseline-quality", default="",
+                   help="directory of `kvserve quality` results (docs/results/quality): the fixed "
+                        "methods the table lacks join the controller's candidates with the "
+                        "qualities recorded there")
     p.add_argument("--quality-min", type=float, default=0.97)
     p.add_argument("--slo", type=float, default=float("inf"), help="KV time budget per request, s")
     p.add_argument("--requests", type=int, default=4, help="requests per method and point")
@@ -156,13 +222,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out-json", help="write every request and the summary here")
     p.add_argument("--out-md", help="write the markdown report here")
     p.add_argument("--check", action="store_true",
-                   help="compare tokens of lossless requests with a single-process run (exit 1 on a difference)")
+                   help="compare the tokens of the first lossless request per point and profile with a "
+                        "single-process run (exit 1 on a difference)")
     return p
 
 
-def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, flush=True)) -> Dict[str, Any]:
+def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, flush=True),
+        on_partial: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """Runs the sweep described by ``args`` (see ``--help``); returns the
-    report dict (``rows``, ``points``, ``checks``, ``machine``)."""
+    report dict (``rows``, ``points``, ``checks``, ``machine``).
+    ``on_partial(report)`` receives the report so far after every link
+    rate."""
     sizes = [int(x) for x in args.prompt_tokens.split(",") if x]
     rates = [float(x) for x in args.gbps.split(",") if x]
     methods = [m for m in args.methods.split(",") if m]
@@ -174,8 +244,13 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     layers = len(pd.decoder_layers(model))
     calib_tokens = args.calibration_tokens or sorted(sizes)[len(sizes) // 2]
     kv, dtype = prefill_kv(model, calib_tokens, args.seed + 7)
-    table = calibrate(kvserve.ProfileTable.load(args.table), kv, dtype)
-    progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype})")
+    table = kvserve.ProfileTable.load(args.table)
+    if args.baseline_quality:
+        table = with_baselines(table, fixed, args.baseline_quality)
+    table = calibrate(table, kv, dtype)
+    del kv
+    progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype}): "
+             + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
     proc, address = start_decode_process(args.model, args.device, args.secret, args.seed)
     estimator = kvserve.BandwidthEstimator()
     controller = kvserve.Controller(table, estimator=estimator, model="streamed", layers=layers)
@@ -185,12 +260,15 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     request_id = 0
     failures: List[str] = []
     conn = None
+    checked: set = set()
 
     def one(worker: Any, gbps: float, tokens: int, method: str, phase: str) -> Dict[str, Any]:
         nonlocal request_id
         prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+        digest = (args.check and method != "kvserve" and kvserve.Profile(method).is_lossless
+                  and (gbps, tokens, str(kvserve.Profile(method))) not in checked)
         r = worker.run(request_id, prompt, args.new_tokens, method=method, slo_seconds=args.slo,
-                       quality_min=args.quality_min, peer="decode")
+                       quality_min=args.quality_min, peer="decode", digest=digest)
         request_id += 1
         row = asdict(r)
         row.update({"gbps": gbps, "phase": phase, "estimate_gbps": kvserve.bytes_per_second_to_gbps(estimator.estimate("decode"))})
@@ -199,11 +277,25 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                               if r.profile != RAW else 1.0)
             if row["quality"] < args.quality_min:
                 failures.append(f"request {r.id}: {r.profile} quality {row['quality']} < floor")
-        if args.check and kvserve.Profile(r.profile).is_lossless:
-            ok = pd.reference_tokens(model, prompt, args.new_tokens) == r.tokens
+        point = (gbps, tokens, str(kvserve.Profile(r.profile)))
+        if args.check and kvserve.Profile(r.profile).is_lossless and point not in checked:
+            checked.add(point)  # one single-process reference per point and lossless profile
+            ref_digest: List[int] = []
+            expected = pd.reference_tokens(model, prompt, args.new_tokens, ref_digest)
+            ok = expected == r.tokens
             row["matches_single_process"] = ok
+            if r.kv_digest is not None:
+                row["kv_matches_single_process"] = r.kv_digest == ref_digest[0]
             if not ok:
-                failures.append(f"request {r.id}: {r.profile} tokens differ from a single-process run")
+                # What differs: the KV that arrived, the prefill's own first
+                # token, or a single-process run against itself.
+                row["mismatch"] = {
+                    "expected": expected, "got": r.tokens,
+                    "first_token_differs": expected[0] != r.tokens[0],
+                    "kv_bits_equal": row.get("kv_matches_single_process"),
+                    "single_process_repeatable": pd.reference_tokens(model, prompt, args.new_tokens) == expected}
+                failures.append(f"request {r.id}: {r.profile} tokens differ from a single-process run "
+                                f"({row['mismatch']})")
         rows.append(row)
         return row
 
@@ -226,6 +318,9 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                         row = one(worker, gbps, tokens, method, "sweep")
                     progress(f"{gbps:g} Gbps, {tokens} tokens, {method}: last JCT {row['jct_seconds']:.3f} s "
                              f"({row['profile']})")
+            if on_partial is not None:  # what a run stopped later keeps
+                on_partial(_report(args, rows, rates, sizes, fixed, failures, table, workload, layers,
+                                   calib_tokens, started, partial=True))
         if args.change_gbps:
             a, b = (float(x) for x in args.change_gbps.split(","))
             for phase, gbps in (("before", a), ("after", b)):
@@ -241,6 +336,14 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         except subprocess.TimeoutExpired:
             proc.kill()
 
+    return _report(args, rows, rates, sizes, fixed, failures, table, workload, layers, calib_tokens, started)
+
+
+def _report(args: argparse.Namespace, rows: List[Dict[str, Any]], rates: List[float], sizes: List[int],
+            fixed: List[str], failures: List[str], table: Any, workload: Any, layers: int,
+            calib_tokens: int, started: float, partial: bool = False) -> Dict[str, Any]:
+    """The report of the requests in ``rows`` (``partial``: the sweep is
+    still running; points without requests are left out)."""
     points = []
     for gbps in rates:
         for tokens in sizes:
@@ -257,7 +360,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                 best = min(statics, key=lambda m: statics[m]["jct_mean"])
                 point["best_static"] = best
                 point["methods"]["best-static"] = dict(statics[best], profile_of=best)
-            points.append(point)
+            if point["methods"]:
+                points.append(point)
     checks = _checks(points, rates, failures, args)
     for p in points:
         p.pop("kv_rows", None)  # every row is in report["rows"]
@@ -269,7 +373,11 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         "table": args.table, "seconds": time.time() - started,
         "loopback_gbps": (statistics.fmean(kvserve.bytes_per_second_to_gbps(
             r["frame_bytes"] / r["transfer_busy_seconds"]) for r in loopback) if loopback else None),
-        "points": points, "checks": checks, "rows": rows,
+        "controller_table": [{"spec": c.spec, "compression_ratio": c.compression_ratio,
+                              "encode_bytes_per_second": c.encode_bytes_per_second,
+                              "decode_bytes_per_second": c.decode_bytes_per_second,
+                              "quality": table.quality(i, workload)} for i, c in enumerate(table.profiles)],
+        "points": points, "checks": checks, "rows": rows, "partial": partial,
     }
     return report
 
@@ -335,6 +443,15 @@ def markdown(report: Dict[str, Any]) -> str:
              f"({report['layers']} layers); quality floor {report['quality_min']} on workload "
              f"`{report['workload']}` of `{report['table']}`, codec speeds re-measured on "
              f"{report['calibration_tokens']} tokens of this model's KV.", ""]
+    if report.get("partial"):
+        lines += ["**Partial report: the sweep had not finished when this was written.**", ""]
+    lines += ["The controller's candidates (CR and codec speeds measured on this machine for this model's KV; "
+              "quality on the floor's workload from the table):", "",
+              "| profile | CR | encode GB/s | decode GB/s | quality |", "|---|---:|---:|---:|---:|"]
+    for c in report.get("controller_table", []):
+        lines.append(f"| `{c['spec']}` | {c['compression_ratio']:.2f} | {c['encode_bytes_per_second'] / 1e9:.1f} | "
+                     f"{c['decode_bytes_per_second'] / 1e9:.1f} | {c['quality']:.3f} |")
+    lines += ["", PAPER_FIGURES, ""]
     if report["loopback_gbps"]:
         lines += [f"Unshaped loopback (rate 0) sustained {report['loopback_gbps']:.2f} Gbps (raw frames, "
                   "sender busy time).", ""]
@@ -375,16 +492,17 @@ def markdown(report: Dict[str, Any]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    report = run(args)
-    if args.out_json:
-        with open(args.out_json, "w") as f:
-            json.dump(report, f, indent=1)
-    text = markdown(report)
-    if args.out_md:
-        with open(args.out_md, "w") as f:
-            f.write(text)
-    else:
-        print(text)
+
+    def write(report: Dict[str, Any]) -> None:
+        if args.out_json:
+            profiling._write_atomically(args.out_json, json.dumps(report, indent=1))
+        if args.out_md:
+            profiling._write_atomically(args.out_md, markdown(report))
+
+    report = run(args, on_partial=write)
+    write(report)
+    if not args.out_md:
+        print(markdown(report))
     # --check: a request below its floor or a lossless request with other
     # tokens fails the command; the JCT criteria are reported, not enforced.
     return 1 if args.check and report["checks"]["floor_and_token_failures"] else 0
