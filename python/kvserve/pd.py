@@ -438,6 +438,7 @@ class PrefillWorker:
         self.layers = len(decoder_layers(model))
         self.encoders: Dict[str, Any] = {}
         self.gpu_encoders: Dict[Any, Any] = {}
+        self._host: Any = None  # pinned frame bytes on their way to the connection
         self.gpu_codec = gpu_codec
         self._kv_bytes_per_token: Optional[int] = None
 
@@ -454,12 +455,17 @@ class PrefillWorker:
         shape = (self.layers, k.shape[1], k.shape[2], k.shape[3])
         key = (spec, shape, str(k.dtype), k.device.index)
         if key not in self.gpu_encoders:
-            enc = kvserve.CudaEncoder(spec, shape=shape, dtype=_DTYPES[str(k.dtype)],
-                                      device=k.device.index or 0, head_scores=self.head_scores)
-            host = torch.empty(enc.max_frame_bytes, dtype=torch.uint8).pin_memory()
-            self.gpu_encoders[key] = (enc, host)
-        enc, host = self.gpu_encoders[key]
-        return _GpuLayerStream(sender, transfer_id, enc, host, self.layers)
+            self.gpu_encoders[key] = kvserve.CudaEncoder(spec, shape=shape, dtype=_DTYPES[str(k.dtype)],
+                                                         device=k.device.index or 0,
+                                                         head_scores=self.head_scores)
+        enc = self.gpu_encoders[key]
+        # One pinned buffer for every profile and shape (one request at a
+        # time): pinning GBs costs about a second, once per worker, not once
+        # per profile and prompt size.
+        if self._host is None or self._host.numel() < enc.max_frame_bytes:
+            self._host = None
+            self._host = torch.empty(enc.max_frame_bytes, dtype=torch.uint8).pin_memory()
+        return _GpuLayerStream(sender, transfer_id, enc, self._host[:enc.max_frame_bytes], self.layers)
 
     def _encoder(self, spec: str) -> Any:
         if spec not in self.encoders:
@@ -843,8 +849,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true",
                    help="compare the tokens of lossless methods with a single-process run; exit 1 "
-                        "on a difference")
+                        "on a difference (implies --deterministic)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="torch's deterministic algorithms (see deterministic()); both sides of a "
+                        "token comparison need it")
     return p
+
+
+def deterministic() -> None:
+    """Makes this process's torch kernels deterministic (cuBLAS workspace
+    config, ``torch.use_deterministic_algorithms``): with random-weight
+    models many logits nearly tie, and a GPU single-process run does not
+    even repeat its own greedy tokens otherwise. Call before the first CUDA
+    matmul."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    _torch().use_deterministic_algorithms(True, warn_only=True)
 
 
 def serve_decode(model: Any, listener: Any, secret: str = "", threads: int = 1,
@@ -867,6 +886,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     torch = _torch()
     import random  # noqa: PLC0415
+
+    if args.deterministic or args.check:
+        deterministic()
 
     model = load_model(args.model, args.device, args.seed)
     if args.role == "decode":

@@ -9,9 +9,11 @@ methods through :mod:`kvserve.pd`, with a report.
 A decode worker runs in its own process (``python -m kvserve.pd --role
 decode``, same device); this process is the prefill worker. Per link rate
 the prefill side dials a connection shaped to that rate (0: unshaped,
-whatever the loopback sustains -- measured and reported), sends one
-unrecorded warm-up request (raw: it also gives the estimator its first
-sample), then runs every method on every prompt size. Methods: fixed
+whatever the loopback sustains -- measured and reported), sends
+unrecorded warm-up requests (raw: they also give the estimator its first
+sample; on the first rate one per prompt size, then two short requests per
+candidate profile that measure its fixed per-request overhead t0 -- put the
+fastest rate first), then runs every method on every prompt size. Methods: fixed
 profiles (``none`` is raw), ``best-static`` (per point, the fixed method
 with the lowest mean JCT, picked after the fact) and ``kvserve`` (the
 controller per request, from the measured bandwidth, ``--slo`` and
@@ -50,7 +52,7 @@ PAPER_FIGURES = ("The paper, for comparison (vLLM, A100/H100-class GPUs, its own
 
 
 def start_decode_process(model: str, device: str, secret: str, seed: int,
-                         timeout: float = 600.0) -> tuple:
+                         timeout: float = 600.0, deterministic: bool = False) -> tuple:
     """Starts ``python -m kvserve.pd --role decode`` and returns (process,
     address) once it listens. Raises RuntimeError with its stderr when it
     exits first or does not listen within ``timeout`` s (model loading
@@ -62,6 +64,8 @@ def start_decode_process(model: str, device: str, secret: str, seed: int,
            "--address", "127.0.0.1:0", "--address-file", address_file, "--seed", str(seed)]
     if secret:
         cmd += ["--secret", secret]
+    if deterministic:
+        cmd += ["--deterministic"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while not os.path.exists(address_file):
@@ -110,6 +114,33 @@ def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None, *, repea
         except kvserve.KvserveError:
             continue
         rows.append(kvserve.ProfileCost(cost.spec, cr, enc, dec, 0.0, dict(cost.quality)))
+    return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
+
+
+def measure_overheads(worker: Any, table: Any, tokens: int, estimator: Any, layers: int,
+                      first_id: int) -> Any:
+    """The table with every row's fixed per-request overhead ``t0``
+    measured through ``worker`` (unrecorded requests of ``tokens`` tokens,
+    the second of two per profile): the KV-movement time the bandit will be
+    told (:meth:`kvserve.pd.PrefillWorker.pipeline_seconds`) minus the
+    streamed latency model's prediction at the estimator's bandwidth,
+    clamped at 0. It is what the model leaves out: per-layer hook, event
+    and queue latencies, the Python around each record. Measure where the
+    transfer is short (a small prompt) so the bandwidth estimate's error
+    does not end up in t0."""
+    rows, request_id = [], first_id
+    for cost in table.profiles:
+        if cost.spec == RAW:
+            continue
+        for _ in range(2):
+            r = worker.run(request_id, [1] * tokens, 2, method=cost.spec)
+            request_id += 1
+        observed = worker.pipeline_seconds(r.encode_seconds, r.transfer_busy_seconds, r.decode_seconds)
+        predicted = kvserve.predict_seconds(cost, r.kv_bytes, estimator.estimate(worker.connection.peer_id),
+                                            "streamed", layers)
+        rows.append(kvserve.ProfileCost(cost.spec, cost.compression_ratio, cost.encode_bytes_per_second,
+                                        cost.decode_bytes_per_second, max(0.0, observed - predicted),
+                                        dict(cost.quality)))
     return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
 
 
@@ -239,6 +270,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     fixed = [m for m in methods if m not in ("kvserve", "best-static")]
     workload: Any = int(args.workload) if args.workload.isdigit() else args.workload
     started = time.time()
+    if args.check:
+        pd.deterministic()  # token comparisons need it on both sides
     progress(f"loading {args.model} on {args.device}")
     model = pd.load_model(args.model, args.device, args.seed)
     layers = len(pd.decoder_layers(model))
@@ -251,9 +284,10 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     del kv
     progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype}): "
              + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
-    proc, address = start_decode_process(args.model, args.device, args.secret, args.seed)
+    proc, address = start_decode_process(args.model, args.device, args.secret, args.seed,
+                                         deterministic=args.check)
     estimator = kvserve.BandwidthEstimator()
-    controller = kvserve.Controller(table, estimator=estimator, model="streamed", layers=layers)
+    controller = None  # built once the per-request overheads are measured
     rng = random.Random(args.seed)
     vocab = int(getattr(model.config, "vocab_size", 96))
     rows: List[Dict[str, Any]] = []
@@ -310,8 +344,18 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     try:
         for gbps in rates:
             worker = connect(gbps)
-            worker.run(request_id, [1] * min(sizes), 2, method=RAW)  # warm-up: first sample of the link
-            request_id += 1
+            # Unrecorded warm-up: the first sample of the link; on the first
+            # link, every prompt size once (allocations, kernels per shape).
+            for tokens in (sorted(sizes, reverse=True) if controller is None else [min(sizes)]):
+                worker.run(request_id, [1] * tokens, 2, method=RAW)
+                request_id += 1
+            if controller is None:
+                table = measure_overheads(worker, table, min(sizes), estimator, layers, request_id)
+                request_id += 2 * len(table)
+                progress("per-request overheads: " + ", ".join(
+                    f"{c.spec} {c.overhead_seconds * 1e3:.1f} ms" for c in table.profiles))
+                controller = kvserve.Controller(table, estimator=estimator, model="streamed", layers=layers)
+                worker.controller = controller
             for tokens in sizes:
                 for method in fixed + (["kvserve"] if "kvserve" in methods else []):
                     for _ in range(args.requests):
@@ -376,6 +420,7 @@ def _report(args: argparse.Namespace, rows: List[Dict[str, Any]], rates: List[fl
         "controller_table": [{"spec": c.spec, "compression_ratio": c.compression_ratio,
                               "encode_bytes_per_second": c.encode_bytes_per_second,
                               "decode_bytes_per_second": c.decode_bytes_per_second,
+                              "overhead_seconds": c.overhead_seconds,
                               "quality": table.quality(i, workload)} for i, c in enumerate(table.profiles)],
         "points": points, "checks": checks, "rows": rows, "partial": partial,
     }
@@ -446,11 +491,13 @@ def markdown(report: Dict[str, Any]) -> str:
     if report.get("partial"):
         lines += ["**Partial report: the sweep had not finished when this was written.**", ""]
     lines += ["The controller's candidates (CR and codec speeds measured on this machine for this model's KV; "
+              "t0: the fixed per-request overhead measured through the workers on the first link; "
               "quality on the floor's workload from the table):", "",
-              "| profile | CR | encode GB/s | decode GB/s | quality |", "|---|---:|---:|---:|---:|"]
+              "| profile | CR | encode GB/s | decode GB/s | t0 ms | quality |", "|---|---:|---:|---:|---:|---:|"]
     for c in report.get("controller_table", []):
         lines.append(f"| `{c['spec']}` | {c['compression_ratio']:.2f} | {c['encode_bytes_per_second'] / 1e9:.1f} | "
-                     f"{c['decode_bytes_per_second'] / 1e9:.1f} | {c['quality']:.3f} |")
+                     f"{c['decode_bytes_per_second'] / 1e9:.1f} | {c.get('overhead_seconds', 0.0) * 1e3:.1f} | "
+                     f"{c['quality']:.3f} |")
     lines += ["", PAPER_FIGURES, ""]
     if report["loopback_gbps"]:
         lines += [f"Unshaped loopback (rate 0) sustained {report['loopback_gbps']:.2f} Gbps (raw frames, "
