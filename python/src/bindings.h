@@ -24,6 +24,9 @@ void RegisterProfiler(pybind11::module_& m);
 // python/src/transport_bindings.cc: transports (TCP, UCX), authenticated
 // connections with shaping and goodput samples, layer-streamed frames.
 void RegisterTransport(pybind11::module_& m);
+// python/src/pool_bindings.cc: KV pools (memory, remote client, server)
+// and the prefix hash.
+void RegisterPool(pybind11::module_& m);
 // CUDA codec bindings (cuda_bindings.cc; only in CUDA builds).
 void RegisterCuda(pybind11::module_& m);
 

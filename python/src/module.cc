@@ -18,6 +18,7 @@ PYBIND11_MODULE(_kvserve, m) {
   kvserve::python::RegisterController(m);
   kvserve::python::RegisterProfiler(m);
   kvserve::python::RegisterTransport(m);
+  kvserve::python::RegisterPool(m);
 #ifdef KVSERVE_PY_CUDA
   kvserve::python::RegisterCuda(m);
 #else
