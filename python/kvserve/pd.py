@@ -613,6 +613,33 @@ class PrefillWorker:
 
         return hook
 
+    def run_pool(self, request_id: int, prompt_ids: Sequence[int], max_new_tokens: int, *,
+                 source: str, pool_address: str = "", model_id: str = "", profile: str = "none"
+                 ) -> Dict[str, Any]:
+        """A prefix-pool request served by the decode worker alone:
+        ``source="pool"`` makes it fetch the KV of ``prompt_ids[:-1]`` from
+        the pool server at ``pool_address`` (stored under ``model_id``,
+        :func:`kvserve.pool.prefix_hash` of those tokens and ``profile``),
+        decode it into its cache and generate; ``"recompute"`` makes it
+        prefill the prompt itself. Returns the decode side's reply (tokens,
+        ``hit``, fetch / decode / prefill / generate seconds, ``ttft_seconds``)
+        with ``jct_seconds`` measured here."""
+        if source not in ("pool", "recompute"):
+            raise ValueError(f"source: 'pool' or 'recompute', not {source!r}")
+        start = time.monotonic()
+        self.connection.send(MSG_REQUEST, json.dumps({
+            "id": request_id, "source": source, "prompt": [int(t) for t in prompt_ids],
+            "max_new_tokens": max_new_tokens, "pool": pool_address, "model_id": model_id,
+            "profile": profile}).encode())
+        kind, _, payload = self.connection.receive(timeout=600)
+        reply = json.loads(payload)
+        if kind == MSG_ERROR:
+            raise kvserve.KvserveError(f"decode side: {reply.get('error')}")
+        if kind != MSG_RESULT or reply.get("id") != request_id:
+            raise kvserve.KvserveCorruptionError(f"expected RESULT for request {request_id}, got type {kind}")
+        reply["jct_seconds"] = time.monotonic() - start
+        return reply
+
     def stop(self) -> None:
         """Tells the decode worker to end its loop."""
         self.connection.send(MSG_STOP, b"")
@@ -678,8 +705,11 @@ class DecodeWorker:
     new cache as it arrives (CPU codec), moved to the model's device and
     dtype, and generation continues from the prefill's first token."""
 
-    def __init__(self, model: Any, connection: Any, threads: int = 1, gpu_codec: bool = True) -> None:
+    def __init__(self, model: Any, connection: Any, threads: int = 1, gpu_codec: bool = True,
+                 secret: str = "") -> None:
         self.model, self.connection, self.gpu_codec = model, connection, gpu_codec
+        self.secret = secret  # also the pool servers' (prefix-pool requests)
+        self._pools: Dict[str, Any] = {}
         self.decoder = kvserve.Decoder(threads)
         self._staging = _PinnedStaging()
         self.served = 0
@@ -775,7 +805,93 @@ class DecodeWorker:
         b.record()
         return a, b, on_device
 
+    def _generate(self, cache: Any, last: int, max_new_tokens: int) -> Tuple[List[int], float, float]:
+        """Greedy tokens after ``last`` from ``cache``: (tokens, first step s,
+        all steps s); ``max_new_tokens - 1`` steps (``last`` is the first)."""
+        torch = _torch()
+        device = next(self.model.parameters()).device
+        tokens: List[int] = []
+        step_start = time.monotonic()
+        first_step = 0.0
+        with torch.no_grad():
+            for i in range(max_new_tokens - 1):
+                o = self.model(input_ids=torch.tensor([[last]], device=device), past_key_values=cache,
+                               use_cache=True)
+                cache = o.past_key_values
+                last = int(o.logits[0, -1].argmax())
+                tokens.append(last)
+                if i == 0:
+                    first_step = time.monotonic() - step_start
+        return tokens, first_step, time.monotonic() - step_start
+
+    def _cache_from(self, buffer: Any) -> Any:
+        """A new cache holding the 5-D KV ``buffer`` (moved to the model's
+        device and dtype)."""
+        param = next(self.model.parameters())
+        buffer = buffer.to(device=param.device, dtype=param.dtype)
+        cache = new_cache(self.model)
+        for l in range(buffer.shape[0]):
+            cache.update(buffer[l, 0][None], buffer[l, 1][None], l)
+        return cache
+
+    def _from_pool(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        """A prefix-pool request: the KV of ``prompt[:-1]`` is fetched from
+        the pool at ``request["pool"]`` (key: model id, prefix hash of those
+        tokens, profile) and decoded into the cache (on the GPU for pack and
+        rANS frames when the model is there), then the last prompt token is
+        run and generation continues. ``source: "recompute"``, a pool miss
+        or a pool that cannot be reached (``pool_error`` in the reply)
+        prefills the whole prompt here instead."""
+        from . import pool as kvpool  # noqa: PLC0415
+
+        torch = _torch()
+        begin = time.monotonic()
+        param = next(self.model.parameters())
+        prompt = [int(t) for t in request["prompt"]]
+        timing = {"fetch_seconds": 0.0, "decode_seconds": 0.0, "frame_bytes": 0, "gpu_codec": False}
+        frame = None
+        if request["source"] == "pool":
+            address = request["pool"]
+            if address not in self._pools:
+                self._pools[address] = kvpool.remote(address, secret=self.secret, local_id="decode")
+            try:
+                frame = self._pools[address].get(request["model_id"], kvpool.prefix_hash(prompt[:-1]),
+                                                 request["profile"])
+            except kvserve.KvserveError as e:  # an unreachable pool is a miss: recompute
+                timing["pool_error"] = str(e)
+            timing["fetch_seconds"] = time.monotonic() - begin
+        with torch.no_grad():
+            if frame is not None:
+                timing["frame_bytes"] = len(frame)
+                t = time.monotonic()
+                info = kvserve.inspect(frame)
+                if (param.device.type == "cuda" and kvserve.cuda_available() and self.gpu_codec
+                        and info.profile.codec in GPU_CODECS):
+                    dec = kvserve.CudaDecoder(frame, device=param.device.index or 0)
+                    kv = dec.decode(frame, check=True)
+                    timing["gpu_codec"] = True
+                else:
+                    kv = self.decoder.decode(frame)
+                    kv = kv if isinstance(kv, torch.Tensor) else kvserve.as_torch(kv, info.dtype)
+                cache = self._cache_from(kv)
+                timing["decode_seconds"] = time.monotonic() - t
+                out = self.model(input_ids=torch.tensor([prompt[-1:]], device=param.device),
+                                 past_key_values=cache, use_cache=True)
+            else:
+                cache = new_cache(self.model)
+                out = self.model(input_ids=torch.tensor([prompt], device=param.device), past_key_values=cache,
+                                 use_cache=True, **last_logits_only(self.model))
+            first = int(out.logits[0, -1].argmax())
+        kv_end = time.monotonic()
+        tokens, first_step, generate = self._generate(out.past_key_values, first, request["max_new_tokens"])
+        return {"id": request["id"], "tokens": [first] + tokens, "hit": frame is not None,
+                "prefill_seconds": kv_end - begin - timing["fetch_seconds"] - timing["decode_seconds"],
+                "ttft_seconds": kv_end - begin, "first_step_seconds": first_step,
+                "generate_seconds": generate, **timing}
+
     def _one(self, request: Dict[str, Any]) -> Dict[str, Any]:
+        if request.get("source") in ("pool", "recompute"):
+            return self._from_pool(request)
         torch = _torch()
         begin = time.monotonic()
         param = next(self.model.parameters())
@@ -791,29 +907,13 @@ class DecodeWorker:
             raise kvserve.KvserveCorruptionError(f"expected FIRST, got message type {kind}")
         first = json.loads(payload)["first_token"]
         buffer = out if isinstance(out, torch.Tensor) else kvserve.as_torch(out, self.decoder.info.dtype)
-        buffer = buffer.to(device=param.device, dtype=param.dtype)
-        cache = new_cache(self.model)
-        for l in range(buffer.shape[0]):
-            cache.update(buffer[l, 0][None], buffer[l, 1][None], l)
-        digest = kv_digest([(buffer[l, 0], buffer[l, 1]) for l in range(buffer.shape[0])]) \
-            if request.get("digest") else None
-        tokens: List[int] = []
-        step_start = time.monotonic()
-        first_step = 0.0
-        with torch.no_grad():
-            last = first
-            for i in range(request["max_new_tokens"] - 1):
-                o = self.model(input_ids=torch.tensor([[last]], device=param.device), past_key_values=cache,
-                               use_cache=True)
-                cache = o.past_key_values
-                last = int(o.logits[0, -1].argmax())
-                tokens.append(last)
-                if i == 0:
-                    first_step = time.monotonic() - step_start
+        cache = self._cache_from(buffer)
+        digest = kv_digest(hf.cache_layers(cache)) if request.get("digest") else None
+        tokens, first_step, generate = self._generate(cache, first, request["max_new_tokens"])
         return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin, "gpu_codec": gpu,
                 "kv_digest": digest,
                 "decode_seconds": timing["decode_seconds"],
-                "first_step_seconds": first_step, "generate_seconds": time.monotonic() - step_start}
+                "first_step_seconds": first_step, "generate_seconds": generate}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -873,7 +973,7 @@ def serve_decode(model: Any, listener: Any, secret: str = "", threads: int = 1,
     served = 0
     while True:
         conn = transport.accept(listener, timeout=accept_timeout, secret=secret, local_id="decode")
-        worker = DecodeWorker(model, conn, threads)
+        worker = DecodeWorker(model, conn, threads, secret=secret)
         try:
             served += worker.serve()
         finally:

@@ -161,7 +161,8 @@ class PdBenchTest(unittest.TestCase):
                 [sys.executable, "-m", "kvserve.bench.pd", "--model", "tiny", "--prompt-tokens", "64,256",
                  "--gbps", "0.05,0", "--methods", "none,kivi-2,kvserve", "--requests", "2", "--new-tokens", "3",
                  "--table", table, "--workload", "w", "--quality-min", "0.95", "--change-gbps", "0,0.05",
-                 "--change-requests", "2", "--check", "--out-json", out_json, "--out-md", out_md],
+                 "--change-requests", "2", "--pool-requests", "2", "--pool-gbps", "0.05", "--check",
+                 "--out-json", out_json, "--out-md", out_md],
                 capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
             self.assertEqual(res.returncode, 0, res.stderr[-3000:])
             with open(out_json) as f:
@@ -192,9 +193,72 @@ class PdBenchTest(unittest.TestCase):
         self.assertGreater(report["loopback_gbps"], 0)
         self.assertIn("| 0.05 | 64 | kvserve |", md)
         self.assertIn("Link change", md)
+        # The pool phase: every pool request is a hit with a frame the
+        # controller chose within the floor; recompute requests fetch nothing.
+        pool_rows = report["pool_rows"]
+        self.assertEqual(sorted(r["source"] for r in pool_rows), ["pool", "pool", "recompute", "recompute"])
+        for r in pool_rows:
+            self.assertEqual(r["hit"], r["source"] == "pool")
+            self.assertEqual(r["frame_bytes"] > 0, r["source"] == "pool")
+            self.assertIn(r["profile"], (str(kvserve.Profile("kivi-4")), "identity+raw+pack", "none"))
+        self.assertIn("Prefix pool over a 0.05 Gbps link", md)
         for v in report["checks"]["speedup_vs_model"]:  # the model's view of kvserve's choices
             self.assertGreater(v["predicted"], 0)
             self.assertGreater(v["measured"], 0)
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class PdPoolTest(unittest.TestCase):
+    """Prefix-pool requests: the decode worker fetches the prefix's frame
+    from a pool server, decodes it into its cache and generates."""
+
+    def test_pool_hit_equals_recompute_and_a_single_process_run(self):
+        from kvserve import hf
+        from kvserve import pool as kvpool
+
+        model = pd.TinyCausalLM(seed=3)
+        listener = transport.tcp().listen("127.0.0.1:0")
+
+        def decode():
+            pd.serve_decode(pd.TinyCausalLM(seed=3), listener, secret="k", accept_timeout=20)
+
+        thread = threading.Thread(target=decode, daemon=True)
+        thread.start()
+        conn = transport.dial(transport.tcp(), listener.address, secret="k", local_id="prefill")
+        self.addCleanup(thread.join, 20)
+        self.addCleanup(conn.close)
+        server = kvpool.serve(kvpool.memory(), "127.0.0.1:0", secret="k")
+        self.addCleanup(server.stop)
+        address = server.address
+        store = kvpool.remote(address, secret="k")
+        worker = pd.PrefillWorker(model, conn)
+        p = prompt(45, 200)
+        with torch.no_grad():
+            cache = pd.new_cache(model)
+            model(input_ids=torch.tensor([p[:-1]]), past_key_values=cache, use_cache=True)
+        kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)])
+        store.put("tiny", kvpool.prefix_hash(p[:-1]), "none", bytes(kvserve.encode(kv, "none")))
+        expected = pd.reference_tokens(model, p, 10)
+        hit = worker.run_pool(0, p, 10, source="pool", pool_address=address, model_id="tiny",
+                              profile="none")
+        self.assertTrue(hit["hit"])
+        self.assertGreater(hit["frame_bytes"], 0)
+        self.assertEqual(hit["tokens"], expected)
+        again = worker.run_pool(1, p, 10, source="recompute")
+        self.assertFalse(again["hit"])
+        self.assertEqual(again["tokens"], expected)
+        # A miss (nothing stored under this model id) and an unreachable
+        # pool both fall back to recompute with the same tokens.
+        miss = worker.run_pool(2, p, 10, source="pool", pool_address=address, model_id="other")
+        self.assertFalse(miss["hit"])
+        self.assertEqual(miss["tokens"], expected)
+        server.stop()
+        down = worker.run_pool(3, p, 10, source="pool", pool_address=address, model_id="tiny",
+                               profile="none")
+        self.assertFalse(down["hit"])
+        self.assertIn("pool_error", down)
+        self.assertEqual(down["tokens"], expected)
+        worker.stop()
 
 
 GPU = torch is not None and torch.cuda.is_available() and kvserve.cuda_available()

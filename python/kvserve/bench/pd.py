@@ -181,18 +181,9 @@ def with_baselines(table: Any, methods: Sequence[str], quality_dir: str) -> Any:
 def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
     """(kv as a 5-D tensor on the model's device, dtype name) of one seeded
     prompt."""
-    import torch  # noqa: PLC0415
-
     rng = random.Random(seed)
     vocab = int(getattr(model.config, "vocab_size", 96))
-    ids = [rng.randrange(1, vocab) for _ in range(tokens)]
-    device = next(model.parameters()).device
-    with torch.no_grad():
-        cache = pd.new_cache(model)
-        model(input_ids=torch.tensor([ids], device=device), past_key_values=cache, use_cache=True,
-              **pd.last_logits_only(model))
-    layers = hf.cache_layers(cache)
-    kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in layers])
+    kv = prompt_kv(model, [rng.randrange(1, vocab) for _ in range(tokens)])
     return kv, pd._DTYPES[str(kv.dtype)]
 
 
@@ -246,6 +237,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--change-gbps", default="",
                    help="two rates 'A,B': after the sweep, kvserve requests on A, then on B (link change)")
     p.add_argument("--change-requests", type=int, default=6, help="requests per phase of the link change")
+    p.add_argument("--pool-requests", type=int, default=0,
+                   help="prefix-pool requests (the middle prompt size), each served from the pool and "
+                        "by recompute; 0: no pool phase")
+    p.add_argument("--pool-gbps", type=float, default=5.0, help="rate of the pool server's link, Gbit/s")
     p.add_argument("--calibration-tokens", type=int, default=0,
                    help="prompt size the codec speeds are measured on (0: the median prompt size)")
     p.add_argument("--secret", default="kvserve-bench", help="connection secret (both processes)")
@@ -291,6 +286,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     rng = random.Random(args.seed)
     vocab = int(getattr(model.config, "vocab_size", 96))
     rows: List[Dict[str, Any]] = []
+    pool_rows: List[Dict[str, Any]] = []
     request_id = 0
     failures: List[str] = []
     conn = None
@@ -371,6 +367,11 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                 worker = connect(gbps)
                 for _ in range(args.change_requests):
                     one(worker, gbps, sizes[len(sizes) // 2], "kvserve", f"change-{phase}")
+        if args.pool_requests:
+            progress(f"prefix pool over {args.pool_gbps:g} Gbps vs recompute")
+            pool_rows.extend(pool_phase(args, model, worker, controller, workload, sizes[len(sizes) // 2],
+                                        rng, vocab, request_id))
+            request_id += 2 * args.pool_requests
         worker.stop()
     finally:
         if conn is not None:
@@ -380,7 +381,56 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         except subprocess.TimeoutExpired:
             proc.kill()
 
-    return _report(args, rows, rates, sizes, fixed, failures, table, workload, layers, calib_tokens, started)
+    report = _report(args, rows, rates, sizes, fixed, failures, table, workload, layers, calib_tokens, started)
+    report["pool_rows"] = pool_rows
+    return report
+
+
+def prompt_kv(model: Any, ids: Sequence[int]) -> Any:
+    """The 5-D KV (on the model's device) of a prefill of ``ids``."""
+    import torch  # noqa: PLC0415
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        cache = pd.new_cache(model)
+        model(input_ids=torch.tensor([list(ids)], device=device), past_key_values=cache, use_cache=True,
+              **pd.last_logits_only(model))
+    return torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)])
+
+
+def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: Any, workload: Any,
+               tokens: int, rng: random.Random, vocab: int, first_id: int) -> List[Dict[str, Any]]:
+    """Prefix-pool hits against recompute: a pool server in this process
+    (memory backend) sends over a link shaped to ``--pool-gbps``; per
+    request, the KV of the prompt's first ``tokens - 1`` tokens is encoded
+    with the profile the controller picks for that link (stored unmeasured),
+    then the decode worker serves the prompt twice: fetching the frame and
+    decoding it into its cache (then the last token and generation), and
+    recomputing the whole prefill itself. Returns one row per request."""
+    from kvserve import pool as kvpool  # noqa: PLC0415
+
+    server = kvpool.serve(kvpool.memory(budget_bytes=64 << 30), "127.0.0.1:0", secret=args.secret,
+                          shape_gbps=args.pool_gbps)
+    try:
+        store = kvpool.remote(server.address, secret=args.secret)
+        d = controller.choose(workload, kv_bytes=worker.kv_bytes_for(tokens - 1),
+                              bandwidth=kvserve.gbps_to_bytes_per_second(args.pool_gbps),
+                              quality_min=args.quality_min)
+        spec = str(kvserve.Profile(d.spec if d.action == "send" else RAW))
+        rows, request_id = [], first_id
+        for _ in range(args.pool_requests):
+            prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+            frame = kvserve.encode(prompt_kv(model, prompt[:-1]).cpu(), spec)
+            store.put(args.model, kvpool.prefix_hash(prompt[:-1]), spec, bytes(frame))
+            for source in ("pool", "recompute"):
+                r = worker.run_pool(request_id, prompt, args.new_tokens, source=source,
+                                    pool_address=server.address, model_id=args.model, profile=spec)
+                request_id += 1
+                r.update({"source": source, "profile": spec, "prompt_tokens": tokens, "gbps": args.pool_gbps})
+                rows.append(r)
+        return rows
+    finally:
+        server.stop()
 
 
 def _report(args: argparse.Namespace, rows: List[Dict[str, Any]], rates: List[float], sizes: List[int],
@@ -518,6 +568,26 @@ def markdown(report: Dict[str, Any]) -> str:
                          f"{s['jct_p50']:.3f} | {s['jct_p99']:.3f} | {s['ttft_mean']:.3f} | "
                          f"{s['prefill_seconds']:.3f} | {s['kv_seconds']:.3f} | {s['encode_seconds']:.3f} | "
                          f"{s['decode_seconds']:.3f} | {s['codec_share']:.2f} |")
+    pool_rows = report.get("pool_rows") or []
+    if pool_rows:
+        lines += ["", f"Prefix pool over a {pool_rows[0]['gbps']:g} Gbps link (frames fetched by the decode worker and "
+                  "decoded into its cache; profile chosen by the controller for that link) vs recompute "
+                  "(the decode worker prefills the prompt itself). Means over the requests:", "",
+                  "| source | tokens | profile | hits | frame MB | fetch s | decode s | prefill s | TTFT s | JCT s |",
+                  "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for source in ("pool", "recompute"):
+            sel = [r for r in pool_rows if r["source"] == source]
+            if not sel:
+                continue
+
+            def mean(key: str, sel: List[Dict[str, Any]] = sel) -> float:
+                return statistics.fmean(float(r[key]) for r in sel)
+
+            profile = f"`{sel[0]['profile']}`" if source == "pool" else "—"
+            lines.append(f"| {source} | {sel[0]['prompt_tokens']} | {profile} | "
+                         f"{sum(bool(r['hit']) for r in sel)}/{len(sel)} | {mean('frame_bytes') / 1e6:.1f} | "
+                         f"{mean('fetch_seconds'):.3f} | {mean('decode_seconds'):.3f} | {mean('prefill_seconds'):.3f} | "
+                         f"{mean('ttft_seconds'):.3f} | {mean('jct_seconds'):.3f} |")
     change = [r for r in report["rows"] if r["phase"].startswith("change")]
     if change:
         lines += ["", "Link change (kvserve):", "", "| request | phase | Gbps | estimate Gbps | profile | JCT s |",
