@@ -35,6 +35,8 @@ Run both sides in one command: ``python -m kvserve.pd --help``.
 from __future__ import annotations
 
 import argparse
+import functools
+import inspect
 import json
 import os
 import queue
@@ -207,13 +209,16 @@ def last_logits_only(model: Any) -> Dict[str, Any]:
     last position only (``logits_to_keep=1``) when its forward takes them:
     a 32K-token prefill of a 128K-vocabulary model otherwise materialises
     8 GB of logits nobody reads. Empty for other models."""
-    import inspect  # noqa: PLC0415
+    return {"logits_to_keep": 1} if _takes_logits_to_keep(type(model)) else {}
 
+
+@functools.lru_cache(maxsize=None)
+def _takes_logits_to_keep(cls: type) -> bool:
+    """Whether ``cls.forward`` takes ``logits_to_keep`` (once per class)."""
     try:
-        params = inspect.signature(model.forward).parameters
+        return "logits_to_keep" in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
-        return {}
-    return {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+        return False
 
 
 def kv_digest(layers: Sequence[Tuple[Any, Any]]) -> int:
@@ -566,13 +571,8 @@ class PrefillWorker:
         kv_done = time.monotonic()
         self.connection.send(MSG_FIRST, json.dumps({
             "id": request_id, "first_token": first, "prefill_seconds": prefill_end - start}).encode())
-        kind, _, payload = self.connection.receive(timeout=600)
+        reply = self._await_result(request_id)
         end = time.monotonic()
-        reply = json.loads(payload)
-        if kind == MSG_ERROR:
-            raise kvserve.KvserveError(f"decode side: {reply.get('error')}")
-        if kind != MSG_RESULT or reply.get("id") != request_id:
-            raise kvserve.KvserveCorruptionError(f"expected RESULT for request {request_id}, got type {kind}")
         kv_seconds = kv_done - prefill_end
         kv_movement = kv_done - state.get("kv_start", prefill_end)
         observed = 0.0
@@ -631,13 +631,20 @@ class PrefillWorker:
             "id": request_id, "source": source, "prompt": [int(t) for t in prompt_ids],
             "max_new_tokens": max_new_tokens, "pool": pool_address, "model_id": model_id,
             "profile": profile}).encode())
+        reply = self._await_result(request_id)
+        reply["jct_seconds"] = time.monotonic() - start
+        return reply
+
+    def _await_result(self, request_id: int) -> Dict[str, Any]:
+        """The decode side's RESULT for ``request_id`` (its JSON). An ERROR
+        reply raises KvserveError with its text; anything else is
+        corruption."""
         kind, _, payload = self.connection.receive(timeout=600)
         reply = json.loads(payload)
         if kind == MSG_ERROR:
             raise kvserve.KvserveError(f"decode side: {reply.get('error')}")
         if kind != MSG_RESULT or reply.get("id") != request_id:
             raise kvserve.KvserveCorruptionError(f"expected RESULT for request {request_id}, got type {kind}")
-        reply["jct_seconds"] = time.monotonic() - start
         return reply
 
     def stop(self) -> None:
@@ -736,6 +743,13 @@ class DecodeWorker:
                     kvserve.KvserveResourceExhaustedError) as e:
                 self.connection.send(MSG_ERROR, json.dumps({"id": request["id"], "error": str(e)}).encode())
             self.served += 1
+
+    def _gpu_decodes(self) -> bool:
+        """True when frames of the GPU codec's profiles are decoded on the
+        GPU: the model is on a CUDA device, the build has the CUDA codec and
+        ``gpu_codec`` is on."""
+        return (self.gpu_codec and next(self.model.parameters()).device.type == "cuda"
+                and kvserve.cuda_available())
 
     def _receive_maybe_on_gpu(self, timing: Dict[str, float]) -> Tuple[Any, bool]:
         """Receives one frame for a model on the GPU: pack frames are decoded
@@ -865,8 +879,7 @@ class DecodeWorker:
                 timing["frame_bytes"] = len(frame)
                 t = time.monotonic()
                 info = kvserve.inspect(frame)
-                if (param.device.type == "cuda" and kvserve.cuda_available() and self.gpu_codec
-                        and info.profile.codec in GPU_CODECS):
+                if self._gpu_decodes() and info.profile.codec in GPU_CODECS:
                     dec = kvserve.CudaDecoder(frame, device=param.device.index or 0)
                     kv = dec.decode(frame, check=True)
                     timing["gpu_codec"] = True
@@ -894,9 +907,8 @@ class DecodeWorker:
             return self._from_pool(request)
         torch = _torch()
         begin = time.monotonic()
-        param = next(self.model.parameters())
         timing: Dict[str, float] = {}
-        if param.device.type == "cuda" and kvserve.cuda_available() and self.gpu_codec:
+        if self._gpu_decodes():
             out, gpu = self._receive_maybe_on_gpu(timing)
         else:
             out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600, timing=timing)

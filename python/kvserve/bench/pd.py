@@ -78,10 +78,6 @@ def start_decode_process(model: str, device: str, secret: str, seed: int,
         return proc, f.read().strip()
 
 
-def _on_gpu(kv: Any) -> bool:
-    return getattr(getattr(kv, "device", None), "type", "cpu") == "cuda"
-
-
 def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None, *, repeats: int = 3,
               cpu_tokens: int = 512) -> Any:
     """The table with every row's CR and codec speeds measured again on
@@ -96,7 +92,7 @@ def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None, *, repea
     dropped."""
     gpu_meter = None
     host = kv
-    if _on_gpu(kv):
+    if kvserve.cuda.is_cuda(kv):
         gpu_meter = profiling._cuda_meter(kv, head_scores, repeats, [])
         host = kv[:, :, :, :cpu_tokens].cpu().contiguous()
     rows = []
