@@ -303,7 +303,20 @@ struct Message {
   uint8_t type = 0;
   uint8_t flags = 0;
   std::vector<uint8_t> payload;  // reused across Receive calls
+  // Set by ReceiveInto when the payload was read straight into the
+  // caller's memory (payload is then empty); empty otherwise.
+  std::span<const uint8_t> placed;
+  // The payload, wherever it was read to.
+  std::span<const uint8_t> bytes() const {
+    return placed.data() != nullptr ? placed : std::span<const uint8_t>(payload);
+  }
 };
+
+// Where ReceiveInto reads a payload: called once the message header was
+// verified (checksums, magic, length limit), before any payload byte is
+// read. Returns a span of exactly `length` writable bytes, or an empty span
+// for the connection's own buffer (Message::payload).
+using PayloadPlacer = std::function<std::span<uint8_t>(uint8_t type, uint64_t length)>;
 
 struct ConnectionStats {
   // Totals since creation, handshake messages included.
@@ -370,6 +383,14 @@ class Connection {
   // Unavailable when the peer closed; an ERROR message from the peer is
   // returned as the Status it carries (and breaks the connection).
   [[nodiscard]] Status Receive(Message* message, double timeout_seconds = -1);
+  // As Receive, but a payload `place` gives memory for is read straight
+  // into it (no copy, no allocation): message->placed then views it and
+  // message->payload is empty. The payload checksum is verified there; on
+  // any error the placed bytes are unspecified. ERROR messages and
+  // handshake messages never go to `place`. A span of the wrong length is
+  // InvalidArgument (the connection is then broken).
+  [[nodiscard]] Status ReceiveInto(Message* message, const PayloadPlacer& place,
+                                   double timeout_seconds = -1);
 
   // Sends an ERROR message carrying `status` (best effort) and closes.
   void Fail(const Status& status);
@@ -474,6 +495,11 @@ class FrameSender {
 struct FrameHandler {
   std::function<Status(uint64_t transfer_id, std::span<const uint8_t> header)> on_header;
   std::function<Status(std::span<const uint8_t> record)> on_record;
+  // Optional: where to read the next record of `length` bytes (as
+  // PayloadPlacer: exactly `length` bytes, or empty for the connection's
+  // buffer). on_record then gets that span. Not called once a handler
+  // returned an error.
+  std::function<std::span<uint8_t>(uint64_t length)> place_record;
 };
 
 // Receives one streamed frame from `connection`: waits up to

@@ -43,8 +43,7 @@ See docs/python.md for the serving-engine recipe.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Union
 
 from . import _kvserve
 from ._kvserve import (  # noqa: F401  (re-exported API)

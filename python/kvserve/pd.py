@@ -288,6 +288,7 @@ class RequestResult:
     gpu_codec: bool = False       # encoded on the GPU (else the CPU codec, layer by layer)
     decode_gpu_codec: bool = False  # decoded on the GPU
     decision: Dict[str, Any] = field(default_factory=dict)
+    step_seconds: List[float] = field(default_factory=list)  # decode side: each generation step
 
 
 class _LayerSender(threading.Thread):
@@ -516,7 +517,8 @@ class PrefillWorker:
                                        slo_seconds=slo_seconds, quality_min=quality_min)
             # "recompute" (nothing meets the SLO) is not served by this module: raw instead.
             spec = d.spec if d.action == "send" else "none"
-            decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible}
+            decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible,
+                        "decide_seconds": time.monotonic() - start}
             if self.controller.estimator is not None:  # the bandwidth the decision saw, bytes/s
                 decision["bandwidth"] = self.controller.estimator.estimate(peer or self.connection.peer_id)
             predicted = d.predicted_seconds
@@ -590,7 +592,7 @@ class PrefillWorker:
             generate_seconds=reply["generate_seconds"],
             ttft_seconds=(kv_done - start) + reply["first_step_seconds"], jct_seconds=end - start,
             predicted_kv_seconds=predicted, observed_kv_seconds=observed, decision=decision,
-            kv_digest=reply.get("kv_digest"))
+            kv_digest=reply.get("kv_digest"), step_seconds=reply.get("step_seconds", []))
 
     def pipeline_seconds(self, encode: float, busy: float, decode: float) -> float:
         """The bandit's feedback: the request's KV-movement time in the terms
@@ -657,10 +659,11 @@ class PrefillWorker:
 
 
 class _PinnedStaging:
-    """Pinned host memory that received records are copied into (one copy)
-    and sent to the device from, reused across frames. Within a frame,
-    bytes accumulate into segments (a layer's records, or the whole frame):
-    :meth:`append` copies, :meth:`segment` returns the bytes appended since
+    """Pinned host memory that received records land in (read there by the
+    transport, or copied in) and are sent to the device from, reused across
+    frames. Within a frame, bytes accumulate into segments (a layer's
+    records, or the whole frame): :meth:`append` adds (or, for bytes
+    received in place, only counts), :meth:`segment` returns the bytes appended since
     the previous segment as a pinned tensor view. A frame larger than the
     reservation moves to a bigger buffer, keeping the old one alive until
     :meth:`end` (its segments may still be in flight to the device); call
@@ -685,16 +688,29 @@ class _PinnedStaging:
             self._allocate(expected_bytes)
         self.start = self.cursor = 0
 
+    def free(self) -> Any:
+        """The unused rest of the buffer (a writable numpy view): what
+        :func:`kvserve.transport.receive_frame` may read records into
+        directly, back to back from its start."""
+        return self.view[self.cursor:]
+
     def append(self, data: memoryview) -> None:
+        """Adds ``data``: a record the transport already read into
+        :meth:`free`'s view at the cursor only advances the cursor; any
+        other bytes are copied in."""
         import numpy  # noqa: PLC0415
 
         n = len(data)
+        src = numpy.frombuffer(data, dtype=numpy.uint8)
+        if n and self.cursor + n <= self.buf.numel() and src.ctypes.data == self.view.ctypes.data + self.cursor:
+            self.cursor += n  # received in place
+            return
         if self.cursor + n > self.buf.numel():
             pending = self.view[self.start:self.cursor].copy()
             self._allocate(max(2 * self.buf.numel(), len(pending) + n))
             self.view[:len(pending)] = pending
             self.start, self.cursor = 0, len(pending)
-        self.view[self.cursor:self.cursor + n] = numpy.frombuffer(data, dtype=numpy.uint8)
+        self.view[self.cursor:self.cursor + n] = src
         self.cursor += n
 
     def segment(self) -> Any:
@@ -721,6 +737,7 @@ class DecodeWorker:
         self._staging = _PinnedStaging()
         self.served = 0
         self.stopped = False  # the peer sent STOP (not merely closed)
+        self.step_seconds: List[float] = []  # the last generation's step times
 
     def serve(self) -> int:
         """Serves until STOP; returns the number of requests served.
@@ -756,14 +773,14 @@ class DecodeWorker:
         on the GPU layer by layer as each layer's records are complete; rANS
         frames on the GPU once every record arrived (header and records
         reassemble the frame); other frames by the CPU codec as records
-        arrive (then moved to the device). GPU-bound bytes are copied once,
-        from the transport's buffer into pinned staging memory, and from
-        there to the device asynchronously. Returns (kv, on_gpu)."""
+        arrive (then moved to the device). GPU-bound records are read from
+        the socket straight into pinned staging memory (no host copy) and
+        sent from there to the device asynchronously. Returns (kv, on_gpu)."""
         device = next(self.model.parameters()).device
         st: Dict[str, Any] = {"mode": "cpu", "seen": 0, "events": []}
         staging = self._staging
 
-        def on_header(_tid: int, header: memoryview) -> None:
+        def on_header(_tid: int, header: memoryview) -> Any:
             self.decoder.start(header)
             info = self.decoder.info
             st["per_layer"] = info.chunk_count // max(1, info.shape[0])
@@ -775,8 +792,9 @@ class DecodeWorker:
                 staging.begin(len(header) + raw_bytes + raw_bytes // 16)
                 if st["mode"] == "frame":
                     staging.append(header)
-            else:
-                st["out"] = kvserve.empty_like_frame(info)
+                return staging.free()  # records are read straight into pinned memory
+            st["out"] = kvserve.empty_like_frame(info)
+            return None
 
         def on_record(record: memoryview) -> None:
             if st["mode"] == "cpu":
@@ -827,13 +845,16 @@ class DecodeWorker:
         tokens: List[int] = []
         step_start = time.monotonic()
         first_step = 0.0
+        self.step_seconds = []
         with torch.no_grad():
             for i in range(max_new_tokens - 1):
+                t = time.monotonic()
                 o = self.model(input_ids=torch.tensor([[last]], device=device), past_key_values=cache,
                                use_cache=True)
                 cache = o.past_key_values
                 last = int(o.logits[0, -1].argmax())
                 tokens.append(last)
+                self.step_seconds.append(time.monotonic() - t)
                 if i == 0:
                     first_step = time.monotonic() - step_start
         return tokens, first_step, time.monotonic() - step_start
@@ -923,7 +944,7 @@ class DecodeWorker:
         digest = kv_digest(hf.cache_layers(cache)) if request.get("digest") else None
         tokens, first_step, generate = self._generate(cache, first, request["max_new_tokens"])
         return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin, "gpu_codec": gpu,
-                "kv_digest": digest,
+                "kv_digest": digest, "step_seconds": self.step_seconds,
                 "decode_seconds": timing["decode_seconds"],
                 "first_step_seconds": first_step, "generate_seconds": generate}
 
@@ -978,20 +999,37 @@ def deterministic() -> None:
     _torch().use_deterministic_algorithms(True, warn_only=True)
 
 
+def freeze_heap() -> None:
+    """Moves every object alive now (the model, the imported libraries)
+    out of the garbage collector's generations (``gc.freeze``), so that the
+    collections a request's allocations trigger do not scan them: in a
+    process holding torch and transformers a full collection otherwise
+    pauses a request by tens of milliseconds at random. Call once the
+    model is loaded."""
+    import gc  # noqa: PLC0415
+
+    gc.collect()
+    gc.freeze()
+
+
 def serve_decode(model: Any, listener: Any, secret: str = "", threads: int = 1,
                  accept_timeout: float = 3600.0) -> int:
     """Serves prefill connections one after another (a prefill side redials
-    to change its link) until one sends STOP; returns the requests served."""
-    served = 0
+    to change its link) until one sends STOP; returns the requests served.
+    One worker serves them all, so its pinned staging memory, decoder and
+    pool clients outlive a redial."""
+    worker: Optional[DecodeWorker] = None
     while True:
         conn = transport.accept(listener, timeout=accept_timeout, secret=secret, local_id="decode")
-        worker = DecodeWorker(model, conn, threads, secret=secret)
+        if worker is None:
+            worker = DecodeWorker(model, conn, threads, secret=secret)
+        worker.connection = conn
         try:
-            served += worker.serve()
+            worker.serve()
         finally:
             conn.close()
         if worker.stopped:
-            return served
+            return worker.served
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -1003,6 +1041,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         deterministic()
 
     model = load_model(args.model, args.device, args.seed)
+    freeze_heap()
     if args.role == "decode":
         listener = transport.tcp().listen(args.address)
         print(f"decode worker listening on {listener.address}", file=sys.stderr, flush=True)

@@ -111,7 +111,7 @@ def send_frame(connection: Connection, transfer_id: int, frame: Any) -> Transfer
 
 
 def receive_frame(connection: Connection,
-                  on_header: Optional[Callable[[int, memoryview], None]] = None,
+                  on_header: Optional[Callable[[int, memoryview], Any]] = None,
                   on_record: Optional[Callable[[memoryview], None]] = None,
                   timeout: Optional[float] = None) -> TransferStats:
     """Receives one streamed frame.
@@ -120,7 +120,12 @@ def receive_frame(connection: Connection,
     beginning, then calls ``on_header(transfer_id, header)`` and
     ``on_record(record)`` per chunk record as it arrives (the memoryviews
     are valid only during the call: copy what you keep), checks the record
-    count and acknowledges. An exception raised by a callback stops
+    count and acknowledges. ``on_header`` may return a writable contiguous
+    1-D buffer (e.g. a numpy view of pinned memory): records are then read
+    from the socket straight into it, back to back from its start, and
+    ``on_record`` gets views of it (valid as long as the buffer), until a
+    record does not fit; that record and every later one arrive as usual.
+    Return None for the usual delivery. An exception raised by a callback stops
     delivery, is sent to the sender as the transfer's verdict (its
     ``finish()`` raises), and is re-raised here after the rest of the
     transfer was drained. Returns the receiver's :class:`TransferStats`.

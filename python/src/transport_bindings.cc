@@ -300,11 +300,32 @@ TransferStats ReceiveFrameFromPython(PyConnection& connection, py::object on_hea
   Connection& c = connection.get();
   CallbackGuard guard;
   FrameHandler handler;
+  // A writable buffer on_header returned: records are received straight
+  // into it, one after another, until one does not fit.
+  std::optional<py::buffer_info> into;
+  std::span<uint8_t> free_space;
   if (!on_header.is_none()) {
     handler.on_header = [&](uint64_t id, std::span<const uint8_t> header) {
       return guard.Run([&] {
-        on_header(id, py::memoryview::from_memory(header.data(), static_cast<ssize_t>(header.size())));
+        py::object r =
+            on_header(id, py::memoryview::from_memory(header.data(), static_cast<ssize_t>(header.size())));
+        if (r.is_none()) return;
+        if (!py::isinstance<py::buffer>(r))
+          ThrowInvalid("receive_frame: on_header must return None or a writable contiguous 1-D buffer");
+        into.emplace(r.cast<py::buffer>().request(/*writable=*/true));
+        if (into->ndim != 1 || into->strides[0] != into->itemsize)
+          ThrowInvalid("receive_frame: on_header must return None or a writable contiguous 1-D buffer");
+        free_space = {static_cast<uint8_t*>(into->ptr), static_cast<size_t>(into->size * into->itemsize)};
       });
+    };
+    handler.place_record = [&](uint64_t length) -> std::span<uint8_t> {
+      if (length > free_space.size()) {
+        free_space = {};  // in order: no later record goes into the buffer either
+        return {};
+      }
+      std::span<uint8_t> out = free_space.first(length);
+      free_space = free_space.subspan(length);
+      return out;
     };
   }
   if (!on_record.is_none()) {
@@ -319,6 +340,7 @@ TransferStats ReceiveFrameFromPython(PyConnection& connection, py::object on_hea
     py::gil_scoped_release release;
     r = ReceiveFrame(c, handler, timeout.value_or(-1));
   }
+  into.reset();  // releases the buffer (with the GIL)
   guard.Reraise();
   return ValueOrThrow(std::move(r));
 }

@@ -175,6 +175,16 @@ class PdBenchTest(unittest.TestCase):
             self.assertEqual(set(p["methods"]), {"none", "kivi-2", "kvserve", "best-static"})
             self.assertIn(p["best_static"], ("none", "kivi-2"))
             self.assertEqual(p["methods"]["none"]["requests"], 2)
+        # Paired rounds: every method once per round, the order rotated.
+        sweep = [r for r in report["rows"] if r["phase"] == "sweep"]
+        for p in report["points"]:
+            at = [r for r in sweep if (r["gbps"], r["prompt_tokens"]) == (p["gbps"], p["tokens"])]
+            self.assertEqual(sorted((r["round"], r["method"]) for r in at),
+                             sorted((k, m) for k in range(2) for m in ("none", "kivi-2", "kvserve")))
+            self.assertNotEqual([r["method"] for r in at if r["round"] == 0][0],
+                                [r["method"] for r in at if r["round"] == 1][0])
+        self.assertGreater(report["transport_loopback_gbps"], 0)
+        self.assertIn("TCP transport alone", md)
         kv_rows = [r for r in report["rows"] if r["method"] == "kvserve"]
         self.assertEqual(len(kv_rows), 4 * 2 + 4)  # sweep + link change
         for r in kv_rows:  # kivi-2 is below the floor: never chosen

@@ -111,6 +111,56 @@ class FrameStreamingTest(unittest.TestCase):
         self.assertEqual(got.records, stats.records)
         self.assertGreater(stats.goodput_gbps, 0)
 
+    def test_records_are_read_into_the_buffer_on_header_returns(self):
+        t = transport.tcp()
+        frame = kvserve.encode(synth(306, "f16"), "kivi-4")
+        header_bytes = kvserve.inspect(frame).chunks[0].offset
+        records = bytes(frame)[header_bytes:]
+        for capacity in (len(records), len(records) // 2):
+            listener = t.listen("127.0.0.1:0")
+            arena = np.zeros(capacity, dtype=np.uint8)
+            seen = []
+
+            def receive(conn):
+                def on_record(r):
+                    a = np.frombuffer(r, dtype=np.uint8)
+                    seen.append((a.ctypes.data - arena.ctypes.data, bytes(r)))
+
+                return transport.receive_frame(conn, lambda tid, h: arena, on_record, timeout=10)
+
+            peer = Peer(listener, receive)
+            peer.start()
+            conn = transport.dial(t, listener.address)
+            transport.send_frame(conn, 5, frame)
+            peer.outcome()
+            conn.close()
+            listener.close()
+            self.assertEqual(b"".join(r for _, r in seen), records)
+            offset, placed = 0, 0
+            for address, r in seen:  # placed records sit back to back from the start
+                if 0 <= address < capacity:
+                    self.assertEqual(address, offset)
+                    self.assertEqual(bytes(arena[address:address + len(r)]), r)
+                    offset += len(r)
+                    placed += 1
+            self.assertEqual(placed == len(seen), capacity == len(records))
+            self.assertGreater(placed, 0)
+
+    def test_on_header_returning_a_read_only_buffer_fails_the_transfer(self):
+        t = transport.tcp()
+        frame = kvserve.encode(synth(307, "f16"), "kivi-4")
+        listener = t.listen("127.0.0.1:0")
+        peer = Peer(listener, lambda conn: transport.receive_frame(conn, lambda tid, h: b"x" * 1024, None,
+                                                                  timeout=10))
+        peer.start()
+        conn = transport.dial(t, listener.address)
+        with self.assertRaises(kvserve.KvserveError):
+            transport.send_frame(conn, 6, frame)
+        with self.assertRaises(BufferError):
+            peer.outcome()
+        conn.close()
+        listener.close()
+
     def test_over_ucx(self):
         try:
             t = transport.ucx(tls="tcp", secret=SECRET)

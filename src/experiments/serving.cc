@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "experiments/model_directory.h"
+#include "kvserve/controller.h"
 
 namespace kvserve::lab {
 
@@ -25,6 +26,17 @@ Result<std::string> LoadSecret(const std::string& secret_file, const Progress& p
     return std::string(env);
   Note(progress, "warning: no --secret-file or KVSERVE_SECRET: peers are not authenticated");
   return std::string();
+}
+
+Result<ConnectionOptions> PeerConnectionOptions(const PeerFlags& flags, const Progress& progress) {
+  ConnectionOptions o;
+  KVSERVE_ASSIGN_OR_RETURN(o.secret, LoadSecret(flags.secret_file, progress));
+  o.local_id = flags.local_id;
+  o.io_timeout_seconds = flags.io_timeout_seconds;
+  o.handshake_timeout_seconds = std::min(flags.io_timeout_seconds, 10.0);
+  o.max_message_bytes = flags.max_message_bytes;
+  o.shape_bytes_per_second = GbpsToBytesPerSecond(flags.shape_gbps);
+  return o;
 }
 
 uint64_t RaiseOpenFileLimit(uint64_t wanted, const Progress& progress) {

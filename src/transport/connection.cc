@@ -110,7 +110,9 @@ class Connection::Impl {
     return Status::Ok();
   }
 
-  Status ReceiveRaw(Message* message, double first_timeout, double rest_timeout) {
+  // `place` (may be null): where user payloads go (Connection::ReceiveInto).
+  Status ReceiveRaw(Message* message, double first_timeout, double rest_timeout,
+                    const PayloadPlacer* place = nullptr) {
     std::lock_guard<std::mutex> lock(recv_mu_);
     KVSERVE_RETURN_IF_ERROR(BrokenStatus());
     uint8_t header_bytes[kMessageHeaderBytes];
@@ -125,22 +127,43 @@ class Connection::Impl {
     transport::MessageHeader header;
     s = transport::DecodeMessageHeader(header_bytes, limit, &header);
     if (!s.ok()) return Break(s.WithContext("message from " + remote_));
-    // Grow the buffer only as bytes arrive: a peer that declares a large
-    // length but sends little costs little memory.
     std::vector<uint8_t>& payload = message->payload;
-    payload.clear();
-    size_t have = 0;
-    while (have < header.length) {
-      size_t target = static_cast<size_t>(
-          std::min<uint64_t>(header.length, std::max<uint64_t>(kFirstReadChunk, 2 * have)));
-      payload.resize(target);
-      s = ReadFull(std::span<uint8_t>(payload).subspan(have, target - have), rest_timeout,
-                   rest_timeout, &any);
-      if (!s.ok()) return Break(s.WithContext("truncated message from " + remote_));
-      have = target;
+    message->placed = {};
+    std::span<uint8_t> placed;
+    if (place != nullptr && *place && authenticated_ && header.length > 0 &&
+        header.type <= kMaxUserMessageType) {
+      placed = (*place)(header.type, header.length);
+      if (!placed.empty() && placed.size() != header.length)
+        return Break(Status::InvalidArgument("ReceiveInto: placer gave " +
+                                             std::to_string(placed.size()) + " bytes for a " +
+                                             std::to_string(header.length) + "-byte payload"));
     }
-    if (Checksum32(payload.data(), payload.size()) != header.payload_checksum)
+    if (!placed.empty()) {
+      payload.clear();
+      s = ReadFull(placed, rest_timeout, rest_timeout, &any);
+      if (!s.ok()) return Break(s.WithContext("truncated message from " + remote_));
+    } else {
+      // Grow the buffer only as bytes arrive: a peer that declares a large
+      // length but sends little costs little memory. Bytes the buffer
+      // already holds are overwritten, not cleared first (resize zeroes
+      // only what it adds).
+      size_t have = 0;
+      while (have < header.length) {
+        size_t target = static_cast<size_t>(
+            std::min<uint64_t>(header.length, std::max<uint64_t>(kFirstReadChunk, 2 * have)));
+        if (payload.size() < target) payload.resize(target);
+        s = ReadFull(std::span<uint8_t>(payload).subspan(have, target - have), rest_timeout,
+                     rest_timeout, &any);
+        if (!s.ok()) return Break(s.WithContext("truncated message from " + remote_));
+        have = target;
+      }
+      payload.resize(header.length);
+    }
+    const std::span<const uint8_t> bytes =
+        placed.empty() ? std::span<const uint8_t>(payload) : std::span<const uint8_t>(placed);
+    if (Checksum32(bytes.data(), bytes.size()) != header.payload_checksum)
       return Break(Status::Corruption("message payload checksum mismatch from " + remote_));
+    message->placed = placed;
     message->type = header.type;
     message->flags = header.flags;
     {
@@ -453,6 +476,12 @@ Status Connection::Send(uint8_t type, uint8_t flags, std::span<const uint8_t> pa
 Status Connection::Receive(Message* message, double timeout_seconds) {
   const double io = impl_->options_.io_timeout_seconds;
   return impl_->ReceiveRaw(message, timeout_seconds < 0 ? io : timeout_seconds, io);
+}
+
+Status Connection::ReceiveInto(Message* message, const PayloadPlacer& place,
+                               double timeout_seconds) {
+  const double io = impl_->options_.io_timeout_seconds;
+  return impl_->ReceiveRaw(message, timeout_seconds < 0 ? io : timeout_seconds, io, &place);
 }
 
 void Connection::Fail(const Status& status) {

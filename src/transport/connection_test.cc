@@ -4,6 +4,7 @@
 // into clear errors, and a slow reader bounds what a writer buffers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <random>
@@ -87,6 +88,64 @@ TEST_P(ConnectionTest, MessagesRoundTripBothWays) {
   // Stats count the two handshake messages each way too.
   EXPECT_EQ((*p.client)->stats().messages_sent, sent.size() + 2);
   EXPECT_EQ((*p.server)->stats().messages_received, sent.size() + 2);
+}
+
+// ReceiveInto: payloads the placer accepts land in its memory (and nowhere
+// else), the rest in Message::payload; a placer answering with the wrong
+// length breaks the connection with InvalidArgument.
+TEST_P(ConnectionTest, ReceiveIntoReadsPayloadsIntoCallerMemory) {
+  auto transport = MakeTransport(GetParam());
+  Pair p = Connect(*transport, GetParam(), Options("s3cret", "alice"), Options("s3cret", "bob"));
+  ASSERT_TRUE(p.client.ok() && p.server.ok());
+  std::mt19937 rng(21);
+  std::vector<std::vector<uint8_t>> sent;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<uint8_t> v(std::uniform_int_distribution<size_t>(1, 200000)(rng));
+    for (auto& b : v) b = static_cast<uint8_t>(rng());
+    sent.push_back(std::move(v));
+  }
+  std::thread sender([&] {
+    for (size_t i = 0; i < sent.size(); ++i)
+      ASSERT_TRUE((*p.client)->Send(static_cast<uint8_t>(i % 2), 0, sent[i]).ok());
+  });
+  std::vector<uint8_t> arena(4 << 20, 0xAB);
+  size_t used = 0;
+  // Type 1 goes into the arena, type 0 to the connection's buffer.
+  PayloadPlacer place = [&](uint8_t type, uint64_t length) -> std::span<uint8_t> {
+    if (type != 1) return {};
+    std::span<uint8_t> out(arena.data() + used, length);
+    used += length;
+    return out;
+  };
+  Message m;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    ASSERT_TRUE((*p.server)->ReceiveInto(&m, place).ok());
+    EXPECT_EQ(m.type, i % 2);
+    std::vector<uint8_t> got(m.bytes().begin(), m.bytes().end());
+    EXPECT_EQ(got, sent[i]) << i;
+    if (i % 2 == 1) {
+      EXPECT_TRUE(m.payload.empty());
+      EXPECT_EQ(m.placed.data() + m.placed.size(), arena.data() + used);
+    } else {
+      EXPECT_EQ(m.placed.data(), nullptr);
+    }
+  }
+  sender.join();
+  // The arena holds the placed payloads back to back.
+  size_t at = 0;
+  for (size_t i = 1; i < sent.size(); i += 2) {
+    EXPECT_TRUE(std::equal(sent[i].begin(), sent[i].end(), arena.begin() + static_cast<long>(at)));
+    at += sent[i].size();
+  }
+  EXPECT_EQ(at, used);
+
+  ASSERT_TRUE((*p.client)->Send(1, 0, sent[0]).ok());
+  PayloadPlacer wrong = [&](uint8_t, uint64_t length) {
+    return std::span<uint8_t>(arena.data(), length + 1);
+  };
+  Status s = (*p.server)->ReceiveInto(&m, wrong);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_FALSE((*p.server)->Receive(&m, 0.1).ok());  // broken
 }
 
 TEST_P(ConnectionTest, PeerWithoutTheSecretIsRefused) {

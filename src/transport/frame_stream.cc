@@ -204,13 +204,22 @@ Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& be
           ? handler.on_header(stats.transfer_id,
                               std::span<const uint8_t>(begin_message.payload).subspan(8))
           : Status::Ok();
+  // Records go straight into the handler's memory while it accepts them.
+  PayloadPlacer place;
+  if (handler.place_record) {
+    place = [&](uint8_t type, uint64_t length) -> std::span<uint8_t> {
+      if (type != kMsgFrameRecord || !verdict.ok()) return {};
+      return handler.place_record(length);
+    };
+  }
   for (;;) {
-    KVSERVE_RETURN_IF_ERROR(connection.Receive(&m));
-    stats.wire_bytes += transport::kMessageHeaderBytes + m.payload.size();
+    KVSERVE_RETURN_IF_ERROR(connection.ReceiveInto(&m, place));
+    const std::span<const uint8_t> payload = m.bytes();
+    stats.wire_bytes += transport::kMessageHeaderBytes + payload.size();
     if (m.type == kMsgFrameRecord) {
       ++stats.records;
-      stats.frame_bytes += m.payload.size();
-      if (verdict.ok() && handler.on_record) verdict = handler.on_record(m.payload);
+      stats.frame_bytes += payload.size();
+      if (verdict.ok() && handler.on_record) verdict = handler.on_record(payload);
       continue;
     }
     if (m.type == kMsgFrameAbort) {

@@ -6,6 +6,7 @@
 // fails both sides clearly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -143,6 +144,64 @@ TEST_P(FrameStreamTest, LayerwiseStreamDecodesLikeOneShot) {
     EXPECT_EQ(std::get<0>(goodput.samples[0]), "decode-0");
     EXPECT_EQ(std::get<1>(goodput.samples[0]), static_cast<double>(stats->wire_bytes));
     EXPECT_GT(std::get<2>(goodput.samples[0]), 0.0);
+  }
+}
+
+// With place_record, records are read into the handler's memory back to
+// back; once one does not fit, it and the rest arrive in the connection's
+// buffer. Either way the decoded cache equals one-shot decoding.
+TEST_P(FrameStreamTest, PlacedRecordsLandInCallerMemory) {
+  std::mt19937 rng(17);
+  const KvShape shape{3, 2, 128, 64};
+  KvCache cache = RandomCache(rng, shape);
+  auto enc = EncoderContext::Create(*Profile::Parse("kivi-2"), {.threads = 1});
+  std::vector<uint8_t> frame;
+  VectorSink vs(&frame);
+  ASSERT_TRUE((*enc)->Encode(cache.view(), vs).ok());
+  auto info = InspectFrame(frame);
+  ASSERT_TRUE(info.ok());
+  const size_t header = info->chunks.front().offset;
+  const size_t records_bytes = frame.size() - header;
+  for (size_t capacity : {records_bytes, records_bytes / 2}) {
+    Goodput goodput;
+    Link link = MakeLink(GetParam(), &goodput);
+    ASSERT_TRUE(link.sender && link.receiver);
+    StreamingDecoder sd;
+    FrameHandler h = sd.Handler();
+    std::vector<uint8_t> arena(capacity);
+    size_t used = 0, placed = 0, inside = 0;
+    h.place_record = [&](uint64_t length) -> std::span<uint8_t> {
+      if (used + length > arena.size()) return {};
+      ++placed;
+      std::span<uint8_t> out(arena.data() + used, length);
+      used += length;
+      return out;
+    };
+    auto decode = h.on_record;
+    h.on_record = [&](std::span<const uint8_t> record) {
+      if (record.data() >= arena.data() && record.data() < arena.data() + arena.size()) ++inside;
+      return decode(record);
+    };
+    Result<TransferStats> received = Status::Internal("unset");
+    std::thread receiver([&] { received = ReceiveFrame(*link.receiver, h, 5); });
+    FrameSender sender(link.sender.get());
+    ASSERT_TRUE(sender.sink(3).Append(frame).ok());
+    auto stats = sender.Finish();
+    receiver.join();
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    ASSERT_TRUE(received.ok()) << received.status().ToString();
+    EXPECT_EQ(placed, inside);
+    if (capacity == records_bytes) {
+      EXPECT_EQ(placed, info->chunk_count);
+      EXPECT_TRUE(std::equal(arena.begin(), arena.end(), frame.begin() + static_cast<long>(header)));
+    } else {
+      EXPECT_GT(placed, 0u);
+      EXPECT_LT(placed, info->chunk_count);
+    }
+    KvCache expected(DType::kF32, shape);
+    auto dec = DecoderContext::Create({.threads = 1});
+    ASSERT_TRUE((*dec)->Decode(frame, expected.mutable_view()).ok());
+    EXPECT_EQ(std::memcmp(sd.out.bytes(), expected.bytes(), expected.size_bytes()), 0);
   }
 }
 

@@ -12,7 +12,6 @@
 #include "command.h"
 #include "experiments/net_bench.h"
 #include "experiments/pool_client.h"
-#include "kvserve/controller.h"
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
 #include "pool_cli.h"
@@ -49,18 +48,10 @@ struct PoolArgs {
   bool json = false;
 };
 
-Result<std::string> LoadSecret(const PoolArgs& a) {
-  return LoadServeSecret(kCommand, a.secret_file);
-}
-
 Result<ConnectionOptions> ConnOptions(const PoolArgs& a, std::string local_id) {
-  ConnectionOptions o;
-  KVSERVE_ASSIGN_OR_RETURN(o.secret, LoadSecret(a));
-  o.local_id = std::move(local_id);
-  o.io_timeout_seconds = a.timeout_seconds;
-  o.max_message_bytes = a.max_message_mb << 20;
-  o.shape_bytes_per_second = GbpsToBytesPerSecond(a.shape_gbps);
-  return o;
+  return lab::PeerConnectionOptions({a.secret_file, std::move(local_id), a.timeout_seconds,
+                                     a.max_message_mb << 20, a.shape_gbps},
+                                    ProgressTo(kCommand));
 }
 
 int RunServe(const PoolArgs& a) {
@@ -88,7 +79,7 @@ Result<std::unique_ptr<KvPool>> Client(const PoolArgs& a, Transport* tcp,
 }
 
 int RunClient(const std::string& op, const PoolArgs& a) {
-  auto secret = LoadSecret(a);
+  auto secret = LoadServeSecret(kCommand, a.secret_file);
   if (!secret.ok()) return ReportError(kCommand, secret.status());
   auto tcp = MakeTransport(a.transport, *secret);
   if (!tcp.ok()) return ReportError(kCommand, tcp.status());
@@ -109,8 +100,10 @@ int RunClient(const std::string& op, const PoolArgs& a) {
 int RunBench(const PoolArgs& a) {
   std::unique_ptr<Transport> transport;
   Result<std::unique_ptr<KvPool>> pool = Status::Internal("unset");
+  auto sizes_mb = lab::ParseFrameSizesMb(a.sizes_mb.empty() ? std::to_string(a.bench_mb) : a.sizes_mb);
+  if (!sizes_mb.ok()) return ReportError(kCommand, sizes_mb.status());
   if (a.bench_backend == "server") {
-    auto secret = LoadSecret(a);
+    auto secret = LoadServeSecret(kCommand, a.secret_file);
     if (!secret.ok()) return ReportError(kCommand, secret.status());
     auto t = MakeTransport(a.transport, *secret);
     if (!t.ok()) return ReportError(kCommand, t.status());
@@ -123,8 +116,7 @@ int RunBench(const PoolArgs& a) {
   }
   if (!pool.ok()) return ReportError(kCommand, pool.status());
   std::vector<uint64_t> sizes;
-  for (const std::string& s : SplitList(a.sizes_mb)) sizes.push_back(std::stoull(s) << 20);
-  if (sizes.empty()) sizes.push_back(a.bench_mb << 20);
+  for (double mb : *sizes_mb) sizes.push_back(static_cast<uint64_t>(mb * (1 << 20)));
   auto rows = lab::RunPoolBench(**pool, sizes, a.count, [&](const lab::PoolBenchRound& r) {
     if (!a.json)
       Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps", r.bytes >> 20,

@@ -4,7 +4,6 @@
 // transport_bench.sh, tests/netns_transport_test.sh).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -40,25 +39,16 @@ struct TransportArgs {
   bool json = false;
 };
 
-Result<ConnectionOptions> Options(const TransportArgs& a, const std::string& id,
-                                  std::string* secret) {
-  ConnectionOptions o;
-  KVSERVE_ASSIGN_OR_RETURN(o.secret, LoadServeSecret(kCommand, a.secret_file));
-  *secret = o.secret;
-  o.local_id = id;
-  o.io_timeout_seconds = a.timeout_seconds;
-  o.handshake_timeout_seconds = std::min(a.timeout_seconds, 10.0);
-  o.max_message_bytes = uint64_t{1} << 30;
-  o.shape_bytes_per_second = GbpsToBytesPerSecond(a.shape_gbps);
-  return o;
+Result<ConnectionOptions> Options(const TransportArgs& a, const std::string& id) {
+  return lab::PeerConnectionOptions({a.secret_file, id, a.timeout_seconds, uint64_t{1} << 30, a.shape_gbps},
+                                    ProgressTo(kCommand));
 }
 
 // Receives frames on every connection until the peer leaves; counts them.
 int RunServe(const TransportArgs& a) {
-  std::string secret;
-  auto options = Options(a, "transport-sink", &secret);
+  auto options = Options(a, "transport-sink");
   if (!options.ok()) return ReportError(kCommand, options.status());
-  auto transport = MakeTransport(a.transport, secret);
+  auto transport = MakeTransport(a.transport, options->secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   auto got = lab::ServeFrameSink(
       **transport, a.listen, *options, a.address_file, a.duration_seconds,
@@ -79,14 +69,13 @@ int RunServe(const TransportArgs& a) {
 int RunBench(const TransportArgs& a) {
   auto sizes = lab::ParseFrameSizesMb(a.sizes_mb);
   if (!sizes.ok()) return ReportError(kCommand, sizes.status());
-  std::string secret;
-  auto options = Options(a, "transport-bench", &secret);
+  auto options = Options(a, "transport-bench");
   if (!options.ok()) return ReportError(kCommand, options.status());
   BandwidthEstimator estimator;
   options->goodput = [&estimator](std::string_view peer, double bytes, double seconds) {
     (void)estimator.Observe(peer, bytes, seconds, MonotonicSeconds());
   };
-  auto transport = MakeTransport(a.transport, secret);
+  auto transport = MakeTransport(a.transport, options->secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   auto connection = Connection::Dial(**transport, a.server, *options);
   if (!connection.ok()) return ReportError(kCommand, connection.status());

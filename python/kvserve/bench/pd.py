@@ -10,10 +10,13 @@ A decode worker runs in its own process (``python -m kvserve.pd --role
 decode``, same device); this process is the prefill worker. Per link rate
 the prefill side dials a connection shaped to that rate (0: unshaped,
 whatever the loopback sustains -- measured and reported), sends
-unrecorded warm-up requests (raw: they also give the estimator its first
-sample; on the first rate one per prompt size, then two short requests per
-candidate profile that measure its fixed per-request overhead t0 -- put the
-fastest rate first), then runs every method on every prompt size. Methods: fixed
+unrecorded warm-up requests (on the first rate every prompt size with
+every profile a request may use, raw first: the estimator's first sample;
+then two short requests per candidate profile that measure its fixed
+per-request overhead t0 -- put the fastest rate first), then per prompt size
+one unrecorded ``--warmup-method`` request and ``--requests`` rounds: in a
+round every method serves the same prompt, in an order rotated per round
+(paired and interleaved, so drift falls on every method alike). Methods: fixed
 profiles (``none`` is raw), ``best-static`` (per point, the fixed method
 with the lowest mean JCT, picked after the fact) and ``kvserve`` (the
 controller per request, from the measured bandwidth, ``--slo`` and
@@ -36,6 +39,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -183,6 +187,48 @@ def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
     return kv, pd._DTYPES[str(kv.dtype)]
 
 
+def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3) -> float:
+    """Goodput (Gbit/s) of kvserve's TCP transport alone over this
+    machine's unshaped loopback: ``frame`` (bytes-like, a whole frame) sent
+    ``sends`` times between two threads of this process, the receiver
+    reading the records straight into one buffer (no Python per record);
+    the mean of frame bytes / sender busy seconds. The reference for the
+    sweep's rate-0 point, which adds the workers' GPU copies and Python."""
+    import numpy  # noqa: PLC0415
+
+    t = transport.tcp()
+    listener = t.listen("127.0.0.1:0")
+    arena = numpy.empty(len(frame), dtype=numpy.uint8)
+    errors: List[BaseException] = []
+
+    def receive() -> None:
+        try:
+            conn = transport.accept(listener, timeout=30, secret=secret)
+            try:
+                for _ in range(sends):
+                    transport.receive_frame(conn, lambda _tid, _h: arena, None, timeout=120)
+            finally:
+                conn.close()
+        except BaseException as e:  # re-raised on the calling thread
+            errors.append(e)
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    rates = []
+    conn = transport.dial(t, listener.address, secret=secret)
+    try:
+        for i in range(sends):
+            stats = transport.send_frame(conn, i, frame)
+            rates.append(kvserve.bytes_per_second_to_gbps(stats.frame_bytes / stats.busy_seconds))
+    finally:
+        conn.close()
+        thread.join(120)
+        listener.close()
+    if errors:
+        raise errors[0]
+    return statistics.fmean(rates)
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile (p in [0, 100])."""
     s = sorted(values)
@@ -228,7 +274,13 @@ def _parser() -> argparse.ArgumentParser:
                         "qualities recorded there")
     p.add_argument("--quality-min", type=float, default=0.97)
     p.add_argument("--slo", type=float, default=float("inf"), help="KV time budget per request, s")
-    p.add_argument("--requests", type=int, default=4, help="requests per method and point")
+    p.add_argument("--requests", type=int, default=4,
+                   help="rounds per point: in a round every method serves the same prompt, in rotated order")
+    p.add_argument("--point-seconds", type=float, default=0.0,
+                   help="stop a point's rounds once they took this long and --min-requests ran (0: off)")
+    p.add_argument("--min-requests", type=int, default=2, help="rounds per point before --point-seconds applies")
+    p.add_argument("--warmup-method", default="kivi-2",
+                   help="profile of the unrecorded request sent before each point's rounds")
     p.add_argument("--new-tokens", type=int, default=8)
     p.add_argument("--change-gbps", default="",
                    help="two rates 'A,B': after the sweep, kvserve requests on A, then on B (link change)")
@@ -265,6 +317,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         pd.deterministic()  # token comparisons need it on both sides
     progress(f"loading {args.model} on {args.device}")
     model = pd.load_model(args.model, args.device, args.seed)
+    pd.freeze_heap()
     layers = len(pd.decoder_layers(model))
     calib_tokens = args.calibration_tokens or sorted(sizes)[len(sizes) // 2]
     kv, dtype = prefill_kv(model, calib_tokens, args.seed + 7)
@@ -272,6 +325,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     if args.baseline_quality:
         table = with_baselines(table, fixed, args.baseline_quality)
     table = calibrate(table, kv, dtype)
+    loopback_reference = transport_loopback_gbps(kvserve.encode(kv.cpu(), RAW), args.secret)
+    progress(f"kvserve's TCP transport alone over loopback: {loopback_reference:.1f} Gbps")
     del kv
     progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype}): "
              + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
@@ -288,16 +343,17 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     conn = None
     checked: set = set()
 
-    def one(worker: Any, gbps: float, tokens: int, method: str, phase: str) -> Dict[str, Any]:
+    def one(worker: Any, gbps: float, tokens: int, method: str, phase: str,
+            prompt: Optional[List[int]] = None, round_: int = 0) -> Dict[str, Any]:
         nonlocal request_id
-        prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+        prompt = prompt if prompt is not None else [rng.randrange(1, vocab) for _ in range(tokens)]
         digest = (args.check and method != "kvserve" and kvserve.Profile(method).is_lossless
                   and (gbps, tokens, str(kvserve.Profile(method))) not in checked)
         r = worker.run(request_id, prompt, args.new_tokens, method=method, slo_seconds=args.slo,
                        quality_min=args.quality_min, peer="decode", digest=digest)
         request_id += 1
         row = asdict(r)
-        row.update({"gbps": gbps, "phase": phase, "estimate_gbps": kvserve.bytes_per_second_to_gbps(estimator.estimate("decode"))})
+        row.update({"gbps": gbps, "phase": phase, "round": round_, "estimate_gbps": kvserve.bytes_per_second_to_gbps(estimator.estimate("decode"))})
         if method == "kvserve":
             row["quality"] = (table.quality(table.index_of(r.profile), workload)
                               if r.profile != RAW else 1.0)
@@ -325,23 +381,48 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         rows.append(row)
         return row
 
+    worker: Any = None
+
     def connect(gbps: float) -> Any:
-        nonlocal conn
+        """A connection shaped to ``gbps``; one worker for every link, so
+        its GPU encoders and pinned send buffer are made once."""
+        nonlocal conn, worker
         if conn is not None:
             conn.close()
         conn = transport.dial(transport.tcp(), address, secret=args.secret, local_id="prefill",
                               shape_gbps=gbps, estimator=estimator)
-        return pd.PrefillWorker(model, conn, controller=controller, workload=workload)
+        if worker is None:
+            worker = pd.PrefillWorker(model, conn, controller=controller, workload=workload)
+        worker.connection, worker.controller = conn, controller
+        return worker
 
+    def warm(worker: Any, tokens: int, specs: Sequence[str]) -> None:
+        nonlocal request_id
+        for spec in specs:
+            worker.run(request_id, [1] * tokens, 2, method=spec)
+            request_id += 1
+
+    def build(partial: bool) -> Dict[str, Any]:
+        report = _report(args, rows, rates, sizes, fixed, failures, table, workload, layers, calib_tokens,
+                         started, partial=partial)
+        report["transport_loopback_gbps"] = loopback_reference
+        report["pool_rows"] = pool_rows
+        return report
+
+    sweep_methods = fixed + (["kvserve"] if "kvserve" in methods else [])
     try:
         for gbps in rates:
             worker = connect(gbps)
-            # Unrecorded warm-up: the first sample of the link; on the first
-            # link, every prompt size once (allocations, kernels per shape).
-            for tokens in (sorted(sizes, reverse=True) if controller is None else [min(sizes)]):
-                worker.run(request_id, [1] * tokens, 2, method=RAW)
-                request_id += 1
             if controller is None:
+                # Unrecorded warm-up on the first link: every prompt size with
+                # every profile a request may use (encoders, decoder plans,
+                # allocations and kernels per shape), raw first (the link's
+                # first sample).
+                specs = [RAW] + [m for m in fixed if m != RAW] + [c.spec for c in table.profiles
+                                                                  if c.spec not in fixed]
+                for tokens in sorted(sizes, reverse=True):
+                    warm(worker, tokens, specs)
+                worker.kv_bytes_for(1)  # its one-time probe forward, outside kvserve's first request
                 table = measure_overheads(worker, table, min(sizes), estimator, layers, request_id)
                 request_id += 2 * len(table)
                 progress("per-request overheads: " + ", ".join(
@@ -349,14 +430,25 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                 controller = kvserve.Controller(table, estimator=estimator, model="streamed", layers=layers)
                 worker.controller = controller
             for tokens in sizes:
-                for method in fixed + (["kvserve"] if "kvserve" in methods else []):
-                    for _ in range(args.requests):
-                        row = one(worker, gbps, tokens, method, "sweep")
-                    progress(f"{gbps:g} Gbps, {tokens} tokens, {method}: last JCT {row['jct_seconds']:.3f} s "
-                             f"({row['profile']})")
+                # Unrecorded: the first request after a change of prompt size
+                # pays for the allocator's reshuffle.
+                warm(worker, tokens, [args.warmup_method])
+                point_start = time.monotonic()
+                for round_ in range(args.requests):
+                    # Paired and interleaved: every method serves the same
+                    # prompt in a round, in an order rotated per round, so
+                    # drift and prompt effects fall on all methods alike.
+                    prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+                    k = round_ % len(sweep_methods)
+                    for method in sweep_methods[k:] + sweep_methods[:k]:
+                        row = one(worker, gbps, tokens, method, "sweep", prompt, round_)
+                    if (args.point_seconds and round_ + 1 >= min(args.requests, args.min_requests)
+                            and time.monotonic() - point_start > args.point_seconds):
+                        break
+                progress(f"{gbps:g} Gbps, {tokens} tokens: {round_ + 1} rounds in "
+                         f"{time.monotonic() - point_start:.1f} s (last: {row['method']} as {row['profile']})")
             if on_partial is not None:  # what a run stopped later keeps
-                on_partial(_report(args, rows, rates, sizes, fixed, failures, table, workload, layers,
-                                   calib_tokens, started, partial=True))
+                on_partial(build(partial=True))
         if args.change_gbps:
             a, b = (float(x) for x in args.change_gbps.split(","))
             for phase, gbps in (("before", a), ("after", b)):
@@ -377,9 +469,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         except subprocess.TimeoutExpired:
             proc.kill()
 
-    report = _report(args, rows, rates, sizes, fixed, failures, table, workload, layers, calib_tokens, started)
-    report["pool_rows"] = pool_rows
-    return report
+    return build(partial=False)
 
 
 def prompt_kv(model: Any, ids: Sequence[int]) -> Any:
@@ -546,8 +636,11 @@ def markdown(report: Dict[str, Any]) -> str:
                      f"{c['quality']:.3f} |")
     lines += ["", PAPER_FIGURES, ""]
     if report["loopback_gbps"]:
-        lines += [f"Unshaped loopback (rate 0) sustained {report['loopback_gbps']:.2f} Gbps (raw frames, "
-                  "sender busy time).", ""]
+        lines += [f"Unshaped loopback (rate 0) sustained {report['loopback_gbps']:.2f} Gbps through the workers "
+                  "(raw frames, sender busy time: GPU copies, Python and the transport)"
+                  + (f"; kvserve's TCP transport alone, in the same run, {report['transport_loopback_gbps']:.2f} "
+                     "Gbps (one process, two threads, records read into one buffer)"
+                     if report.get("transport_loopback_gbps") else "") + ".", ""]
     lines += ["Columns: means over the point's requests. prefill: the forward pass (layers are encoded and "
               "sent from its hooks meanwhile); KV tail: prefill end to the decode side's acknowledgement; "
               "encode / decode: codec time on the sender thread / the decode worker; codec share: "

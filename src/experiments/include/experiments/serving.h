@@ -25,6 +25,19 @@ namespace kvserve::lab {
 // set. NotFound/IOError/InvalidArgument for an unreadable or empty file.
 Result<std::string> LoadSecret(const std::string& secret_file, const Progress& progress);
 
+// What a command-line peer connects with: the secret as LoadSecret finds it,
+// `local_id`, `io_timeout_seconds` for every step (the handshake capped at
+// 10 s), payloads up to `max_message_bytes`, and a token bucket of
+// `shape_gbps` over what it sends (0: unshaped). Errors as LoadSecret.
+struct PeerFlags {
+  std::string secret_file;
+  std::string local_id;
+  double io_timeout_seconds = 30;
+  uint64_t max_message_bytes = uint64_t{1} << 30;
+  double shape_gbps = 0;
+};
+Result<ConnectionOptions> PeerConnectionOptions(const PeerFlags& flags, const Progress& progress);
+
 // Raises this process's open-file limit (RLIMIT_NOFILE) to its hard limit,
 // so a server can hold AdmissionOptions::max_unauthenticated handshakes
 // (docs/transport.md §3); warns through `progress` when the limit stays
