@@ -170,7 +170,8 @@ struct PrefillWorkerOptions {
   // the prefill. Off: prefill first, then encode and send layer by layer.
   bool overlap_prefill = true;
   // Per-head retrieval scores for profiles that need them (mixhq, duo); not
-  // owned, may be null (such profiles then fail to encode, clearly).
+  // owned, may be null: the table's profiles that need them are then left
+  // out of the controller's choices (they could not be encoded).
   const HeadScores* head_scores = nullptr;
   int max_attempts = 4;                 // frame transfers per request
   // Pool for prefix caching (not owned; may be null = no pool).

@@ -31,7 +31,27 @@ PrefillWorker::Impl::Impl(Transport* transport, const Model* model, PrefillWorke
       seconds_per_token_(options_.prefill_seconds_per_token_prior),
       link_rate_(options_.decode_connection.shape_bytes_per_second) {}
 
+namespace {
+
+// `table` without the profiles whose quantizer needs head scores (mixhq,
+// duo): a worker that has none could not encode them.
+Result<ProfileTable> WithoutHeadScoreProfiles(const ProfileTable& table) {
+  std::vector<ProfileCost> rows;
+  for (int i = ProfileTable::kRaw + 1; i < table.size(); ++i) {
+    auto p = Profile::Parse(table.profile(i).spec);
+    if (p.ok() && (p->quantizer() == QuantizerType::kMixHQ || p->quantizer() == QuantizerType::kDuo))
+      continue;
+    rows.push_back(table.profile(i));
+  }
+  return ProfileTable::FromRowsAndWorkloads(std::move(rows), table.workloads());
+}
+
+}  // namespace
+
 Status PrefillWorker::Impl::Start(ProfileTable table) {
+  if (options_.head_scores == nullptr) {
+    KVSERVE_ASSIGN_OR_RETURN(table, WithoutHeadScoreProfiles(table));
+  }
   if (options_.decode_addresses.empty())
     return Status::InvalidArgument("prefill worker needs at least one decode worker address");
   if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");

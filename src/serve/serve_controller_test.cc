@@ -1,7 +1,8 @@
 // The controller on the serving path (PrefillWorker::Choose and its bandit
 // feedback): the first request to a decode worker that has not been measured
 // yet goes raw; the bandit is not locked out of the best profile by that
-// first, predictably mispredicted transfer; and a decision uses the frame
+// first, predictably mispredicted transfer; profiles the worker cannot
+// encode (no head scores) are never chosen; and a decision uses the frame
 // size of the request's own shape, so a profile whose table CR is high but
 // whose frame for a short prompt is all raw residual is never chosen over
 // raw.
@@ -98,6 +99,37 @@ TEST(ServeControllerTest, ShortPromptsAreDecidedWithTheirOwnFrameSize) {
   ASSERT_TRUE(long_prompt.ok() && long_prompt->status.ok());
   EXPECT_NE(long_prompt->timings.profile, "none");
   EXPECT_LT(long_prompt->timings.frame_bytes, long_prompt->timings.kv_bytes);
+}
+
+// A table row that needs head scores (mixhq) and would win on this slow
+// link: a worker started without scores never chooses it, so every request
+// is served (with the kivi row once the link is measured).
+TEST(ServeControllerTest, ProfilesNeedingHeadScoresAreLeftOutWithoutThem) {
+  ProfileCost mix, kivi;
+  mix.spec = "hadamard(seed=7)+mixhq(high=4,low=2,heads=25,group=32)+rans";
+  mix.compression_ratio = 20;
+  kivi.spec = "identity+kivi(k=2,v=2,residual=16)+pack";
+  kivi.compression_ratio = 6;
+  for (ProfileCost* p : {&mix, &kivi}) {
+    p->encode_bytes_per_second = p->decode_bytes_per_second = 5e10;
+    p->quality = {{"chat", 0.99}};
+  }
+  servetest::ClusterOptions o;
+  o.table = ProfileTable::FromRows({mix, kivi}).value();
+  o.shape_bytes_per_second = 4e6;
+  o.bandit = false;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(74);
+  int compressed = 0;
+  for (int i = 0; i < 4; ++i) {
+    auto response = cluster->client->Submit(Adaptive(rng, 950 + i, 200, 260));
+    ASSERT_TRUE(response.ok());
+    ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+    EXPECT_NE(response->timings.profile, mix.spec);
+    if (response->timings.profile != "none") ++compressed;
+  }
+  EXPECT_GE(compressed, 2);
 }
 
 // The frame-size model: exact for a pack profile at every length; for an
