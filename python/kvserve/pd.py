@@ -278,17 +278,18 @@ class RequestResult:
     kv_movement_seconds: float    # layer 0's encode start to the acknowledgement
     transfer_busy_seconds: float  # sender: blocked writing + drain to the ack
     decode_kv_seconds: float      # decode side: frame begin to end (decoding as records arrive)
-    decode_seconds: float         # decode side: time spent decoding records (within decode_kv_seconds)
+    decode_seconds: float         # decode side: the decoder's own time (GPU, per layer: shortest layer x layers)
     generate_seconds: float       # decode side: the generation steps
     ttft_seconds: float           # to the decode worker's first own token
     jct_seconds: float            # to the RESULT with every token
     predicted_kv_seconds: float = 0.0  # the controller's prediction (kvserve method), else 0
-    observed_kv_seconds: float = 0.0   # what the bandit was told (PrefillWorker.pipeline_seconds), else 0
+    observed_kv_seconds: float = 0.0   # PrefillWorker.pipeline_seconds (the bandit is told it for kvserve)
     kv_digest: Optional[int] = None    # kv_digest of the KV the decode side received (run(digest=True))
     gpu_codec: bool = False       # encoded on the GPU (else the CPU codec, layer by layer)
     decode_gpu_codec: bool = False  # decoded on the GPU
     decision: Dict[str, Any] = field(default_factory=dict)
     step_seconds: List[float] = field(default_factory=list)  # decode side: each generation step
+    decode_span_seconds: float = 0.0  # decode side: the decode calls' summed spans (waits for the GPU included)
 
 
 class _LayerSender(threading.Thread):
@@ -577,9 +578,11 @@ class PrefillWorker:
         end = time.monotonic()
         kv_seconds = kv_done - prefill_end
         kv_movement = kv_done - state.get("kv_start", prefill_end)
-        observed = 0.0
+        # A GPU rANS frame leaves whole after the last layer: its stages run one after another.
+        streamed = not (gpu and not streamer.encoder.frame_size_is_static)
+        observed = self.pipeline_seconds(streamer.encode_seconds, stats.busy_seconds, reply["decode_seconds"],
+                                         streamed=streamed)
         if d is not None:
-            observed = self.pipeline_seconds(streamer.encode_seconds, stats.busy_seconds, reply["decode_seconds"])
             self.controller.observe(d, observed)
         return RequestResult(
             id=request_id, prompt_tokens=len(prompt_ids), method=method, profile=spec, gpu_codec=gpu,
@@ -592,19 +595,25 @@ class PrefillWorker:
             generate_seconds=reply["generate_seconds"],
             ttft_seconds=(kv_done - start) + reply["first_step_seconds"], jct_seconds=end - start,
             predicted_kv_seconds=predicted, observed_kv_seconds=observed, decision=decision,
-            kv_digest=reply.get("kv_digest"), step_seconds=reply.get("step_seconds", []))
+            kv_digest=reply.get("kv_digest"), step_seconds=reply.get("step_seconds", []),
+            decode_span_seconds=reply.get("decode_span_seconds", reply["decode_seconds"]))
 
-    def pipeline_seconds(self, encode: float, busy: float, decode: float) -> float:
+    def pipeline_seconds(self, encode: float, busy: float, decode: float, streamed: bool = True) -> float:
         """The bandit's feedback: the request's KV-movement time in the terms
         of the streamed latency model the decision was predicted with, from
         the stage totals it measured (encoder time, the sender's blocked
         time, decoder time): each of L layers through encode, send and
         decode, the slowest stage pacing, i.e. (e + n + d) / L + (L - 1) / L
-        * max(e, n, d). Layer 0's encode start to the acknowledgement would
-        also count the wait for the prefill to produce the layers, which no
-        profile shortens, and would teach the bandit that whichever profile
-        ran on short prompts or fast links is slow."""
+        * max(e, n, d). A frame that is not streamed (``streamed=False``: a
+        GPU rANS frame, sent once its last layer is encoded) pays its last
+        layer's encode, then the whole send, then the whole decode: e / L +
+        n + d. Layer 0's encode start to the acknowledgement would also count
+        the wait for the prefill to produce the layers, which no profile
+        shortens, and would teach the bandit that whichever profile ran on
+        short prompts or fast links is slow."""
         l = max(1, self.layers)
+        if not streamed:
+            return encode / l + busy + decode
         return (encode + busy + decode) / l + (l - 1) / l * max(encode, busy, decode)
 
     @staticmethod
@@ -815,7 +824,13 @@ class DecodeWorker:
         if st["mode"] != "cpu":
             st["dec"].check()  # synchronises (the staging memory is free again); Corruption for a bad record
             staging.end()
-            timing["decode_seconds"] = sum(a.elapsed_time(b) for a, b, _ in st["events"]) / 1e3
+            spans = [a.elapsed_time(b) / 1e3 for a, b, _ in st["events"]]
+            # Layer by layer, a span also counts the waits for the GPU while
+            # the prefill (another process on a shared GPU) holds it; the
+            # shortest one (a layer decoded once the prefill ended) times the
+            # layers is the decoder's own time.
+            timing["decode_seconds"] = min(spans) * len(spans) if st["mode"] == "layer" else sum(spans)
+            timing["decode_span_seconds"] = sum(spans)
         else:
             timing["decode_seconds"] = st.get("cpu_seconds", 0.0)
         return st["out"], st["mode"] != "cpu"
@@ -945,6 +960,7 @@ class DecodeWorker:
         tokens, first_step, generate = self._generate(cache, first, request["max_new_tokens"])
         return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin, "gpu_codec": gpu,
                 "kv_digest": digest, "step_seconds": self.step_seconds,
+                "decode_span_seconds": timing.get("decode_span_seconds", timing["decode_seconds"]),
                 "decode_seconds": timing["decode_seconds"],
                 "first_step_seconds": first_step, "generate_seconds": generate}
 

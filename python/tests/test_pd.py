@@ -145,6 +145,23 @@ if __name__ == "__main__":
 
 
 @unittest.skipIf(torch is None, "torch not installed")
+@unittest.skipIf(torch is None, "torch not installed")
+class PipelineSecondsTest(unittest.TestCase):
+    def test_streamed_frames_overlap_their_stages_and_whole_frames_do_not(self):
+        import types
+
+        rng = random.Random(41)
+        w = types.SimpleNamespace(layers=32)
+        for _ in range(50):
+            e, n, d = (rng.uniform(0.0, 1.0) for _ in range(3))
+            streamed = pd.PrefillWorker.pipeline_seconds(w, e, n, d)
+            whole = pd.PrefillWorker.pipeline_seconds(w, e, n, d, streamed=False)
+            self.assertAlmostEqual(whole, e / 32 + n + d)
+            self.assertGreaterEqual(streamed, max(e, n, d) - 1e-12)  # the slowest stage paces it
+            self.assertLessEqual(streamed, e + n + d + 1e-12)
+            self.assertGreaterEqual(whole + 1e-12, streamed - e * 31 / 32)
+
+
 class PdBenchTest(unittest.TestCase):
     def test_sweep_reports_every_point_and_respects_the_floor(self):
         import tempfile

@@ -135,7 +135,7 @@ def measure_overheads(worker: Any, table: Any, tokens: int, estimator: Any, laye
         for _ in range(2):
             r = worker.run(request_id, [1] * tokens, 2, method=cost.spec)
             request_id += 1
-        observed = worker.pipeline_seconds(r.encode_seconds, r.transfer_busy_seconds, r.decode_seconds)
+        observed = r.observed_kv_seconds
         predicted = kvserve.predict_seconds(cost, r.kv_bytes, estimator.estimate(worker.connection.peer_id),
                                             "streamed", layers)
         rows.append(kvserve.ProfileCost(cost.spec, cost.compression_ratio, cost.encode_bytes_per_second,
