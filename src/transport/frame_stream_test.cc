@@ -32,6 +32,16 @@ KvCache RandomCache(std::mt19937& rng, KvShape shape) {
   return cache;
 }
 
+// The one-shot kivi-2 frame of `cache`.
+std::vector<uint8_t> Kivi2Frame(const KvCache& cache) {
+  auto enc = EncoderContext::Create(*Profile::Parse("kivi-2"), {.threads = 1});
+  EXPECT_TRUE(enc.ok());
+  std::vector<uint8_t> frame;
+  VectorSink vs(&frame);
+  EXPECT_TRUE(enc.ok() && (*enc)->Encode(cache.view(), vs).ok());
+  return frame;
+}
+
 struct Goodput {
   std::mutex mu;
   std::vector<std::tuple<std::string, double, double>> samples;
@@ -154,10 +164,7 @@ TEST_P(FrameStreamTest, PlacedRecordsLandInCallerMemory) {
   std::mt19937 rng(17);
   const KvShape shape{3, 2, 128, 64};
   KvCache cache = RandomCache(rng, shape);
-  auto enc = EncoderContext::Create(*Profile::Parse("kivi-2"), {.threads = 1});
-  std::vector<uint8_t> frame;
-  VectorSink vs(&frame);
-  ASSERT_TRUE((*enc)->Encode(cache.view(), vs).ok());
+  const std::vector<uint8_t> frame = Kivi2Frame(cache);
   auto info = InspectFrame(frame);
   ASSERT_TRUE(info.ok());
   const size_t header = info->chunks.front().offset;
@@ -255,10 +262,7 @@ TEST_P(FrameStreamTest, DroppedConnectionFailsBothSides) {
   std::mt19937 rng(13);
   const KvShape shape{2, 2, 64, 64};
   KvCache cache = RandomCache(rng, shape);
-  auto enc = EncoderContext::Create(*Profile::Parse("kivi-2"), {.threads = 1});
-  std::vector<uint8_t> frame;
-  VectorSink vs(&frame);
-  ASSERT_TRUE((*enc)->Encode(cache.view(), vs).ok());
+  const std::vector<uint8_t> frame = Kivi2Frame(cache);
   for (int64_t cut : {int64_t{300}, static_cast<int64_t>(frame.size() / 2)}) {
     Goodput goodput;
     FaultPlan plan;
