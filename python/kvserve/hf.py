@@ -83,6 +83,38 @@ def compress_cache(cache: Any, profile: kvserve.ProfileLike, *, batch_index: Opt
     return encoder.encode(pairs)
 
 
+# The entropy stages the CUDA codec runs; frames of other codecs (zstd, lz4)
+# are decoded on the CPU.
+GPU_CODECS = ("pack", "rans")
+
+
+def decode_frame(frame: Any, device: Any = None, *, keep_mask: bool = False,
+                 threads: int = 0) -> Tuple[Any, Any, bool]:
+    """Decodes ``frame`` into one new 5-D torch tensor ``(layers, 2,
+    kv_heads, tokens, head_dim)`` on ``device`` (None: the CPU, or the GPU
+    for a :class:`kvserve.DeviceFrame`): with the CUDA codec when the build
+    has it, the target is a CUDA device and the frame's codec is one it runs
+    (:data:`GPU_CODECS`), else with the CPU codec (``threads``), then moved.
+    Returns ``(buffer, keep_mask or None, decoded_on_gpu)``; the mask is
+    ``(layers, 2, kv_heads, tokens)``, 0 where the profile pruned a token."""
+    on_gpu = kvserve.cuda_available() and (
+        isinstance(frame, kvserve.DeviceFrame)
+        or (device is not None and str(device).startswith("cuda")
+            and kvserve.inspect(frame).profile.codec in GPU_CODECS))
+    if on_gpu:
+        decoded = kvserve.cuda.decode(frame, None, keep_mask=keep_mask)
+        buffer, mask = decoded if keep_mask else (decoded, None)
+    else:
+        decoder = kvserve.Decoder(threads)
+        info = decoder.header(frame)
+        buffer = kvserve.empty_like_frame(info, framework="torch")
+        mask = decoder.decode(frame, out=buffer, keep_mask=keep_mask)
+        mask = mask[1] if keep_mask else None
+    if device is not None:
+        buffer = buffer.to(device=device)
+    return buffer, mask, on_gpu
+
+
 def restore_cache(frame: Any, like: Any = None, *, device: Any = None, dtype: Any = None,
                   return_keep_mask: bool = False, threads: int = 0) -> Any:
     """Decodes ``frame`` into a new cache for one sequence (batch 1).
@@ -97,18 +129,7 @@ def restore_cache(frame: Any, like: Any = None, *, device: Any = None, dtype: An
     """
     if like is not None and device is None:
         device = cache_layers(like)[0][0].device
-    on_gpu = kvserve.cuda_available() and (
-        isinstance(frame, kvserve.DeviceFrame) or (device is not None and str(device).startswith("cuda")))
-    if on_gpu:
-        decoded = kvserve.cuda.decode(frame, None, keep_mask=return_keep_mask)
-        buffer, mask = decoded if return_keep_mask else (decoded, None)
-    else:
-        decoder = kvserve.Decoder(threads)
-        info = decoder.header(frame)
-        buffer = kvserve.empty_like_frame(info, framework="torch")
-        mask = decoder.decode(frame, out=buffer, keep_mask=return_keep_mask)
-        if return_keep_mask:
-            mask = mask[1]
+    buffer, mask, _ = decode_frame(frame, device, keep_mask=return_keep_mask, threads=threads)
     if like is not None:
         ref = cache_layers(like)[0][0]
         device = ref.device if device is None else device

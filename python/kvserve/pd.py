@@ -57,7 +57,7 @@ MSG_ERROR = transport.FIRST_USER_TYPE + 4
 
 _DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
 # Entropy stages the CUDA codec runs (zstd and lz4 frames use the CPU codec).
-GPU_CODECS = ("pack", "rans")
+GPU_CODECS = hf.GPU_CODECS
 
 
 def _torch():
@@ -742,6 +742,7 @@ class DecodeWorker:
         self.model, self.connection, self.gpu_codec = model, connection, gpu_codec
         self.secret = secret  # also the pool servers' (prefix-pool requests)
         self._pools: Dict[str, Any] = {}
+        self.threads = threads
         self.decoder = kvserve.Decoder(threads)
         self._staging = _PinnedStaging()
         self.served = 0
@@ -914,14 +915,8 @@ class DecodeWorker:
             if frame is not None:
                 timing["frame_bytes"] = len(frame)
                 t = time.monotonic()
-                info = kvserve.inspect(frame)
-                if self._gpu_decodes() and info.profile.codec in GPU_CODECS:
-                    dec = kvserve.CudaDecoder(frame, device=param.device.index or 0)
-                    kv = dec.decode(frame, check=True)
-                    timing["gpu_codec"] = True
-                else:
-                    kv = self.decoder.decode(frame)
-                    kv = kv if isinstance(kv, torch.Tensor) else kvserve.as_torch(kv, info.dtype)
+                kv, _, timing["gpu_codec"] = hf.decode_frame(
+                    frame, param.device if self._gpu_decodes() else None, threads=self.threads)
                 cache = self._cache_from(kv)
                 timing["decode_seconds"] = time.monotonic() - t
                 out = self.model(input_ids=torch.tensor([prompt[-1:]], device=param.device),

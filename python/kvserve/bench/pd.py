@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import kvserve
@@ -403,8 +403,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
             request_id += 1
 
     def build(partial: bool) -> Dict[str, Any]:
-        report = _report(args, rows, rates, sizes, fixed, failures, table, workload, layers, calib_tokens,
-                         started, partial=partial)
+        sweep = _Sweep(args, rates, sizes, fixed, table, workload, layers, calib_tokens, started)
+        report = _report(sweep, rows, failures, partial=partial)
         report["transport_loopback_gbps"] = loopback_reference
         report["pool_rows"] = pool_rows
         return report
@@ -519,11 +519,29 @@ def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: An
         server.stop()
 
 
-def _report(args: argparse.Namespace, rows: List[Dict[str, Any]], rates: List[float], sizes: List[int],
-            fixed: List[str], failures: List[str], table: Any, workload: Any, layers: int,
-            calib_tokens: int, started: float, partial: bool = False) -> Dict[str, Any]:
+@dataclass
+class _Sweep:
+    """What a sweep's report is built from besides its requests: the
+    command line, the points, the fixed methods, the controller's table
+    (calibrated), the model's layer count and when the run started."""
+
+    args: argparse.Namespace
+    rates: List[float]
+    sizes: List[int]
+    fixed: List[str]
+    table: Any
+    workload: Any
+    layers: int
+    calibration_tokens: int
+    started: float
+
+
+def _report(sweep: _Sweep, rows: List[Dict[str, Any]], failures: List[str],
+            partial: bool = False) -> Dict[str, Any]:
     """The report of the requests in ``rows`` (``partial``: the sweep is
     still running; points without requests are left out)."""
+    args, rates, sizes, fixed = sweep.args, sweep.rates, sweep.sizes, sweep.fixed
+    table, workload = sweep.table, sweep.workload
     points = []
     for gbps in rates:
         for tokens in sizes:
@@ -548,9 +566,9 @@ def _report(args: argparse.Namespace, rows: List[Dict[str, Any]], rates: List[fl
     loopback = [r for r in rows if r["gbps"] == 0 and r["profile"] == RAW and r["transfer_busy_seconds"] > 0]
     report = {
         "command": "python -m kvserve.bench.pd " + " ".join(sys.argv[1:]),
-        "machine": _machine(args.device), "model": args.model, "layers": layers,
-        "calibration_tokens": calib_tokens, "quality_min": args.quality_min, "workload": args.workload,
-        "table": args.table, "seconds": time.time() - started,
+        "machine": _machine(args.device), "model": args.model, "layers": sweep.layers,
+        "calibration_tokens": sweep.calibration_tokens, "quality_min": args.quality_min,
+        "workload": args.workload, "table": args.table, "seconds": time.time() - sweep.started,
         "loopback_gbps": (statistics.fmean(kvserve.bytes_per_second_to_gbps(
             r["frame_bytes"] / r["transfer_busy_seconds"]) for r in loopback) if loopback else None),
         "controller_table": [{"spec": c.spec, "compression_ratio": c.compression_ratio,
