@@ -421,6 +421,10 @@ class Connection {
 // ---------------------------------------------------------------------------
 // Layer-wise frame streaming (docs/format.md frames over a Connection).
 
+namespace transport {
+class LaneSenders;  // src/transport/frame_lanes.h
+}  // namespace transport
+
 // Message types used by frame streaming (docs/transport.md §Streaming).
 inline constexpr uint8_t kMsgFrameBegin = 0x10;
 inline constexpr uint8_t kMsgFrameRecord = 0x11;
@@ -450,10 +454,18 @@ struct TransferStats {
 // boundaries using the layout of docs/format.md (the sink does not depend on
 // how the encoder chunks its Append calls).
 //
+// Lanes: with `lanes` (more authenticated connections to the same
+// receiver, which must pass the same lanes to ReceiveFrame in the same
+// order) the records are striped: record i goes on lane i % n, lane 0 being
+// `connection`, which also carries FRAME_BEGIN and the ACK; every lane gets
+// FRAME_END (or FRAME_ABORT). Each lane is written by its own thread, so a
+// frame moves over n sockets at once (one TCP stream runs at about one
+// core's copy rate). Goodput samples cover all lanes together.
+//
 // Thread safety: not thread-safe; one sender per connection at a time.
 class FrameSender {
  public:
-  explicit FrameSender(Connection* connection);
+  explicit FrameSender(Connection* connection, std::vector<Connection*> lanes = {});
   ~FrameSender();
   FrameSender(const FrameSender&) = delete;
   FrameSender& operator=(const FrameSender&) = delete;
@@ -463,6 +475,9 @@ class FrameSender {
   [[nodiscard]] Status Begin(uint64_t transfer_id, std::span<const uint8_t> header);
   // Sends one complete chunk record. InvalidArgument outside a transfer.
   [[nodiscard]] Status SendRecord(std::span<const uint8_t> record);
+  // Sends complete records in order (on lanes, in parallel); the spans need
+  // to live only until it returns. As SendRecord otherwise.
+  [[nodiscard]] Status SendRecords(std::span<const std::span<const uint8_t>> records);
   // Ends the transfer and waits (up to the connection's io timeout) for the
   // receiver's ack. Returns the stats, or the receiver's error (e.g.
   // Corruption when a record failed to decode there), or a connection error.
@@ -482,6 +497,7 @@ class FrameSender {
   class Splitter;
   Connection* connection_;
   std::unique_ptr<Splitter> splitter_;
+  std::unique_ptr<transport::LaneSenders> lanes_;  // null without lanes
   bool open_ = false;
   TransferStats stats_;
   double begin_time_ = 0;
@@ -508,16 +524,23 @@ struct FrameHandler {
 // handler's error, Aborted transfers as the sender's reason (with context
 // "aborted by sender"), Corruption for an unexpected message, or a
 // connection error (the connection is then broken).
+//
+// `lanes`: the sender's lanes (see FrameSender), in its order. Each is read
+// by its own thread; records are placed and handed to `handler` in
+// transfer order, on the calling thread. A lane's failure closes every
+// lane and `connection`.
 [[nodiscard]] Result<TransferStats> ReceiveFrame(Connection& connection,
                                                  const FrameHandler& handler,
-                                                 double timeout_seconds = -1);
+                                                 double timeout_seconds = -1,
+                                                 std::span<Connection* const> lanes = {});
 
 // As ReceiveFrame, for a receiver that has already received the transfer's
 // Begin message `begin` itself (e.g. one that waits for either a frame or
 // another message type). Corruption (and the connection failed) when
 // `begin` is not a frame begin.
 [[nodiscard]] Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& begin,
-                                                     const FrameHandler& handler);
+                                                     const FrameHandler& handler,
+                                                     std::span<Connection* const> lanes = {});
 
 // Monotonic clock in seconds, the one goodput timing uses.
 double MonotonicSeconds();

@@ -54,6 +54,8 @@ MSG_FIRST = transport.FIRST_USER_TYPE + 1
 MSG_RESULT = transport.FIRST_USER_TYPE + 2
 MSG_STOP = transport.FIRST_USER_TYPE + 3
 MSG_ERROR = transport.FIRST_USER_TYPE + 4
+MSG_LANES = transport.FIRST_USER_TYPE + 5  # prefill -> decode: {"lanes": n, "token": t}, n connections follow
+MSG_LANE = transport.FIRST_USER_TYPE + 6   # first message of each such lane: {"token": t}
 
 _DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
 # Entropy stages the CUDA codec runs (zstd and lz4 frames use the CPU codec).
@@ -434,7 +436,9 @@ class PrefillWorker:
     ``controller``: a :class:`kvserve.Controller` for ``method="kvserve"``
     (its estimator should be the ``estimator`` the connection feeds).
     ``threads``: encoder threads (1, as ``kvserve.measure_codec`` calibrates
-    profile speeds; 0 = every core). Not thread-safe: one request at a time.
+    profile speeds; 0 = every core). ``lanes``: more connections to the same
+    decode worker that frames are striped over (:meth:`open_lanes` sets them
+    up). Not thread-safe: one request at a time.
     """
 
     def __init__(self, model: Any, connection: Any, *, controller: Any = None,
@@ -448,6 +452,26 @@ class PrefillWorker:
         self._host: Any = None  # pinned frame bytes on their way to the connection
         self.gpu_codec = gpu_codec
         self._kv_bytes_per_token: Optional[int] = None
+        self.lanes: List[Any] = []
+
+    def open_lanes(self, dial: Callable[[], Any], count: int) -> None:
+        """Opens ``count`` lanes to the decode worker: tells it on the
+        connection (MSG_LANES, with a random token), then dials each with
+        ``dial()`` (a function returning a new connection to the decode
+        worker's address) and sends the token as its first message. Frames
+        are then striped over the connection and the lanes. Closes lanes
+        opened before."""
+        for c in self.lanes:
+            c.close()
+        self.lanes = []
+        if count <= 0:
+            return
+        token = os.urandom(16).hex()
+        self.connection.send(MSG_LANES, json.dumps({"lanes": count, "token": token}).encode())
+        for _ in range(count):
+            lane = dial()
+            lane.send(MSG_LANE, json.dumps({"token": token}).encode())
+            self.lanes.append(lane)
 
     def uses_gpu_codec(self, spec: str) -> bool:
         """True when requests of ``spec`` are encoded on the GPU: the model
@@ -528,7 +552,7 @@ class PrefillWorker:
         self.connection.send(MSG_REQUEST, json.dumps({
             "id": request_id, "prompt_tokens": len(prompt_ids), "max_new_tokens": max_new_tokens,
             "profile": spec, "digest": digest}).encode())
-        sender = transport.FrameSender(self.connection)
+        sender = transport.FrameSender(self.connection, self.lanes or None)
         gpu = self.uses_gpu_codec(spec)
         streamer: Any = None if gpu else _LayerSender(sender, request_id, self._encoder(spec), self.layers)
         if streamer is not None:
@@ -738,8 +762,10 @@ class DecodeWorker:
     dtype, and generation continues from the prefill's first token."""
 
     def __init__(self, model: Any, connection: Any, threads: int = 1, gpu_codec: bool = True,
-                 secret: str = "") -> None:
+                 secret: str = "", listener: Any = None) -> None:
         self.model, self.connection, self.gpu_codec = model, connection, gpu_codec
+        self.listener = listener  # where lanes are accepted (MSG_LANES); None: lanes refused
+        self.lanes: List[Any] = []
         self.secret = secret  # also the pool servers' (prefix-pool requests)
         self._pools: Dict[str, Any] = {}
         self.threads = threads
@@ -761,6 +787,9 @@ class DecodeWorker:
             if kind == MSG_STOP:
                 self.stopped = True
                 return self.served
+            if kind == MSG_LANES:
+                self._accept_lanes(json.loads(payload))
+                continue
             if kind != MSG_REQUEST:
                 raise kvserve.KvserveCorruptionError(f"decode worker: unexpected message type {kind}")
             request = json.loads(payload)
@@ -770,6 +799,33 @@ class DecodeWorker:
                     kvserve.KvserveResourceExhaustedError) as e:
                 self.connection.send(MSG_ERROR, json.dumps({"id": request["id"], "error": str(e)}).encode())
             self.served += 1
+
+    def _accept_lanes(self, message: Dict[str, Any]) -> None:
+        """Accepts the ``message["lanes"]`` connections the prefill side
+        dials after MSG_LANES; each must open with MSG_LANE and the same
+        token (else Corruption, and the lanes accepted so far are closed).
+        Replaces (and closes) earlier lanes."""
+        if self.listener is None:
+            raise kvserve.KvserveInvalidArgumentError("decode worker: lanes offered but it has no listener")
+        self.close_lanes()
+        lanes = []
+        try:
+            for _ in range(int(message["lanes"])):
+                lane = transport.accept(self.listener, timeout=30, secret=self.secret, local_id="decode")
+                lanes.append(lane)
+                kind, _, payload = lane.receive(timeout=30)
+                if kind != MSG_LANE or json.loads(payload).get("token") != message["token"]:
+                    raise kvserve.KvserveCorruptionError("decode worker: a lane did not present the token")
+        except BaseException:
+            for lane in lanes:
+                lane.close()
+            raise
+        self.lanes = lanes
+
+    def close_lanes(self) -> None:
+        for lane in self.lanes:
+            lane.close()
+        self.lanes = []
 
     def _gpu_decodes(self) -> bool:
         """True when frames of the GPU codec's profiles are decoded on the
@@ -819,7 +875,7 @@ class DecodeWorker:
                 layer = st["seen"] // st["per_layer"] - 1
                 st["events"].append(self._decode_on_gpu(st, staging.segment(), device, layer))
 
-        transport.receive_frame(self.connection, on_header, on_record, timeout=600)
+        transport.receive_frame(self.connection, on_header, on_record, timeout=600, lanes=self.lanes or None)
         if st["mode"] == "frame":
             st["events"].append(self._decode_on_gpu(st, staging.segment(), device, None))
         if st["mode"] != "cpu":
@@ -942,7 +998,8 @@ class DecodeWorker:
         if self._gpu_decodes():
             out, gpu = self._receive_maybe_on_gpu(timing)
         else:
-            out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600, timing=timing)
+            out, _ = transport.receive_kv(self.connection, decoder=self.decoder, timeout=600, timing=timing,
+                                          lanes=self.lanes or None)
             gpu = False
         kv_end = time.monotonic()
         kind, _, payload = self.connection.receive(timeout=600)
@@ -1033,11 +1090,12 @@ def serve_decode(model: Any, listener: Any, secret: str = "", threads: int = 1,
     while True:
         conn = transport.accept(listener, timeout=accept_timeout, secret=secret, local_id="decode")
         if worker is None:
-            worker = DecodeWorker(model, conn, threads, secret=secret)
+            worker = DecodeWorker(model, conn, threads, secret=secret, listener=listener)
         worker.connection = conn
         try:
             worker.serve()
         finally:
+            worker.close_lanes()
             conn.close()
         if worker.stopped:
             return worker.served

@@ -18,6 +18,10 @@ behind a small API:
   receiver's verdict. ``write(transfer_id, data)`` takes the bytes an
   :class:`kvserve.Encoder` returns from ``begin`` / ``encode_layer`` /
   ``finish`` as they come and cuts them at record boundaries itself.
+  ``FrameSender(conn, lanes=[c1, c2, ...])`` stripes the records over more
+  connections to the same receiver, each written by its own thread (one
+  TCP stream moves about one core's copy rate); the receiver passes the
+  same ``lanes`` to :func:`receive_frame`, in the same order.
 * :func:`receive_frame` delivers the header and each record to callbacks as
   they arrive; :func:`receive_kv` decodes each record straight into a KV
   array as it arrives (the layer-streamed decode of a decode worker).
@@ -32,7 +36,7 @@ bad arguments.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from . import _kvserve
 from ._kvserve import (  # noqa: F401  (re-exported API)
@@ -101,11 +105,13 @@ def accept(listener: Listener, timeout: float = 30.0, **kwargs: Any) -> Connecti
     return listener.accept(float(timeout), options(**kwargs))
 
 
-def send_frame(connection: Connection, transfer_id: int, frame: Any) -> TransferStats:
+def send_frame(connection: Connection, transfer_id: int, frame: Any,
+               lanes: Optional[Sequence[Connection]] = None) -> TransferStats:
     """Streams a complete frame (bytes-like: a :class:`kvserve.Frame`,
-    bytes, a memoryview) record by record and waits for the receiver's
-    verdict. Returns the sender's :class:`TransferStats`."""
-    sender = FrameSender(connection)
+    bytes, a memoryview) record by record (striped over ``lanes`` when
+    given, see :class:`FrameSender`) and waits for the receiver's verdict.
+    Returns the sender's :class:`TransferStats`."""
+    sender = FrameSender(connection, lanes)
     sender.write(transfer_id, frame)
     return sender.finish()
 
@@ -113,7 +119,8 @@ def send_frame(connection: Connection, transfer_id: int, frame: Any) -> Transfer
 def receive_frame(connection: Connection,
                   on_header: Optional[Callable[[int, memoryview], Any]] = None,
                   on_record: Optional[Callable[[memoryview], None]] = None,
-                  timeout: Optional[float] = None) -> TransferStats:
+                  timeout: Optional[float] = None,
+                  lanes: Optional[Sequence[Connection]] = None) -> TransferStats:
     """Receives one streamed frame.
 
     Waits up to ``timeout`` s (None: the connection's io timeout) for its
@@ -125,18 +132,21 @@ def receive_frame(connection: Connection,
     from the socket straight into it, back to back from its start, and
     ``on_record`` gets views of it (valid as long as the buffer), until a
     record does not fit; that record and every later one arrive as usual.
-    Return None for the usual delivery. An exception raised by a callback stops
+    Return None for the usual delivery. ``lanes``: the sender's lanes (see
+    :class:`FrameSender`), each read by its own thread; records still reach
+    the callbacks in order. An exception raised by a callback stops
     delivery, is sent to the sender as the transfer's verdict (its
     ``finish()`` raises), and is re-raised here after the rest of the
     transfer was drained. Returns the receiver's :class:`TransferStats`.
     """
-    return _kvserve.receive_frame(connection, on_header, on_record, timeout)
+    return _kvserve.receive_frame(connection, on_header, on_record, timeout, lanes)
 
 
 def receive_kv(connection: Connection, out: Any = None, *, decoder: Any = None,
                timeout: Optional[float] = None,
                on_layer: Optional[Callable[[int], None]] = None,
-               timing: Optional[dict] = None) -> Tuple[Any, TransferStats]:
+               timing: Optional[dict] = None,
+               lanes: Optional[Sequence[Connection]] = None) -> Tuple[Any, TransferStats]:
     """Receives one streamed frame and decodes each record into a KV cache
     as it arrives (CPU codec).
 
@@ -147,7 +157,8 @@ def receive_kv(connection: Connection, out: Any = None, *, decoder: Any = None,
     called once every record of ``layer`` was decoded (a frame's records
     come layer by layer, as the sender encoded them). ``timing`` (a dict)
     receives ``decode_seconds``: the time spent decoding records (the rest
-    of the transfer is waiting for them). Returns ``(out, stats)``.
+    of the transfer is waiting for them). ``lanes``: as for
+    :func:`receive_frame`. Returns ``(out, stats)``.
     """
     from . import Decoder, empty_like_frame  # the package's wrappers
 
@@ -172,7 +183,7 @@ def receive_kv(connection: Connection, out: Any = None, *, decoder: Any = None,
         if on_layer is not None and per_layer and state["seen"] % per_layer == 0:
             on_layer(state["seen"] // per_layer - 1)
 
-    stats = receive_frame(connection, header, record, timeout)
+    stats = receive_frame(connection, header, record, timeout, lanes)
     if timing is not None:
         timing["decode_seconds"] = state["decode_seconds"]
     return state["out"], stats

@@ -194,9 +194,18 @@ class PyTransport {
 
 // A FrameSender over a PyConnection (kept alive by the Python reference the
 // binding holds, py::keep_alive).
+// The Connections of `lanes` (PyConnection objects), in order.
+std::vector<Connection*> LaneConnections(const py::object& lanes) {
+  std::vector<Connection*> out;
+  if (lanes.is_none()) return out;
+  for (py::handle h : lanes) out.push_back(&h.cast<PyConnection&>().get());
+  return out;
+}
+
 class PyFrameSender {
  public:
-  explicit PyFrameSender(PyConnection& connection) : sender_(&connection.get()) {}
+  PyFrameSender(PyConnection& connection, const py::object& lanes)
+      : sender_(&connection.get(), LaneConnections(lanes)) {}
 
   void Begin(uint64_t transfer_id, py::handle header) {
     HeldBytes bytes(header, "header");
@@ -296,8 +305,10 @@ class CallbackGuard {
 };
 
 TransferStats ReceiveFrameFromPython(PyConnection& connection, py::object on_header,
-                                     py::object on_record, std::optional<double> timeout) {
+                                     py::object on_record, std::optional<double> timeout,
+                                     const py::object& lanes) {
   Connection& c = connection.get();
+  const std::vector<Connection*> lane_connections = LaneConnections(lanes);
   CallbackGuard guard;
   FrameHandler handler;
   // A writable buffer on_header returned: records are received straight
@@ -338,7 +349,7 @@ TransferStats ReceiveFrameFromPython(PyConnection& connection, py::object on_hea
   Result<TransferStats> r = Status::Internal("unset");
   {
     py::gil_scoped_release release;
-    r = ReceiveFrame(c, handler, timeout.value_or(-1));
+    r = ReceiveFrame(c, handler, timeout.value_or(-1), lane_connections);
   }
   into.reset();  // releases the buffer (with the GIL)
   guard.Reraise();
@@ -423,7 +434,8 @@ void RegisterTransport(py::module_& m) {
       "UCX active messages (docs/transport.md §UCX); IOError when UCX cannot start.");
 
   py::class_<PyFrameSender>(m, "FrameSender")
-      .def(py::init<PyConnection&>(), py::arg("connection"), py::keep_alive<1, 2>())
+      .def(py::init<PyConnection&, const py::object&>(), py::arg("connection"), py::arg("lanes") = py::none(),
+           py::keep_alive<1, 2>(), py::keep_alive<1, 3>())
       .def("begin", &PyFrameSender::Begin, py::arg("transfer_id"), py::arg("header"))
       .def("send_record", &PyFrameSender::SendRecord, py::arg("record"))
       .def("write", &PyFrameSender::Write, py::arg("transfer_id"), py::arg("data"))
@@ -431,7 +443,7 @@ void RegisterTransport(py::module_& m) {
       .def("abort", &PyFrameSender::Abort, py::arg("reason"));
 
   m.def("receive_frame", &ReceiveFrameFromPython, py::arg("connection"), py::arg("on_header"),
-        py::arg("on_record"), py::arg("timeout") = py::none());
+        py::arg("on_record"), py::arg("timeout") = py::none(), py::arg("lanes") = py::none());
 }
 
 }  // namespace kvserve::python

@@ -178,7 +178,7 @@ class PdBenchTest(unittest.TestCase):
                 [sys.executable, "-m", "kvserve.bench.pd", "--model", "tiny", "--prompt-tokens", "64,256",
                  "--gbps", "0.05,0", "--methods", "none,kivi-2,kvserve", "--requests", "2", "--new-tokens", "3",
                  "--table", table, "--workload", "w", "--quality-min", "0.95", "--change-gbps", "0,0.05",
-                 "--change-requests", "2", "--pool-requests", "2", "--pool-gbps", "0.05", "--check",
+                 "--change-requests", "2", "--pool-requests", "2", "--pool-gbps", "0.05", "--check", "--lanes", "2",
                  "--out-json", out_json, "--out-md", out_md],
                 capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
             self.assertEqual(res.returncode, 0, res.stderr[-3000:])
@@ -201,6 +201,11 @@ class PdBenchTest(unittest.TestCase):
             self.assertNotEqual([r["method"] for r in at if r["round"] == 0][0],
                                 [r["method"] for r in at if r["round"] == 1][0])
         self.assertGreater(report["transport_loopback_gbps"], 0)
+        # Two lanes, each shaped to half of 50 Mbps: the estimate sees the link's rate, not twice it.
+        self.assertEqual(report["lanes"], 2)
+        shaped = [r["estimate_gbps"] for r in sweep if r["gbps"] == 0.05]
+        self.assertLess(max(shaped[2:]), 0.075)
+        self.assertGreater(min(shaped[2:]), 0.03)
         self.assertIn("TCP transport alone", md)
         kv_rows = [r for r in report["rows"] if r["method"] == "kvserve"]
         self.assertEqual(len(kv_rows), 4 * 2 + 4)  # sweep + link change

@@ -161,6 +161,38 @@ class FrameStreamingTest(unittest.TestCase):
         conn.close()
         listener.close()
 
+    def test_lanes_stripe_a_frame_over_several_connections_in_order(self):
+        t = transport.tcp()
+        frame = kvserve.encode(synth(308, "f16"), "kivi-4")
+        listener = t.listen("127.0.0.1:0")
+        pieces = []
+
+        def receive(conn):
+            lanes = [transport.accept(listener, timeout=10, secret=SECRET) for _ in range(2)]
+            try:
+                return [transport.receive_frame(conn, lambda tid, h: pieces.append(bytes(h)),
+                                                lambda r: pieces.append(bytes(r)), timeout=10, lanes=lanes)
+                        for _ in range(2)], [c.stats["messages_received"] for c in lanes]
+            finally:
+                for c in lanes:
+                    c.close()
+
+        peer = Peer(listener, receive, secret=SECRET)
+        peer.start()
+        conn = transport.dial(t, listener.address, secret=SECRET)
+        lanes = [transport.dial(t, listener.address, secret=SECRET) for _ in range(2)]
+        sent = [transport.send_frame(conn, i, frame, lanes=lanes) for i in range(2)]
+        (got, lane_messages) = peer.outcome()
+        for c in [conn] + lanes:
+            c.close()
+        listener.close()
+        records = kvserve.inspect(frame).chunk_count
+        self.assertEqual(b"".join(pieces), bytes(frame) * 2)  # in order, twice
+        self.assertEqual([g.records for g in got], [records, records])
+        self.assertEqual([s.records for s in sent], [records, records])
+        for m in lane_messages:  # each lane carried about a third of the records
+            self.assertGreaterEqual(m, 2 * (records // 3))
+
     def test_over_ucx(self):
         try:
             t = transport.ucx(tls="tcp", secret=SECRET)

@@ -8,6 +8,7 @@
 
 #include "kvserve/transport.h"
 #include "pipeline/frame_format.h"
+#include "transport/frame_lanes.h"
 #include "transport/wire.h"
 
 namespace kvserve {
@@ -27,6 +28,8 @@ class FrameSender::Splitter final : public ByteSink {
   Status Append(std::span<const uint8_t> bytes) override {
     KVSERVE_RETURN_IF_ERROR(failed_);
     Status s = AppendImpl(bytes);
+    if (s.ok()) s = Flush();  // the batch points into `bytes`
+    batch_.clear();
     if (!s.ok()) failed_ = s;
     return s;
   }
@@ -57,6 +60,7 @@ class FrameSender::Splitter final : public ByteSink {
       KVSERVE_ASSIGN_OR_RETURN(need, UnitSize(buffer_));
       if (need > 0 && buffer_.size() == need) {
         KVSERVE_RETURN_IF_ERROR(Emit(buffer_));
+        KVSERVE_RETURN_IF_ERROR(Flush());  // before buffer_ is reused
         buffer_.clear();
       }
     }
@@ -79,23 +83,37 @@ class FrameSender::Splitter final : public ByteSink {
     return static_cast<size_t>(size);
   }
 
+  // Records collect into a batch (sent together: on lanes, in parallel).
   Status Emit(std::span<const uint8_t> unit) {
     if (!header_done_) {
       header_done_ = true;
       return sender_->Begin(transfer_id_, unit);
     }
-    return sender_->SendRecord(unit);
+    batch_.push_back(unit);
+    return Status::Ok();
+  }
+  Status Flush() {
+    if (batch_.empty()) return Status::Ok();
+    Status s = sender_->SendRecords(batch_);
+    batch_.clear();
+    return s;
   }
 
   FrameSender* sender_;
   uint64_t transfer_id_ = 0;
   bool header_done_ = false;
   std::vector<uint8_t> buffer_;
+  std::vector<std::span<const uint8_t>> batch_;
   Status failed_;
 };
 
-FrameSender::FrameSender(Connection* connection)
-    : connection_(connection), splitter_(std::make_unique<Splitter>(this)) {}
+FrameSender::FrameSender(Connection* connection, std::vector<Connection*> lanes)
+    : connection_(connection), splitter_(std::make_unique<Splitter>(this)) {
+  if (!lanes.empty()) {
+    lanes.insert(lanes.begin(), connection);
+    lanes_ = std::make_unique<transport::LaneSenders>(std::move(lanes));
+  }
+}
 FrameSender::~FrameSender() = default;
 
 Status FrameSender::Begin(uint64_t transfer_id, std::span<const uint8_t> header) {
@@ -116,19 +134,31 @@ Status FrameSender::Begin(uint64_t transfer_id, std::span<const uint8_t> header)
   return Status::Ok();
 }
 
-Status FrameSender::SendRecord(std::span<const uint8_t> record) {
+Status FrameSender::SendRecord(std::span<const uint8_t> record) { return SendRecords({&record, 1}); }
+
+Status FrameSender::SendRecords(std::span<const std::span<const uint8_t>> records) {
   if (!open_) return Status::InvalidArgument("FrameSender::SendRecord outside a transfer");
   const double start = MonotonicSeconds();
-  Status s = connection_->Send(kMsgFrameRecord, 0, record);
+  Status s;
+  if (lanes_) {
+    s = lanes_->SendRecords(records, stats_.records);
+  } else {
+    for (std::span<const uint8_t> r : records) {
+      s = connection_->Send(kMsgFrameRecord, 0, r);
+      if (!s.ok()) break;
+    }
+  }
   if (!s.ok()) {
     open_ = false;
     return s;
   }
   last_write_end_ = MonotonicSeconds();
   stats_.busy_seconds += last_write_end_ - start;
-  stats_.frame_bytes += record.size();
-  stats_.wire_bytes += transport::kMessageHeaderBytes + record.size();
-  ++stats_.records;
+  for (std::span<const uint8_t> r : records) {
+    stats_.frame_bytes += r.size();
+    stats_.wire_bytes += transport::kMessageHeaderBytes + r.size();
+  }
+  stats_.records += records.size();
   return Status::Ok();
 }
 
@@ -141,9 +171,11 @@ Result<TransferStats> FrameSender::Finish() {
   transport::PutU64(end, stats_.records);
   transport::PutU64(end + 8, stats_.frame_bytes);
   const double start = MonotonicSeconds();
-  KVSERVE_RETURN_IF_ERROR(connection_->Send(kMsgFrameEnd, 0, std::span<const uint8_t>(end, 16)));
+  const std::span<const uint8_t> end_payload(end, 16);
+  KVSERVE_RETURN_IF_ERROR(lanes_ ? lanes_->SendOnEveryLane(kMsgFrameEnd, end_payload)
+                                 : connection_->Send(kMsgFrameEnd, 0, end_payload));
   stats_.busy_seconds += MonotonicSeconds() - start;
-  stats_.wire_bytes += transport::kMessageHeaderBytes + 16;
+  stats_.wire_bytes += (lanes_ ? lanes_->size() : 1) * (transport::kMessageHeaderBytes + 16);
   Message ack;
   KVSERVE_RETURN_IF_ERROR(connection_->Receive(&ack));
   const double now = MonotonicSeconds();
@@ -168,7 +200,8 @@ Status FrameSender::Abort(const Status& reason) {
   open_ = false;
   std::vector<uint8_t> payload;
   transport::EncodeStatus(reason.ok() ? Status::Internal("aborted") : reason, &payload);
-  return connection_->Send(kMsgFrameAbort, 0, payload);
+  return lanes_ ? lanes_->SendOnEveryLane(kMsgFrameAbort, payload)
+                : connection_->Send(kMsgFrameAbort, 0, payload);
 }
 
 ByteSink& FrameSender::sink(uint64_t transfer_id) {
@@ -179,20 +212,22 @@ ByteSink& FrameSender::sink(uint64_t transfer_id) {
 bool FrameSender::sink_has_partial() const { return splitter_->has_partial(); }
 
 Result<TransferStats> ReceiveFrame(Connection& connection, const FrameHandler& handler,
-                                   double timeout_seconds) {
+                                   double timeout_seconds, std::span<Connection* const> lanes) {
   Message m;
   KVSERVE_RETURN_IF_ERROR(connection.Receive(&m, timeout_seconds));
-  return ReceiveFrameFrom(connection, m, handler);
+  return ReceiveFrameFrom(connection, m, handler, lanes);
 }
 
 Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& begin_message,
-                                       const FrameHandler& handler) {
+                                       const FrameHandler& handler,
+                                       std::span<Connection* const> lanes) {
   if (begin_message.type != kMsgFrameBegin || begin_message.payload.size() < 8) {
     Status s = Status::Corruption("expected a frame begin, got message type " +
                                   std::to_string(begin_message.type));
     connection.Fail(s);
     return s;
   }
+  if (!lanes.empty()) return transport::ReceiveStriped(connection, lanes, begin_message, handler);
   Message m;
   const double begin = MonotonicSeconds();
   TransferStats stats;

@@ -297,6 +297,100 @@ TEST_P(FrameStreamTest, SenderAbortReachesReceiver) {
   EXPECT_NE(received.status().message().find("encoder failed"), std::string::npos);
 }
 
+// Lanes: the records of a frame striped over 3 connections arrive in order
+// (placed back to back, decoded as one-shot decoding gives), each lane
+// carried its share, and one goodput sample covers them all; an abort
+// reaches the receiver on every lane and the lanes stay usable; a lane
+// that breaks fails both sides instead of leaving a reader blocked.
+TEST_P(FrameStreamTest, LanesStripeRecordsInOrder) {
+  std::mt19937 rng(23);
+  const KvShape shape{4, 2, 160, 64};
+  KvCache cache = RandomCache(rng, shape);
+  const std::vector<uint8_t> frame = Kivi2Frame(cache);
+  auto info = InspectFrame(frame);
+  ASSERT_TRUE(info.ok());
+  KvCache expected(DType::kF32, shape);
+  ASSERT_TRUE((*DecoderContext::Create({.threads = 1}))->Decode(frame, expected.mutable_view()).ok());
+  const size_t header = info->chunks.front().offset;
+
+  Goodput goodput;
+  std::vector<Link> links;
+  for (int i = 0; i < 3; ++i) links.push_back(MakeLink(GetParam(), &goodput));
+  for (const Link& l : links) ASSERT_TRUE(l.sender && l.receiver);
+  std::vector<Connection*> send_lanes{links[1].sender.get(), links[2].sender.get()};
+  std::vector<Connection*> receive_lanes{links[1].receiver.get(), links[2].receiver.get()};
+  FrameSender sender(links[0].sender.get(), send_lanes);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    StreamingDecoder sd;
+    FrameHandler h = sd.Handler();
+    std::vector<uint8_t> arena(frame.size() - header);
+    size_t used = 0;
+    h.place_record = [&](uint64_t length) {
+      std::span<uint8_t> out(arena.data() + used, length);
+      used += length;
+      return out;
+    };
+    Result<TransferStats> received = Status::Internal("unset");
+    std::thread receiver([&] { received = ReceiveFrame(*links[0].receiver, h, 5, receive_lanes); });
+    ByteSink& sink = sender.sink(attempt);
+    const size_t stop_at = attempt == 1 ? frame.size() / 2 : frame.size();
+    for (size_t pos = 0; pos < stop_at;) {
+      size_t n = std::min(stop_at - pos, std::uniform_int_distribution<size_t>(1, 40000)(rng));
+      ASSERT_TRUE(sink.Append(std::span<const uint8_t>(frame).subspan(pos, n)).ok());
+      pos += n;
+    }
+    if (attempt == 1) {  // gives up half way
+      ASSERT_TRUE(sender.Abort(Status::Internal("encoder failed")).ok());
+      receiver.join();
+      ASSERT_FALSE(received.ok());
+      EXPECT_NE(received.status().message().find("aborted by sender"), std::string::npos)
+          << received.status().ToString();
+      continue;
+    }
+    auto stats = sender.Finish();
+    receiver.join();
+    ASSERT_TRUE(stats.ok()) << stats.status().ToString();
+    ASSERT_TRUE(received.ok()) << received.status().ToString();
+    EXPECT_EQ(received->records, info->chunk_count);
+    EXPECT_EQ(received->frame_bytes, frame.size());
+    EXPECT_EQ(static_cast<uint64_t>(sd.records), info->chunk_count);
+    EXPECT_TRUE(std::equal(arena.begin(), arena.end(), frame.begin() + static_cast<long>(header)));
+    EXPECT_EQ(std::memcmp(sd.out.bytes(), expected.bytes(), expected.size_bytes()), 0);
+  }
+  // Every lane carried records (about a third each).
+  for (const Link& l : links)
+    EXPECT_GT(l.receiver->stats().messages_received, 2 * info->chunk_count / 3) << "a lane idle";
+  std::lock_guard<std::mutex> lock(goodput.mu);
+  EXPECT_EQ(goodput.samples.size(), 2u);  // one per finished transfer, lanes together
+}
+
+TEST_P(FrameStreamTest, ABrokenLaneFailsBothSides) {
+  std::mt19937 rng(29);
+  const KvShape shape{3, 2, 128, 64};
+  KvCache cache = RandomCache(rng, shape);
+  const std::vector<uint8_t> frame = Kivi2Frame(cache);
+  Goodput goodput;
+  std::vector<Link> links;
+  for (int i = 0; i < 2; ++i) links.push_back(MakeLink(GetParam(), &goodput));
+  std::vector<Connection*> receive_lanes{links[1].receiver.get()};
+  StreamingDecoder sd;
+  Result<TransferStats> received = Status::Internal("unset");
+  std::thread receiver([&] { received = ReceiveFrame(*links[0].receiver, sd.Handler(), 5, receive_lanes); });
+  FrameSender sender(links[0].sender.get(), {links[1].sender.get()});
+  ASSERT_TRUE(sender.sink(1).Append(std::span<const uint8_t>(frame).first(frame.size() / 2)).ok());
+  links[1].sender->Close();  // the second lane goes down mid-transfer
+  Status s = sender.sink(1).Append(std::span<const uint8_t>(frame).subspan(frame.size() / 2));
+  Result<TransferStats> stats = s.ok() ? sender.Finish() : Result<TransferStats>(s);
+  receiver.join();
+  EXPECT_FALSE(stats.ok());
+  ASSERT_FALSE(received.ok());
+  // The peer's end closed (Unavailable) or, where the close does not reach
+  // it, the lane's io timeout.
+  EXPECT_TRUE(received.status().code() == StatusCode::kUnavailable ||
+              received.status().code() == StatusCode::kTimeout)
+      << received.status().ToString();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, FrameStreamTest,
                          ::testing::ValuesIn(transporttest::AllKinds()), transporttest::KindName);
 

@@ -187,13 +187,14 @@ def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
     return kv, pd._DTYPES[str(kv.dtype)]
 
 
-def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3) -> float:
+def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int = 1) -> float:
     """Goodput (Gbit/s) of kvserve's TCP transport alone over this
     machine's unshaped loopback: ``frame`` (bytes-like, a whole frame) sent
-    ``sends`` times between two threads of this process, the receiver
-    reading the records straight into one buffer (no Python per record);
-    the mean of frame bytes / sender busy seconds. The reference for the
-    sweep's rate-0 point, which adds the workers' GPU copies and Python."""
+    ``sends`` times between two threads of this process, striped over
+    ``lanes`` connections, the receiver reading the records straight into
+    one buffer (no Python per record); the mean of frame bytes / sender busy
+    seconds. The reference for the sweep's rate-0 point, which adds the
+    workers' GPU copies and Python."""
     import numpy  # noqa: PLC0415
 
     t = transport.tcp()
@@ -203,25 +204,28 @@ def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3) -> float:
 
     def receive() -> None:
         try:
-            conn = transport.accept(listener, timeout=30, secret=secret)
+            conns = [transport.accept(listener, timeout=30, secret=secret) for _ in range(lanes)]
             try:
                 for _ in range(sends):
-                    transport.receive_frame(conn, lambda _tid, _h: arena, None, timeout=120)
+                    transport.receive_frame(conns[0], lambda _tid, _h: arena, None, timeout=120,
+                                            lanes=conns[1:] or None)
             finally:
-                conn.close()
+                for c in conns:
+                    c.close()
         except BaseException as e:  # re-raised on the calling thread
             errors.append(e)
 
     thread = threading.Thread(target=receive, daemon=True)
     thread.start()
     rates = []
-    conn = transport.dial(t, listener.address, secret=secret)
+    conns = [transport.dial(t, listener.address, secret=secret) for _ in range(lanes)]
     try:
         for i in range(sends):
-            stats = transport.send_frame(conn, i, frame)
+            stats = transport.send_frame(conns[0], i, frame, lanes=conns[1:] or None)
             rates.append(kvserve.bytes_per_second_to_gbps(stats.frame_bytes / stats.busy_seconds))
     finally:
-        conn.close()
+        for c in conns:
+            c.close()
         thread.join(120)
         listener.close()
     if errors:
@@ -291,6 +295,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-gbps", type=float, default=5.0, help="rate of the pool server's link, Gbit/s")
     p.add_argument("--calibration-tokens", type=int, default=0,
                    help="prompt size the codec speeds are measured on (0: the median prompt size)")
+    p.add_argument("--lanes", type=int, default=1,
+                   help="connections a frame is striped over (each shaped to 1/n of the link rate; one "
+                        "TCP stream moves about one core's copy rate)")
     p.add_argument("--secret", default="kvserve-bench", help="connection secret (both processes)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out-json", help="write every request and the summary here")
@@ -307,6 +314,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     report dict (``rows``, ``points``, ``checks``, ``machine``).
     ``on_partial(report)`` receives the report so far after every link
     rate."""
+    if args.lanes < 1:
+        raise SystemExit("--lanes must be >= 1")
     sizes = [int(x) for x in args.prompt_tokens.split(",") if x]
     rates = [float(x) for x in args.gbps.split(",") if x]
     methods = [m for m in args.methods.split(",") if m]
@@ -325,8 +334,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     if args.baseline_quality:
         table = with_baselines(table, fixed, args.baseline_quality)
     table = calibrate(table, kv, dtype)
-    loopback_reference = transport_loopback_gbps(kvserve.encode(kv.cpu(), RAW), args.secret)
-    progress(f"kvserve's TCP transport alone over loopback: {loopback_reference:.1f} Gbps")
+    loopback_reference = transport_loopback_gbps(kvserve.encode(kv.cpu(), RAW), args.secret, lanes=args.lanes)
+    progress(f"kvserve's TCP transport alone over loopback, {args.lanes} lane(s): {loopback_reference:.1f} Gbps")
     del kv
     progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype}): "
              + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
@@ -389,11 +398,15 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         nonlocal conn, worker
         if conn is not None:
             conn.close()
+        # With lanes, each of the n connections is shaped to 1/n of the rate.
+        share = gbps / args.lanes
         conn = transport.dial(transport.tcp(), address, secret=args.secret, local_id="prefill",
-                              shape_gbps=gbps, estimator=estimator)
+                              shape_gbps=share, estimator=estimator)
         if worker is None:
             worker = pd.PrefillWorker(model, conn, controller=controller, workload=workload)
         worker.connection, worker.controller = conn, controller
+        worker.open_lanes(lambda: transport.dial(transport.tcp(), address, secret=args.secret,
+                                                 local_id="prefill", shape_gbps=share), args.lanes - 1)
         return worker
 
     def warm(worker: Any, tokens: int, specs: Sequence[str]) -> None:
@@ -406,6 +419,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         sweep = _Sweep(args, rates, sizes, fixed, table, workload, layers, calib_tokens, started)
         report = _report(sweep, rows, failures, partial=partial)
         report["transport_loopback_gbps"] = loopback_reference
+        report["lanes"] = args.lanes
         report["pool_rows"] = pool_rows
         return report
 
@@ -464,6 +478,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     finally:
         if conn is not None:
             conn.close()
+        for lane in (worker.lanes if worker is not None else []):
+            lane.close()
         try:
             proc.wait(60)
         except subprocess.TimeoutExpired:
@@ -658,6 +674,7 @@ def markdown(report: Dict[str, Any]) -> str:
                   "(raw frames, sender busy time: GPU copies, Python and the transport)"
                   + (f"; kvserve's TCP transport alone, in the same run, {report['transport_loopback_gbps']:.2f} "
                      "Gbps (one process, two threads, records read into one buffer)"
+                     + (f"; frames striped over {report['lanes']} connections" if report.get("lanes", 1) > 1 else "")
                      if report.get("transport_loopback_gbps") else "") + ".", ""]
     lines += ["Columns: means over the point's requests. prefill: the forward pass (layers are encoded and "
               "sent from its hooks meanwhile); KV tail: prefill end to the decode side's acknowledgement; "
