@@ -882,10 +882,11 @@ class DecodeWorker:
             st["dec"].check()  # synchronises (the staging memory is free again); Corruption for a bad record
             staging.end()
             spans = [a.elapsed_time(b) / 1e3 for a, b, _ in st["events"]]
-            # Layer by layer, a span also counts the waits for the GPU while
-            # the prefill (another process on a shared GPU) holds it; the
-            # shortest one (a layer decoded once the prefill ended) times the
-            # layers is the decoder's own time.
+            # Layer by layer, a span also counts waits outside the decoder's
+            # kernels (on a GPU shared with the prefill process, most likely
+            # for the GPU while the prefill holds it); the shortest one (a
+            # layer decoded once the prefill ended) times the layers is the
+            # decoder's own time.
             timing["decode_seconds"] = min(spans) * len(spans) if st["mode"] == "layer" else sum(spans)
             timing["decode_span_seconds"] = sum(spans)
         else:
