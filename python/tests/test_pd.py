@@ -264,28 +264,29 @@ class PdPoolTest(unittest.TestCase):
         address = server.address
         store = kvpool.remote(address, secret="k")
         worker = pd.PrefillWorker(model, conn)
-        p = prompt(45, 200)
-        with torch.no_grad():
-            cache = pd.new_cache(model)
-            model(input_ids=torch.tensor([p[:-1]]), past_key_values=cache, use_cache=True)
-        kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)])
-        store.put("tiny", kvpool.prefix_hash(p[:-1]), "none", bytes(kvserve.encode(kv, "none")))
-        expected = pd.reference_tokens(model, p, 10)
-        hit = worker.run_pool(0, p, 10, source="pool", pool_address=address, model_id="tiny",
-                              profile="none")
-        self.assertTrue(hit["hit"])
-        self.assertGreater(hit["frame_bytes"], 0)
-        self.assertEqual(hit["tokens"], expected)
-        again = worker.run_pool(1, p, 10, source="recompute")
-        self.assertFalse(again["hit"])
-        self.assertEqual(again["tokens"], expected)
+        for i, (seed, n) in enumerate([(45, 200), (46, 97), (47, 151)]):
+            p = prompt(seed, n)
+            with torch.no_grad():
+                cache = pd.new_cache(model)
+                model(input_ids=torch.tensor([p[:-1]]), past_key_values=cache, use_cache=True)
+            kv = torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)])
+            store.put("tiny", kvpool.prefix_hash(p[:-1]), "none", bytes(kvserve.encode(kv, "none")))
+            expected = pd.reference_tokens(model, p, 10)
+            hit = worker.run_pool(10 * i, p, 10, source="pool", pool_address=address, model_id="tiny",
+                                  profile="none")
+            self.assertTrue(hit["hit"])
+            self.assertGreater(hit["frame_bytes"], 0)
+            self.assertEqual(hit["tokens"], expected, seed)
+            again = worker.run_pool(10 * i + 1, p, 10, source="recompute")
+            self.assertFalse(again["hit"])
+            self.assertEqual(again["tokens"], expected, seed)
         # A miss (nothing stored under this model id) and an unreachable
         # pool both fall back to recompute with the same tokens.
-        miss = worker.run_pool(2, p, 10, source="pool", pool_address=address, model_id="other")
+        miss = worker.run_pool(100, p, 10, source="pool", pool_address=address, model_id="other")
         self.assertFalse(miss["hit"])
         self.assertEqual(miss["tokens"], expected)
         server.stop()
-        down = worker.run_pool(3, p, 10, source="pool", pool_address=address, model_id="tiny",
+        down = worker.run_pool(101, p, 10, source="pool", pool_address=address, model_id="tiny",
                                profile="none")
         self.assertFalse(down["hit"])
         self.assertIn("pool_error", down)
