@@ -456,8 +456,9 @@ struct TransferStats {
 //
 // Lanes: with `lanes` (more authenticated connections to the same
 // receiver, which must pass the same lanes to ReceiveFrame in the same
-// order) the records are striped: record i goes on lane i % n, lane 0 being
-// `connection`, which also carries FRAME_BEGIN and the ACK; every lane gets
+// order) the records are striped: each goes on the lane that carried the
+// fewest record bytes of the transfer so far (lowest index on a tie), lane 0
+// being `connection`, which also carries FRAME_BEGIN and the ACK; every lane gets
 // FRAME_END (or FRAME_ABORT). Each lane is written by its own thread, so a
 // frame moves over n sockets at once (one TCP stream runs at about one
 // core's copy rate). Goodput samples cover all lanes together.
@@ -497,7 +498,7 @@ class FrameSender {
   class Splitter;
   Connection* connection_;
   std::unique_ptr<Splitter> splitter_;
-  std::unique_ptr<transport::LaneSenders> lanes_;  // null without lanes
+  std::unique_ptr<transport::LaneSenders> lanes_;  // `connection` first, then the lanes
   bool open_ = false;
   TransferStats stats_;
   double begin_time_ = 0;

@@ -204,8 +204,8 @@ class PdBenchTest(unittest.TestCase):
         # Two lanes, each shaped to half of 50 Mbps: the estimate sees the link's rate, not twice it.
         self.assertEqual(report["lanes"], 2)
         shaped = [r["estimate_gbps"] for r in sweep if r["gbps"] == 0.05]
-        self.assertLess(max(shaped[2:]), 0.075)
-        self.assertGreater(min(shaped[2:]), 0.03)
+        self.assertLess(max(shaped[2:]), 0.075)  # small frames: each lane has its own burst
+        self.assertGreater(min(shaped[2:]), 0.042)
         self.assertIn("TCP transport alone", md)
         kv_rows = [r for r in report["rows"] if r["method"] == "kvserve"]
         self.assertEqual(len(kv_rows), 4 * 2 + 4)  # sweep + link change

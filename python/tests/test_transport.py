@@ -172,7 +172,7 @@ class FrameStreamingTest(unittest.TestCase):
             try:
                 return [transport.receive_frame(conn, lambda tid, h: pieces.append(bytes(h)),
                                                 lambda r: pieces.append(bytes(r)), timeout=10, lanes=lanes)
-                        for _ in range(2)], [c.stats["messages_received"] for c in lanes]
+                        for _ in range(2)], [conn.stats["bytes_received"]] + [c.stats["bytes_received"] for c in lanes]
             finally:
                 for c in lanes:
                     c.close()
@@ -182,7 +182,7 @@ class FrameStreamingTest(unittest.TestCase):
         conn = transport.dial(t, listener.address, secret=SECRET)
         lanes = [transport.dial(t, listener.address, secret=SECRET) for _ in range(2)]
         sent = [transport.send_frame(conn, i, frame, lanes=lanes) for i in range(2)]
-        (got, lane_messages) = peer.outcome()
+        (got, lane_bytes) = peer.outcome()
         for c in [conn] + lanes:
             c.close()
         listener.close()
@@ -190,8 +190,8 @@ class FrameStreamingTest(unittest.TestCase):
         self.assertEqual(b"".join(pieces), bytes(frame) * 2)  # in order, twice
         self.assertEqual([g.records for g in got], [records, records])
         self.assertEqual([s.records for s in sent], [records, records])
-        for m in lane_messages:  # each lane carried about a third of the records
-            self.assertGreaterEqual(m, 2 * (records // 3))
+        for b in lane_bytes:  # the lanes shared the bytes about equally
+            self.assertGreater(b, 0.8 * sum(lane_bytes) / 3)
 
     def test_over_ucx(self):
         try:

@@ -1,6 +1,7 @@
 // Copyright kvserve authors. transport/frame_lanes.h.
 #include "transport/frame_lanes.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -8,8 +9,26 @@
 
 namespace kvserve::transport {
 
+size_t NextLane(std::span<const uint64_t> lane_bytes) {
+  return static_cast<size_t>(std::min_element(lane_bytes.begin(), lane_bytes.end()) - lane_bytes.begin());
+}
+
+Result<TransferStats> AcknowledgeTransfer(Connection& connection, Status verdict,
+                                          const TransferStats& stats, uint64_t sent_records,
+                                          uint64_t sent_bytes) {
+  if (verdict.ok() && (sent_records != stats.records || sent_bytes != stats.frame_bytes))
+    verdict = Status::Corruption("transfer " + std::to_string(stats.transfer_id) + ": sender sent " +
+                                 std::to_string(sent_records) + " records, received " +
+                                 std::to_string(stats.records));
+  std::vector<uint8_t> ack;
+  EncodeStatus(verdict, &ack);
+  KVSERVE_RETURN_IF_ERROR(connection.Send(kMsgFrameAck, 0, ack));
+  if (!verdict.ok()) return verdict;
+  return stats;
+}
+
 LaneSenders::LaneSenders(std::vector<Connection*> lanes)
-    : lanes_(std::move(lanes)), jobs_(lanes_.size()) {
+    : lanes_(std::move(lanes)), lane_bytes_(lanes_.size()), jobs_(lanes_.size()) {
   for (size_t k = 1; k < lanes_.size(); ++k) threads_.emplace_back([this, k] { Run(k); });
 }
 
@@ -52,7 +71,12 @@ Status LaneSenders::SendRecords(std::span<const std::span<const uint8_t>> record
       j.type = kMsgFrameRecord;
       j.status = Status::Ok();
     }
-    for (size_t j = 0; j < records.size(); ++j) jobs_[(first_index + j) % n].records.push_back(records[j]);
+    if (first_index == 0) std::fill(lane_bytes_.begin(), lane_bytes_.end(), 0);
+    for (std::span<const uint8_t> r : records) {
+      const size_t k = NextLane(lane_bytes_);
+      lane_bytes_[k] += r.size();
+      jobs_[k].records.push_back(r);
+    }
     for (size_t k = 1; k < n; ++k) jobs_[k].pending = !jobs_[k].records.empty();
   }
   cv_.notify_all();
@@ -96,7 +120,10 @@ struct Lane {
 class StripedReceiver {
  public:
   StripedReceiver(std::vector<Connection*> connections, const FrameHandler& handler)
-      : connections_(std::move(connections)), handler_(handler), lanes_(connections_.size()) {}
+      : connections_(std::move(connections)),
+        handler_(handler),
+        lanes_(connections_.size()),
+        lane_bytes_(connections_.size()) {}
 
   Result<TransferStats> Run(const Message& begin) {
     const double start = MonotonicSeconds();
@@ -133,11 +160,9 @@ class StripedReceiver {
     if (verdict_.ok()) verdict_ = std::move(s);
   }
 
-  // Lane k: records k, k + n, ... then its END (or ABORT).
+  // Lane k: the records NextLane assigns to it, then its END (or ABORT).
   void Read(size_t k) {
-    const size_t n = lanes_.size();
     Lane& lane = lanes_[k];
-    uint64_t index = k;
     for (;;) {
       LaneSlot* slot;
       {
@@ -146,17 +171,19 @@ class StripedReceiver {
         if (stop_) return;
         slot = &lane.slots[lane.filled % kSlotsPerLane];
       }
-      // Records are placed in transfer order: this one once the one before
-      // it (on another lane) has its place.
+      // Records are placed in transfer order: this one once the transfer's
+      // next record is this lane's (the sizes before it decide).
       PayloadPlacer place = [&](uint8_t type, uint64_t length) -> std::span<uint8_t> {
         if (type != kMsgFrameRecord) return {};
         std::unique_lock<std::mutex> lock(mu_);
-        lane.cv.wait(lock, [&] { return next_place_ == index || stop_; });
+        lane.cv.wait(lock, [&] { return NextLane(lane_bytes_) == k || stop_; });
         if (stop_) return {};
         std::span<uint8_t> out;
         if (handler_.place_record && VerdictOk()) out = handler_.place_record(length);
-        ++next_place_;
-        lanes_[next_place_ % n].cv.notify_all();
+        lane_bytes_[k] += length;
+        lane_of_.push_back(k);
+        for (Lane& l : lanes_) l.cv.notify_all();
+        delivered_cv_.notify_one();
         return out;
       };
       Status s = connections_[k]->ReceiveInto(&slot->message, place);
@@ -179,20 +206,16 @@ class StripedReceiver {
         std::lock_guard<std::mutex> lock(mu_);
         slot->kind = kind;
         ++lane.filled;
+        if (kind == LaneSlot::Kind::kError && failure_.ok()) failure_ = slot->error;
       }
       delivered_cv_.notify_one();
       if (kind != LaneSlot::Kind::kRecord) return;
-      index += n;
     }
   }
 
-  // Waits for lane k's next message; Release hands its slot back.
-  LaneSlot& Next(size_t k) {
-    Lane& lane = lanes_[k];
-    std::unique_lock<std::mutex> lock(mu_);
-    delivered_cv_.wait(lock, [&] { return lane.filled > lane.released; });
-    return lane.slots[lane.released % kSlotsPerLane];
-  }
+  // The head of lane k's ring once it is filled; Release hands it back.
+  LaneSlot& Head(size_t k) { return lanes_[k].slots[lanes_[k].released % kSlotsPerLane]; }
+  bool HeadFilled(size_t k) { return lanes_[k].filled > lanes_[k].released; }
   void Release(size_t k) {
     Lane& lane = lanes_[k];
     {
@@ -203,28 +226,50 @@ class StripedReceiver {
     lane.cv.notify_all();
   }
 
+  // Record i's lane once it was placed and read, or -1 once the lane it
+  // would be on ended instead (every record delivered); a lane's failure
+  // is returned as soon as it happens.
+  Result<int> NextRecordLane(uint64_t i) {
+    std::unique_lock<std::mutex> lock(mu_);
+    int lane = -1;
+    delivered_cv_.wait(lock, [&] {
+      if (!failure_.ok()) return true;
+      if (lane_of_.size() > i) {
+        lane = static_cast<int>(lane_of_[i]);
+        return HeadFilled(lane_of_[i]);
+      }
+      const size_t k = NextLane(lane_bytes_);
+      lane = -1;
+      return HeadFilled(k) && Head(k).kind != LaneSlot::Kind::kRecord;
+    });
+    if (!failure_.ok()) return failure_;
+    return lane;
+  }
+
   Result<TransferStats> Deliver(TransferStats& stats) {
     const size_t n = lanes_.size();
-    size_t ended = 0;
     for (uint64_t i = 0;; ++i) {
-      LaneSlot& slot = Next(i % n);
-      if (slot.kind == LaneSlot::Kind::kError) return Broken(slot.error);
-      if (slot.kind != LaneSlot::Kind::kRecord) {
-        ended = i % n;
-        break;
-      }
+      Result<int> lane = NextRecordLane(i);
+      if (!lane.ok()) return Broken(lane.status());
+      if (*lane < 0) break;
+      LaneSlot& slot = Head(*lane);
       const std::span<const uint8_t> record = slot.message.bytes();
       ++stats.records;
       stats.frame_bytes += record.size();
       stats.wire_bytes += kMessageHeaderBytes + record.size();
       if (VerdictOk() && handler_.on_record) SetVerdict(handler_.on_record(record));
-      Release(i % n);
+      Release(*lane);
     }
-    // Every lane ends after the last record: each one's next message is its END.
+    // Every record delivered: each lane's next message is its END (or ABORT).
     Status aborted;
     uint64_t sent_records = 0, sent_bytes = 0;
     for (size_t j = 0; j < n; ++j) {
-      LaneSlot& slot = Next((ended + j) % n);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        delivered_cv_.wait(lock, [&] { return HeadFilled(j) || !failure_.ok(); });
+        if (!HeadFilled(j)) return Broken(failure_);
+      }
+      LaneSlot& slot = Head(j);
       if (slot.kind == LaneSlot::Kind::kError) return Broken(slot.error);
       if (slot.kind == LaneSlot::Kind::kRecord)
         return Broken(Status::Corruption("a record after the end of transfer " +
@@ -244,20 +289,12 @@ class StripedReceiver {
     }
     if (!aborted.ok())
       return aborted.WithContext("transfer " + std::to_string(stats.transfer_id) + " aborted by sender");
-    if (VerdictOk() && (sent_records != stats.records || sent_bytes != stats.frame_bytes))
-      SetVerdict(Status::Corruption("transfer " + std::to_string(stats.transfer_id) + ": sender sent " +
-                                    std::to_string(sent_records) + " records, received " +
-                                    std::to_string(stats.records)));
     Status verdict;
     {
       std::lock_guard<std::mutex> lock(verdict_mu_);
       verdict = verdict_;
     }
-    std::vector<uint8_t> ack;
-    EncodeStatus(verdict, &ack);
-    KVSERVE_RETURN_IF_ERROR(connections_[0]->Send(kMsgFrameAck, 0, ack));
-    if (!verdict.ok()) return verdict;
-    return stats;
+    return AcknowledgeTransfer(*connections_[0], std::move(verdict), stats, sent_records, sent_bytes);
   }
 
   Status Broken(Status s) {
@@ -269,8 +306,10 @@ class StripedReceiver {
   const FrameHandler& handler_;
   std::vector<Lane> lanes_;
   std::mutex mu_;
-  std::condition_variable delivered_cv_;  // the delivering thread: a slot filled
-  uint64_t next_place_ = 0;
+  std::condition_variable delivered_cv_;  // the delivering thread: a slot filled, a record placed
+  std::vector<uint64_t> lane_bytes_;      // record bytes placed per lane (NextLane's input)
+  std::vector<size_t> lane_of_;           // the lane of each record placed so far
+  Status failure_;                        // the first lane's error
   bool stop_ = false;
   bool broken_ = false;
   std::mutex verdict_mu_;

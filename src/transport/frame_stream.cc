@@ -109,10 +109,8 @@ class FrameSender::Splitter final : public ByteSink {
 
 FrameSender::FrameSender(Connection* connection, std::vector<Connection*> lanes)
     : connection_(connection), splitter_(std::make_unique<Splitter>(this)) {
-  if (!lanes.empty()) {
-    lanes.insert(lanes.begin(), connection);
-    lanes_ = std::make_unique<transport::LaneSenders>(std::move(lanes));
-  }
+  lanes.insert(lanes.begin(), connection);
+  lanes_ = std::make_unique<transport::LaneSenders>(std::move(lanes));
 }
 FrameSender::~FrameSender() = default;
 
@@ -139,15 +137,7 @@ Status FrameSender::SendRecord(std::span<const uint8_t> record) { return SendRec
 Status FrameSender::SendRecords(std::span<const std::span<const uint8_t>> records) {
   if (!open_) return Status::InvalidArgument("FrameSender::SendRecord outside a transfer");
   const double start = MonotonicSeconds();
-  Status s;
-  if (lanes_) {
-    s = lanes_->SendRecords(records, stats_.records);
-  } else {
-    for (std::span<const uint8_t> r : records) {
-      s = connection_->Send(kMsgFrameRecord, 0, r);
-      if (!s.ok()) break;
-    }
-  }
+  Status s = lanes_->SendRecords(records, stats_.records);
   if (!s.ok()) {
     open_ = false;
     return s;
@@ -172,10 +162,9 @@ Result<TransferStats> FrameSender::Finish() {
   transport::PutU64(end + 8, stats_.frame_bytes);
   const double start = MonotonicSeconds();
   const std::span<const uint8_t> end_payload(end, 16);
-  KVSERVE_RETURN_IF_ERROR(lanes_ ? lanes_->SendOnEveryLane(kMsgFrameEnd, end_payload)
-                                 : connection_->Send(kMsgFrameEnd, 0, end_payload));
+  KVSERVE_RETURN_IF_ERROR(lanes_->SendOnEveryLane(kMsgFrameEnd, end_payload));
   stats_.busy_seconds += MonotonicSeconds() - start;
-  stats_.wire_bytes += (lanes_ ? lanes_->size() : 1) * (transport::kMessageHeaderBytes + 16);
+  stats_.wire_bytes += lanes_->size() * (transport::kMessageHeaderBytes + 16);
   Message ack;
   KVSERVE_RETURN_IF_ERROR(connection_->Receive(&ack));
   const double now = MonotonicSeconds();
@@ -200,8 +189,7 @@ Status FrameSender::Abort(const Status& reason) {
   open_ = false;
   std::vector<uint8_t> payload;
   transport::EncodeStatus(reason.ok() ? Status::Internal("aborted") : reason, &payload);
-  return lanes_ ? lanes_->SendOnEveryLane(kMsgFrameAbort, payload)
-                : connection_->Send(kMsgFrameAbort, 0, payload);
+  return lanes_->SendOnEveryLane(kMsgFrameAbort, payload);
 }
 
 ByteSink& FrameSender::sink(uint64_t transfer_id) {
@@ -262,18 +250,10 @@ Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& be
           "transfer " + std::to_string(stats.transfer_id) + " aborted by sender");
     }
     if (m.type == kMsgFrameEnd && m.payload.size() == 16) {
-      uint64_t records = transport::GetU64(m.payload.data());
-      uint64_t bytes = transport::GetU64(m.payload.data() + 8);
-      if (verdict.ok() && (records != stats.records || bytes != stats.frame_bytes))
-        verdict = Status::Corruption("transfer " + std::to_string(stats.transfer_id) +
-                                     ": sender sent " + std::to_string(records) +
-                                     " records, received " + std::to_string(stats.records));
-      std::vector<uint8_t> ack;
-      transport::EncodeStatus(verdict, &ack);
-      KVSERVE_RETURN_IF_ERROR(connection.Send(kMsgFrameAck, 0, ack));
       stats.elapsed_seconds = MonotonicSeconds() - begin;
-      if (!verdict.ok()) return verdict;
-      return stats;
+      return transport::AcknowledgeTransfer(connection, verdict, stats,
+                                            transport::GetU64(m.payload.data()),
+                                            transport::GetU64(m.payload.data() + 8));
     }
     Status s = Status::Corruption("unexpected message type " + std::to_string(m.type) +
                                   " inside transfer " + std::to_string(stats.transfer_id));

@@ -298,8 +298,8 @@ TEST_P(FrameStreamTest, SenderAbortReachesReceiver) {
 }
 
 // Lanes: the records of a frame striped over 3 connections arrive in order
-// (placed back to back, decoded as one-shot decoding gives), each lane
-// carried its share, and one goodput sample covers them all; an abort
+// (placed back to back, decoded as one-shot decoding gives), the lanes
+// carried about equal bytes, and one goodput sample covers them all; an abort
 // reaches the receiver on every lane and the lanes stay usable; a lane
 // that breaks fails both sides instead of leaving a reader blocked.
 TEST_P(FrameStreamTest, LanesStripeRecordsInOrder) {
@@ -357,9 +357,11 @@ TEST_P(FrameStreamTest, LanesStripeRecordsInOrder) {
     EXPECT_TRUE(std::equal(arena.begin(), arena.end(), frame.begin() + static_cast<long>(header)));
     EXPECT_EQ(std::memcmp(sd.out.bytes(), expected.bytes(), expected.size_bytes()), 0);
   }
-  // Every lane carried records (about a third each).
+  // The lanes shared the bytes: each carried at least 0.8 of an equal share.
+  uint64_t total = 0;
+  for (const Link& l : links) total += l.receiver->stats().bytes_received;
   for (const Link& l : links)
-    EXPECT_GT(l.receiver->stats().messages_received, 2 * info->chunk_count / 3) << "a lane idle";
+    EXPECT_GT(l.receiver->stats().bytes_received, total / 3 * 8 / 10) << "lanes out of balance";
   std::lock_guard<std::mutex> lock(goodput.mu);
   EXPECT_EQ(goodput.samples.size(), 2u);  // one per finished transfer, lanes together
 }
