@@ -193,6 +193,25 @@ class FrameStreamingTest(unittest.TestCase):
         for b in lane_bytes:  # the lanes shared the bytes about equally
             self.assertGreater(b, 0.8 * sum(lane_bytes) / 3)
 
+    def test_loopback_bench_measures_sockets_and_lanes(self):
+        import contextlib
+        import io
+        import re
+
+        from kvserve.bench import loopback
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            loopback.main(["--streams", "1,2", "--lanes", "1,2", "--mb", "8", "--repeats", "2"])
+        rows = [l for l in out.getvalue().splitlines() if not l.startswith("#")]
+        self.assertEqual([l.split(":")[0].split(" (")[0] for l in rows],
+                         ["plain sockets, 1 streams", "plain sockets, 2 streams",
+                          "kvserve transport, 1 lanes", "kvserve transport, 2 lanes"])
+        for l in rows:
+            rates = [float(x) for x in re.findall(r"[0-9.]+", l.split(":")[1])]
+            self.assertEqual(len(rates), 2, l)
+            self.assertTrue(all(r > 0 for r in rates), l)
+
     def test_over_ucx(self):
         try:
             t = transport.ucx(tls="tcp", secret=SECRET)

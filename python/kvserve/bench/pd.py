@@ -39,13 +39,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import kvserve
 from kvserve import hf, pd, profiling, transport
+from kvserve.bench.loopback import transport_loopback_gbps
 
 RAW = "none"
 # What the paper reports for the same experiment (its §7.2 and artifact), for the report.
@@ -185,52 +185,6 @@ def prefill_kv(model: Any, tokens: int, seed: int) -> tuple:
     vocab = int(getattr(model.config, "vocab_size", 96))
     kv = prompt_kv(model, [rng.randrange(1, vocab) for _ in range(tokens)])
     return kv, pd._DTYPES[str(kv.dtype)]
-
-
-def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int = 1) -> float:
-    """Goodput (Gbit/s) of kvserve's TCP transport alone over this
-    machine's unshaped loopback: ``frame`` (bytes-like, a whole frame) sent
-    ``sends`` times between two threads of this process, striped over
-    ``lanes`` connections, the receiver reading the records straight into
-    one buffer (no Python per record); the mean of frame bytes / sender busy
-    seconds. The reference for the sweep's rate-0 point, which adds the
-    workers' GPU copies and Python."""
-    import numpy  # noqa: PLC0415
-
-    t = transport.tcp()
-    listener = t.listen("127.0.0.1:0")
-    arena = numpy.empty(len(frame), dtype=numpy.uint8)
-    errors: List[BaseException] = []
-
-    def receive() -> None:
-        try:
-            conns = [transport.accept(listener, timeout=30, secret=secret) for _ in range(lanes)]
-            try:
-                for _ in range(sends):
-                    transport.receive_frame(conns[0], lambda _tid, _h: arena, None, timeout=120,
-                                            lanes=conns[1:] or None)
-            finally:
-                for c in conns:
-                    c.close()
-        except BaseException as e:  # re-raised on the calling thread
-            errors.append(e)
-
-    thread = threading.Thread(target=receive, daemon=True)
-    thread.start()
-    rates = []
-    conns = [transport.dial(t, listener.address, secret=secret) for _ in range(lanes)]
-    try:
-        for i in range(sends):
-            stats = transport.send_frame(conns[0], i, frame, lanes=conns[1:] or None)
-            rates.append(kvserve.bytes_per_second_to_gbps(stats.frame_bytes / stats.busy_seconds))
-    finally:
-        for c in conns:
-            c.close()
-        thread.join(120)
-        listener.close()
-    if errors:
-        raise errors[0]
-    return statistics.fmean(rates)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

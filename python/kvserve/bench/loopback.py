@@ -1,0 +1,142 @@
+"""Loopback throughput on this machine: plain TCP sockets with 1..n parallel
+streams, and kvserve's transport with 1..n lanes, in one run.
+
+    python -m kvserve.bench.loopback --streams 1,2,4,8 --lanes 1,2,4 --mb 1024
+
+One TCP stream moves about one core's copy rate; the plain-socket rows say
+what several streams could reach here, the transport rows what kvserve's
+lanes (docs/transport.md, "Lanes") do reach. Each size is sent
+``--repeats`` times; every measurement is printed (no best-of).
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import sys
+import threading
+import time
+from typing import Any, List, Optional, Sequence
+
+import kvserve
+from kvserve import transport
+
+
+def plain_socket_gbps(streams: int, nbytes: int) -> float:
+    """Gbit/s of ``nbytes`` sent over ``streams`` plain loopback TCP
+    connections at once (a sender and a receiver thread each, ``sendall`` /
+    ``recv_into`` with the GIL released; Nagle and buffers left at the
+    OS defaults), from the first byte sent to the last one received."""
+    import numpy  # noqa: PLC0415
+
+    part = nbytes // streams
+    src = numpy.ones(part * streams, dtype=numpy.uint8)
+    out = numpy.empty(part * streams, dtype=numpy.uint8)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(streams)
+
+    def receive() -> None:
+        c, _ = listener.accept()
+        index = int.from_bytes(c.recv(1), "little")
+        view, got = memoryview(out)[index * part:(index + 1) * part], 0
+        while got < part:
+            got += c.recv_into(view[got:], min(part - got, 8 << 20))
+        c.close()
+
+    receivers = [threading.Thread(target=receive) for _ in range(streams)]
+    for t in receivers:
+        t.start()
+    socks = [socket.create_connection(listener.getsockname()) for _ in range(streams)]
+
+    def send(i: int) -> None:
+        socks[i].sendall(bytes([i]))
+        socks[i].sendall(memoryview(src)[i * part:(i + 1) * part])
+
+    start = time.monotonic()
+    senders = [threading.Thread(target=send, args=(i,)) for i in range(streams)]
+    for t in senders:
+        t.start()
+    for t in senders + receivers:
+        t.join()
+    seconds = time.monotonic() - start
+    for c in socks:
+        c.close()
+    listener.close()
+    return part * streams * 8 / seconds / 1e9
+
+
+def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int = 1) -> float:
+    """Goodput (Gbit/s) of kvserve's TCP transport alone over this
+    machine's unshaped loopback: ``frame`` (bytes-like, a whole frame) sent
+    ``sends`` times between two threads of this process, striped over
+    ``lanes`` connections, the receiver reading the records straight into
+    one buffer (no Python per record); the mean of frame bytes / sender busy
+    seconds. The reference for a PD sweep's rate-0 point, which adds the
+    workers' GPU copies and Python."""
+    import numpy  # noqa: PLC0415
+
+    t = transport.tcp()
+    listener = t.listen("127.0.0.1:0")
+    arena = numpy.empty(len(frame), dtype=numpy.uint8)
+    errors: List[BaseException] = []
+
+    def receive() -> None:
+        try:
+            conns = [transport.accept(listener, timeout=30, secret=secret) for _ in range(lanes)]
+            try:
+                for _ in range(sends):
+                    transport.receive_frame(conns[0], lambda _tid, _h: arena, None, timeout=120,
+                                            lanes=conns[1:] or None)
+            finally:
+                for c in conns:
+                    c.close()
+        except BaseException as e:  # re-raised on the calling thread
+            errors.append(e)
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    rates = []
+    conns = [transport.dial(t, listener.address, secret=secret) for _ in range(lanes)]
+    try:
+        for i in range(sends):
+            stats = transport.send_frame(conns[0], i, frame, lanes=conns[1:] or None)
+            rates.append(kvserve.bytes_per_second_to_gbps(stats.frame_bytes / stats.busy_seconds))
+    finally:
+        for c in conns:
+            c.close()
+        thread.join(120)
+        listener.close()
+    if errors:
+        raise errors[0]
+    return statistics.fmean(rates)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kvserve.bench.loopback", description=__doc__.split("\n\n")[0])
+    p.add_argument("--streams", default="1,2,4,8", help="plain-socket stream counts (empty: none)")
+    p.add_argument("--lanes", default="1,2,4", help="kvserve transport lane counts (empty: none)")
+    p.add_argument("--mb", type=int, default=1024, help="bytes per measurement, MiB")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    nbytes = args.mb << 20
+    print(f"# loopback, {nbytes >> 20} MiB per measurement, {args.repeats} repeats", flush=True)
+    for s in (int(x) for x in args.streams.split(",") if x):
+        print(f"plain sockets, {s} streams:", [round(plain_socket_gbps(s, nbytes), 1) for _ in range(args.repeats)],
+              "Gbps", flush=True)
+    lanes = [int(x) for x in args.lanes.split(",") if x]
+    if lanes:
+        import numpy  # noqa: PLC0415
+
+        # A raw frame of f16 KV: records of one layer's keys or values.
+        tokens = max(1, nbytes // (32 * 2 * 8 * 128 * 2))
+        frame = kvserve.encode(numpy.ones((32, 2, 8, tokens, 128), dtype=numpy.float16), "none")
+        for n in lanes:
+            rates = [round(transport_loopback_gbps(frame, "loopback-bench", sends=1, lanes=n), 1)
+                     for _ in range(args.repeats)]
+            print(f"kvserve transport, {n} lanes ({len(frame) >> 20} MiB frame):", rates, "Gbps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
