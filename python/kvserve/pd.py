@@ -306,6 +306,7 @@ class _LayerSender(threading.Thread):
         self.encode_seconds = 0.0
         self.kv_bytes = 0
         self.error: Optional[BaseException] = None
+        self.streamed = True  # each layer's records leave as they are encoded
 
     def run(self) -> None:
         try:
@@ -372,7 +373,7 @@ class _GpuLayerStream:
     def on_layer(self, layer: int, k: Any, v: Any) -> None:
         """Called from the forward hook of decoder layer ``layer``."""
         torch = self.torch
-        static = self.encoder.frame_size_is_static
+        static = self.streamed
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         if layer == 0:
@@ -407,6 +408,12 @@ class _GpuLayerStream:
 
     def join(self) -> None:
         self.thread.join()
+
+    @property
+    def streamed(self) -> bool:
+        """True when each layer's records leave as they are encoded (pack);
+        a rANS frame leaves whole after its last layer."""
+        return self.encoder.frame_size_is_static
 
     @property
     def encode_seconds(self) -> float:
@@ -602,10 +609,8 @@ class PrefillWorker:
         end = time.monotonic()
         kv_seconds = kv_done - prefill_end
         kv_movement = kv_done - state.get("kv_start", prefill_end)
-        # A GPU rANS frame leaves whole after the last layer: its stages run one after another.
-        streamed = not (gpu and not streamer.encoder.frame_size_is_static)
         observed = self.pipeline_seconds(streamer.encode_seconds, stats.busy_seconds, reply["decode_seconds"],
-                                         streamed=streamed)
+                                         streamed=streamer.streamed)
         if d is not None:
             self.controller.observe(d, observed)
         return RequestResult(
@@ -1071,10 +1076,9 @@ def deterministic() -> None:
 def freeze_heap() -> None:
     """Moves every object alive now (the model, the imported libraries)
     out of the garbage collector's generations (``gc.freeze``), so that the
-    collections a request's allocations trigger do not scan them: in a
-    process holding torch and transformers a full collection otherwise
-    pauses a request by tens of milliseconds at random. Call once the
-    model is loaded."""
+    collections a request's allocations trigger do not scan them (a full
+    collection otherwise walks every object torch and transformers hold,
+    at a moment no request chooses). Call once the model is loaded."""
     import gc  # noqa: PLC0415
 
     gc.collect()

@@ -156,10 +156,13 @@ class PipelineSecondsTest(unittest.TestCase):
             e, n, d = (rng.uniform(0.0, 1.0) for _ in range(3))
             streamed = pd.PrefillWorker.pipeline_seconds(w, e, n, d)
             whole = pd.PrefillWorker.pipeline_seconds(w, e, n, d, streamed=False)
-            self.assertAlmostEqual(whole, e / 32 + n + d)
             self.assertGreaterEqual(streamed, max(e, n, d) - 1e-12)  # the slowest stage paces it
             self.assertLessEqual(streamed, e + n + d + 1e-12)
-            self.assertGreaterEqual(whole + 1e-12, streamed - e * 31 / 32)
+            # A whole frame waits only for its last layer's encode, then sends and decodes it all.
+            self.assertAlmostEqual(whole, e / 32 + n + d)
+            # With the encode out of the way, overlapping send and decode never loses.
+            self.assertGreaterEqual(pd.PrefillWorker.pipeline_seconds(w, 0.0, n, d, streamed=False) + 1e-12,
+                                    pd.PrefillWorker.pipeline_seconds(w, 0.0, n, d))
 
 
 class PdBenchTest(unittest.TestCase):
