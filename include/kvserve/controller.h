@@ -66,6 +66,13 @@ struct ProfileCost {
   double decode_bytes_per_second = kInfinity;
   // Fixed per-request overhead t0_p (kernel launches, metadata), seconds, >= 0.
   double overhead_seconds = 0.0;
+  // Whether each layer's records can leave as soon as that layer is encoded
+  // (the streamed model's assumption). False for a codec whose frame exists
+  // only once every layer is encoded (a GPU rANS frame: its size is known at
+  // the end): the streamed model then overlaps its encode alone with the
+  // source, and sends and decodes the whole frame after it. The serial model
+  // ignores it. JSON key "streamed" (written only when false).
+  bool streamed = true;
   // Quality q_p(w) per workload name, relative to uncompressed (raw = 1).
   // A workload absent from the map makes the profile ineligible for it.
   std::map<std::string, double, std::less<>> quality;
@@ -154,18 +161,29 @@ double SerialSeconds(const ProfileCost& p, double kv_bytes, double bandwidth);
 // Flow shop of L identical jobs with stage times e = V/(L s_enc),
 // n = V/(L B cr), d = V/(L s_dec):  T = t0 + e + n + d + (L-1) max(e, n, d).
 // Equals SerialSeconds when L = 1; raw is V/B for every L.
+//
+// `source_seconds` S >= 0 is the time the source takes to produce the L
+// layers (a prefill's forward pass, one layer every s = S/L): a fourth stage
+// in front of the three. The result is then the time from the source's end
+// to the last layer decoded, the part of the movement the source does not
+// hide: t0 + e + n + d + (L-1) (max(s, e, n, d) - s). S = 0 gives the formula
+// above; when the source is the slowest stage only one layer's worth is left.
+// A profile with `streamed` false overlaps only its encode with the source:
+// t0 + e + (L-1) (max(s, e) - s) + L (n + d).
 double StreamedSeconds(const ProfileCost& p, double kv_bytes, double bandwidth,
-                       int layers);
-// Dispatches on `model.kind`.
+                       int layers, double source_seconds = 0.0);
+// Dispatches on `model.kind`; the serial model overlaps nothing with the
+// source and ignores `source_seconds`.
 double PredictSeconds(const LatencyModel& model, const ProfileCost& p,
-                      double kv_bytes, double bandwidth);
+                      double kv_bytes, double bandwidth, double source_seconds = 0.0);
 
 // Theorem 6.1: B*_p = (1 - 1/cr_p) s_p with s_p = 1/(1/s_enc + 1/s_dec),
 // ignoring t0. Compression with p is faster than raw (serial model, t0 = 0)
 // iff B < B*_p. 0 when cr <= 1; +inf when both codec speeds are infinite
 // and cr > 1.
 double BenefitThreshold(const ProfileCost& p);
-// The exact threshold for request size V under `model`, including t0:
+// The exact threshold for request size V under `model`, including t0, with
+// nothing overlapping a source (source_seconds 0):
 // PredictSeconds(p, V, B) < V/B iff B < the returned value (0 if never).
 // For the serial model (1 - 1/cr) / (t0/V + 1/s_p) <= BenefitThreshold(p).
 double BenefitThresholdForSize(const LatencyModel& model, const ProfileCost& p,
@@ -341,6 +359,13 @@ struct ControllerRequest {
   // ratios; an entry <= 0 (and raw's, always): that profile's table ratio.
   // Not owned; must stay valid during Decide.
   std::span<const double> frame_bytes;
+  // How long the source takes to produce the KV that streams out layer by
+  // layer while it runs (the prefill's forward pass, predicted), seconds,
+  // finite and >= 0. With the streamed model the prediction is then the
+  // movement left after the source ends (StreamedSeconds), which is what a
+  // request waits for; feed Observe the same span (source end to the last
+  // layer decoded). 0: nothing overlaps the source.
+  double source_seconds = 0.0;
 };
 
 enum class ControllerAction : uint8_t { kSend = 0, kRecompute = 1 };
@@ -362,6 +387,7 @@ struct Decision {
   double bandwidth = 0.0;             // the request's B
   double compression_ratio = 1.0;     // the CR the prediction used (request's or table's)
   double codec_factor = 1.0;          // the learned codec factor the prediction used
+  double source_seconds = 0.0;        // the request's source_seconds
 };
 
 // What the transport measured for one request (Controller::Observe).

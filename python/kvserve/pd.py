@@ -6,10 +6,12 @@ sender thread that encodes it (``Encoder.encode_layer``) and streams its
 chunk records over a :class:`kvserve.transport.Connection` while the next
 layers run. A :class:`DecodeWorker` decodes each record into its cache as
 it arrives (``transport.receive_kv``), then generates greedily from that
-cache. The profile per request is fixed (``"none"``, ``"kivi-2"``, ...) or
-chosen by a :class:`kvserve.Controller` from the bandwidth the connection
-measured, the request's SLO and its quality floor (``method="kvserve"``);
-the controller's bandit then learns from the measured KV time.
+cache (:mod:`kvserve.generation`). The profile per request is fixed
+(``"none"``, ``"kivi-2"``, ...) or chosen by a :class:`kvserve.Controller`
+from the bandwidth the connection measured, the request's SLO, its quality
+floor and the prefill's predicted time, which the streamed latency model
+overlaps the movement with (``method="kvserve"``); the controller's bandit
+then learns from the measured KV time after the prefill.
 
 Models follow the transformers calling convention (``model(input_ids=...,
 past_key_values=cache, use_cache=True)`` returning ``.logits`` and
@@ -38,8 +40,10 @@ import argparse
 import functools
 import inspect
 import json
+import math
 import os
 import queue
+import statistics
 import sys
 import threading
 import time
@@ -47,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import kvserve
-from kvserve import hf, transport
+from kvserve import generation, hf, transport
 
 MSG_REQUEST = transport.FIRST_USER_TYPE
 MSG_FIRST = transport.FIRST_USER_TYPE + 1
@@ -238,24 +242,25 @@ def kv_digest(layers: Sequence[Tuple[Any, Any]]) -> int:
 
 
 def reference_tokens(model: Any, prompt_ids: Sequence[int], max_new_tokens: int,
-                     digest: Optional[List[int]] = None) -> List[int]:
+                     digest: Optional[List[int]] = None, generator: Any = None) -> List[int]:
     """Greedy tokens of a single-process run (no KV movement): what the
-    decode worker must produce through a lossless profile. ``digest`` (a
-    list) receives the :func:`kv_digest` of the prompt's KV."""
+    decode worker must produce through a lossless profile. The steps after
+    the prefill's token run through ``generator`` (a
+    :class:`kvserve.generation.Generator` of ``model``; a new one when None),
+    as the decode worker's do. ``digest`` (a list) receives the
+    :func:`kv_digest` of the prompt's KV."""
     torch = _torch()
     device = next(model.parameters()).device
+    generator = generator if generator is not None else generation.Generator(model)
     with torch.no_grad():
         cache = new_cache(model)
         out = model(input_ids=torch.tensor([list(prompt_ids)], device=device), past_key_values=cache,
                     use_cache=True, **last_logits_only(model))
+        layers = hf.cache_layers(cache)
         if digest is not None:
-            digest.append(kv_digest(hf.cache_layers(cache)))
-        tokens = [int(out.logits[0, -1].argmax())]
-        for _ in range(max_new_tokens - 1):
-            out = model(input_ids=torch.tensor([[tokens[-1]]], device=device),
-                        past_key_values=out.past_key_values, use_cache=True)
-            tokens.append(int(out.logits[0, -1].argmax()))
-    return tokens
+            digest.append(kv_digest(layers))
+        first = int(out.logits[0, -1].argmax())
+    return [first] + generator.generate(layers, first, max_new_tokens - 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +290,7 @@ class RequestResult:
     ttft_seconds: float           # to the decode worker's first own token
     jct_seconds: float            # to the RESULT with every token
     predicted_kv_seconds: float = 0.0  # the controller's prediction (kvserve method), else 0
-    observed_kv_seconds: float = 0.0   # PrefillWorker.pipeline_seconds (the bandit is told it for kvserve)
+    observed_kv_seconds: float = 0.0   # what the bandit is told for kvserve: kv_seconds
     kv_digest: Optional[int] = None    # kv_digest of the KV the decode side received (run(digest=True))
     gpu_codec: bool = False       # encoded on the GPU (else the CPU codec, layer by layer)
     decode_gpu_codec: bool = False  # decoded on the GPU
@@ -437,6 +442,32 @@ class _GpuLayerStream:
             self.error = e
 
 
+class PrefillClock:
+    """Predicts how long the prefill of a prompt takes from the prefills
+    this worker ran: the median of the last ``keep`` of that exact length;
+    for a length not seen yet, the nearest seen length's scaled by the
+    token ratio (a prefill is at least linear in its tokens); 0 before any
+    (nothing assumed to overlap). It is the ``source_seconds`` the
+    controller's streamed model overlaps KV movement with."""
+
+    def __init__(self, keep: int = 5) -> None:
+        self.keep = keep
+        self._seen: Dict[int, List[float]] = {}
+
+    def observe(self, tokens: int, seconds: float) -> None:
+        """Records one prefill of ``tokens`` tokens that took ``seconds``."""
+        if tokens > 0 and seconds > 0 and math.isfinite(seconds):
+            self._seen.setdefault(tokens, []).append(seconds)
+            del self._seen[tokens][:-self.keep]
+
+    def predict(self, tokens: int) -> float:
+        """Seconds a prefill of ``tokens`` tokens is expected to take."""
+        if not self._seen or tokens <= 0:
+            return 0.0
+        nearest = min(self._seen, key=lambda t: (abs(math.log(t / tokens)), t))
+        return statistics.median(self._seen[nearest]) * tokens / nearest
+
+
 class PrefillWorker:
     """The prefill side: one connection to a decode worker.
 
@@ -460,6 +491,7 @@ class PrefillWorker:
         self.gpu_codec = gpu_codec
         self._kv_bytes_per_token: Optional[int] = None
         self.lanes: List[Any] = []
+        self.prefill_clock = PrefillClock()
 
     def open_lanes(self, dial: Callable[[], Any], count: int) -> None:
         """Opens ``count`` lanes to the decode worker: tells it on the
@@ -544,15 +576,21 @@ class PrefillWorker:
             if self.controller is None:
                 raise ValueError("method 'kvserve' needs a controller")
             kv_bytes = kv_bytes if kv_bytes is not None else self.kv_bytes_for(len(prompt_ids))
+            source = self.prefill_clock.predict(len(prompt_ids))
             d = self.controller.choose(self.workload, kv_bytes=kv_bytes,
                                        peer=peer or self.connection.peer_id,
-                                       slo_seconds=slo_seconds, quality_min=quality_min)
+                                       slo_seconds=slo_seconds, quality_min=quality_min, source_seconds=source)
             # "recompute" (nothing meets the SLO) is not served by this module: raw instead.
             spec = d.spec if d.action == "send" else "none"
             decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible,
-                        "decide_seconds": time.monotonic() - start}
+                        "decide_seconds": time.monotonic() - start, "source_seconds": source}
             if self.controller.estimator is not None:  # the bandwidth the decision saw, bytes/s
-                decision["bandwidth"] = self.controller.estimator.estimate(peer or self.connection.peer_id)
+                bandwidth = self.controller.estimator.estimate(peer or self.connection.peer_id)
+                decision["bandwidth"] = bandwidth
+                # raw's time in the same model, beside the choice's
+                decision["raw_seconds"] = kvserve.predict_seconds(
+                    kvserve.ProfileCost("none", 1.0), kv_bytes, bandwidth, "streamed", self.layers,
+                    source_seconds=source)
             predicted = d.predicted_seconds
         else:
             spec = method
@@ -609,8 +647,11 @@ class PrefillWorker:
         end = time.monotonic()
         kv_seconds = kv_done - prefill_end
         kv_movement = kv_done - state.get("kv_start", prefill_end)
-        observed = self.pipeline_seconds(streamer.encode_seconds, stats.busy_seconds, reply["decode_seconds"],
-                                         streamed=streamer.streamed)
+        self.prefill_clock.observe(len(prompt_ids), prefill_end - start)
+        # The bandit is told what the prediction was for (the streamed model
+        # with the prefill as its source): the movement left after the
+        # prefill, which is what the request waited for.
+        observed = max(kv_seconds, 1e-6)
         if d is not None:
             self.controller.observe(d, observed)
         return RequestResult(
@@ -626,24 +667,6 @@ class PrefillWorker:
             predicted_kv_seconds=predicted, observed_kv_seconds=observed, decision=decision,
             kv_digest=reply.get("kv_digest"), step_seconds=reply.get("step_seconds", []),
             decode_span_seconds=reply.get("decode_span_seconds", reply["decode_seconds"]))
-
-    def pipeline_seconds(self, encode: float, busy: float, decode: float, streamed: bool = True) -> float:
-        """The bandit's feedback: the request's KV-movement time in the terms
-        of the streamed latency model the decision was predicted with, from
-        the stage totals it measured (encoder time, the sender's blocked
-        time, decoder time): each of L layers through encode, send and
-        decode, the slowest stage pacing, i.e. (e + n + d) / L + (L - 1) / L
-        * max(e, n, d). A frame that is not streamed (``streamed=False``: a
-        GPU rANS frame, sent once its last layer is encoded) pays its last
-        layer's encode, then the whole send, then the whole decode: e / L +
-        n + d. Layer 0's encode start to the acknowledgement would also count
-        the wait for the prefill to produce the layers, which no profile
-        shortens, and would teach the bandit that whichever profile ran on
-        short prompts or fast links is slow."""
-        l = max(1, self.layers)
-        if not streamed:
-            return encode / l + busy + decode
-        return (encode + busy + decode) / l + (l - 1) / l * max(encode, busy, decode)
 
     @staticmethod
     def _hook(layer: int, cache: Any, on_layer: Callable[[int, Any, Any], None]) -> Callable[..., None]:
@@ -762,9 +785,11 @@ class _PinnedStaging:
 
 class DecodeWorker:
     """The decode side: serves requests from one prefill connection until
-    STOP (or the peer closes). Each frame is decoded record by record into a
-    new cache as it arrives (CPU codec), moved to the model's device and
-    dtype, and generation continues from the prefill's first token."""
+    STOP (or the peer closes). Each frame is decoded record by record as it
+    arrives (on the GPU for pack and rANS frames when the model is there,
+    else by the CPU codec), and generation continues from the prefill's
+    first token through :attr:`generator` (a
+    :class:`kvserve.generation.Generator`: CUDA-graph steps on a GPU)."""
 
     def __init__(self, model: Any, connection: Any, threads: int = 1, gpu_codec: bool = True,
                  secret: str = "", listener: Any = None) -> None:
@@ -778,6 +803,7 @@ class DecodeWorker:
         self._staging = _PinnedStaging()
         self.served = 0
         self.stopped = False  # the peer sent STOP (not merely closed)
+        self.generator = generation.Generator(model)
         self.step_seconds: List[float] = []  # the last generation's step times
 
     def serve(self) -> int:
@@ -915,37 +941,23 @@ class DecodeWorker:
         b.record()
         return a, b, on_device
 
-    def _generate(self, cache: Any, last: int, max_new_tokens: int) -> Tuple[List[int], float, float]:
-        """Greedy tokens after ``last`` from ``cache``: (tokens, first step s,
-        all steps s); ``max_new_tokens - 1`` steps (``last`` is the first)."""
-        torch = _torch()
-        device = next(self.model.parameters()).device
-        tokens: List[int] = []
-        step_start = time.monotonic()
-        first_step = 0.0
-        self.step_seconds = []
-        with torch.no_grad():
-            for i in range(max_new_tokens - 1):
-                t = time.monotonic()
-                o = self.model(input_ids=torch.tensor([[last]], device=device), past_key_values=cache,
-                               use_cache=True)
-                cache = o.past_key_values
-                last = int(o.logits[0, -1].argmax())
-                tokens.append(last)
-                self.step_seconds.append(time.monotonic() - t)
-                if i == 0:
-                    first_step = time.monotonic() - step_start
-        return tokens, first_step, time.monotonic() - step_start
+    def _generate(self, layers: Sequence[Tuple[Any, Any]], last: int, max_new_tokens: int
+                  ) -> Tuple[List[int], float, float]:
+        """Greedy tokens after ``last`` from the KV ``layers`` (per layer
+        ``(K, V)``), through :attr:`generator`: (tokens, first step s, all
+        steps s, the copy into its cache included); ``max_new_tokens - 1``
+        steps (``last`` is the first)."""
+        start = time.monotonic()
+        tokens = self.generator.generate(layers, last, max_new_tokens - 1)
+        self.step_seconds = list(self.generator.step_seconds)
+        first_step = self.generator.load_seconds + (self.step_seconds[0] if self.step_seconds else 0.0)
+        return tokens, first_step, time.monotonic() - start
 
-    def _cache_from(self, buffer: Any) -> Any:
-        """A new cache holding the 5-D KV ``buffer`` (moved to the model's
-        device and dtype)."""
-        param = next(self.model.parameters())
-        buffer = buffer.to(device=param.device, dtype=param.dtype)
-        cache = new_cache(self.model)
-        for l in range(buffer.shape[0]):
-            cache.update(buffer[l, 0][None], buffer[l, 1][None], l)
-        return cache
+    def _layers_of(self, buffer: Any) -> List[Tuple[Any, Any]]:
+        """The per-layer ``(K, V)`` of a 5-D KV ``buffer`` in the model's
+        dtype (views when it already is)."""
+        buffer = buffer.to(dtype=next(self.model.parameters()).dtype)
+        return [(buffer[l, 0], buffer[l, 1]) for l in range(buffer.shape[0])]
 
     def _from_pool(self, request: Dict[str, Any]) -> Dict[str, Any]:
         """A prefix-pool request: the KV of ``prompt[:-1]`` is fetched from
@@ -973,25 +985,34 @@ class DecodeWorker:
             except kvserve.KvserveError as e:  # an unreachable pool is a miss: recompute
                 timing["pool_error"] = str(e)
             timing["fetch_seconds"] = time.monotonic() - begin
-        with torch.no_grad():
-            if frame is not None:
-                timing["frame_bytes"] = len(frame)
-                t = time.monotonic()
+        if frame is not None:
+            # The KV of prompt[:-1] into the cache; the last prompt token is
+            # the first generation step, whose argmax is the first token.
+            timing["frame_bytes"] = len(frame)
+            t = time.monotonic()
+            with torch.no_grad():
                 kv, _, timing["gpu_codec"] = hf.decode_frame(
                     frame, param.device if self._gpu_decodes() else None, threads=self.threads)
-                cache = self._cache_from(kv)
-                timing["decode_seconds"] = time.monotonic() - t
-                out = self.model(input_ids=torch.tensor([prompt[-1:]], device=param.device),
-                                 past_key_values=cache, use_cache=True)
-            else:
-                cache = new_cache(self.model)
-                out = self.model(input_ids=torch.tensor([prompt], device=param.device), past_key_values=cache,
-                                 use_cache=True, **last_logits_only(self.model))
+                layers = self._layers_of(kv)
+            timing["decode_seconds"] = time.monotonic() - t
+            t = time.monotonic()
+            tokens = self.generator.generate(layers, prompt[-1], request["max_new_tokens"])
+            steps = self.generator.step_seconds
+            prefill = self.generator.load_seconds + steps[0]
+            self.step_seconds = list(steps[1:])
+            return {"id": request["id"], "tokens": tokens, "hit": True, "prefill_seconds": prefill,
+                    "ttft_seconds": time.monotonic() - begin - sum(steps[1:]),
+                    "first_step_seconds": steps[1] if len(steps) > 1 else 0.0,
+                    "generate_seconds": time.monotonic() - t - prefill, **timing}
+        with torch.no_grad():
+            cache = new_cache(self.model)
+            out = self.model(input_ids=torch.tensor([prompt], device=param.device), past_key_values=cache,
+                             use_cache=True, **last_logits_only(self.model))
             first = int(out.logits[0, -1].argmax())
         kv_end = time.monotonic()
-        tokens, first_step, generate = self._generate(out.past_key_values, first, request["max_new_tokens"])
-        return {"id": request["id"], "tokens": [first] + tokens, "hit": frame is not None,
-                "prefill_seconds": kv_end - begin - timing["fetch_seconds"] - timing["decode_seconds"],
+        tokens, first_step, generate = self._generate(hf.cache_layers(cache), first, request["max_new_tokens"])
+        return {"id": request["id"], "tokens": [first] + tokens, "hit": False,
+                "prefill_seconds": kv_end - begin - timing["fetch_seconds"],
                 "ttft_seconds": kv_end - begin, "first_step_seconds": first_step,
                 "generate_seconds": generate, **timing}
 
@@ -1013,9 +1034,9 @@ class DecodeWorker:
             raise kvserve.KvserveCorruptionError(f"expected FIRST, got message type {kind}")
         first = json.loads(payload)["first_token"]
         buffer = out if isinstance(out, torch.Tensor) else kvserve.as_torch(out, self.decoder.info.dtype)
-        cache = self._cache_from(buffer)
-        digest = kv_digest(hf.cache_layers(cache)) if request.get("digest") else None
-        tokens, first_step, generate = self._generate(cache, first, request["max_new_tokens"])
+        layers = self._layers_of(buffer)
+        digest = kv_digest(layers) if request.get("digest") else None
+        tokens, first_step, generate = self._generate(layers, first, request["max_new_tokens"])
         return {"id": request["id"], "tokens": tokens, "kv_seconds": kv_end - begin, "gpu_codec": gpu,
                 "kv_digest": digest, "step_seconds": self.step_seconds,
                 "decode_span_seconds": timing.get("decode_span_seconds", timing["decode_seconds"]),

@@ -66,7 +66,7 @@ class PyController {
 
   ControllerRequest Request(py::handle workload, double kv_bytes, py::handle bandwidth, py::handle peer,
                             double slo_seconds, double quality_min, double model_seconds,
-                            py::handle now_seconds) const {
+                            py::handle now_seconds, double source_seconds = 0.0) const {
     ControllerRequest r;
     r.workload = WorkloadIndex(workload);
     r.kv_bytes = kv_bytes;
@@ -87,6 +87,7 @@ class PyController {
     r.quality_min = quality_min;
     r.model_seconds = model_seconds;
     r.now_seconds = NowOr(now_seconds);
+    r.source_seconds = source_seconds;
     return r;
   }
 
@@ -123,7 +124,7 @@ void RegisterController(py::module_& m) {
 
   py::class_<ProfileCost>(m, "ProfileCost", "One selectable profile as the offline profiler measured it.")
       .def(py::init([](std::string spec, double cr, double enc, double dec, double t0,
-                       std::map<std::string, double, std::less<>> quality) {
+                       std::map<std::string, double, std::less<>> quality, bool streamed) {
              ProfileCost c;
              c.spec = std::move(spec);
              c.compression_ratio = cr;
@@ -131,17 +132,20 @@ void RegisterController(py::module_& m) {
              c.decode_bytes_per_second = dec;
              c.overhead_seconds = t0;
              c.quality = std::move(quality);
+             c.streamed = streamed;
              return c;
            }),
            py::arg("spec"), py::arg("compression_ratio"), py::arg("encode_bytes_per_second") = kInfinity,
            py::arg("decode_bytes_per_second") = kInfinity, py::arg("overhead_seconds") = 0.0,
-           py::arg("quality") = std::map<std::string, double, std::less<>>{})
+           py::arg("quality") = std::map<std::string, double, std::less<>>{}, py::kw_only(),
+           py::arg("streamed") = true)
       .def_readwrite("spec", &ProfileCost::spec)
       .def_readwrite("compression_ratio", &ProfileCost::compression_ratio)
       .def_readwrite("encode_bytes_per_second", &ProfileCost::encode_bytes_per_second)
       .def_readwrite("decode_bytes_per_second", &ProfileCost::decode_bytes_per_second)
       .def_readwrite("overhead_seconds", &ProfileCost::overhead_seconds)
       .def_readwrite("quality", &ProfileCost::quality)
+      .def_readwrite("streamed", &ProfileCost::streamed)
       .def("__repr__", [](const ProfileCost& c) {
         return "ProfileCost(spec='" + c.spec + "', compression_ratio=" + std::to_string(c.compression_ratio) + ")";
       });
@@ -230,13 +234,14 @@ void RegisterController(py::module_& m) {
            py::arg("fallback") = "raw", py::arg("bandit") = true, py::arg("epsilon") = 0.05,
            py::arg("candidates") = 3, py::arg("seed") = 0x6b76736572766531ull)
       .def("choose", [](PyController& c, py::handle workload, double kv_bytes, py::handle bandwidth, py::handle peer,
-                        double slo_seconds, double quality_min, double model_seconds, py::handle now_seconds) {
-             return c.Choose(
-                 c.Request(workload, kv_bytes, bandwidth, peer, slo_seconds, quality_min, model_seconds, now_seconds));
+                        double slo_seconds, double quality_min, double model_seconds, py::handle now_seconds,
+                        double source_seconds) {
+             return c.Choose(c.Request(workload, kv_bytes, bandwidth, peer, slo_seconds, quality_min, model_seconds,
+                                       now_seconds, source_seconds));
            },
            py::arg("workload"), py::kw_only(), py::arg("kv_bytes"), py::arg("bandwidth") = py::none(),
            py::arg("peer") = py::none(), py::arg("slo_seconds") = kInfinity, py::arg("quality_min") = 0.0,
-           py::arg("model_seconds") = 0.0, py::arg("now_seconds") = py::none())
+           py::arg("model_seconds") = 0.0, py::arg("now_seconds") = py::none(), py::arg("source_seconds") = 0.0)
       .def("observe", &PyController::Observe, py::arg("decision"), py::arg("observed_seconds"),
            py::arg("now_seconds") = py::none())
       .def("model_optimum", [](const PyController& c, py::handle workload, double kv_bytes, double bandwidth,
@@ -249,8 +254,11 @@ void RegisterController(py::module_& m) {
       .def_property_readonly("estimator", &PyController::estimator);
 
   m.def("predict_seconds", [](const ProfileCost& p, double kv_bytes, double bandwidth, const std::string& model,
-                              int layers) { return PredictSeconds(ModelFrom(model, layers), p, kv_bytes, bandwidth); },
-        py::arg("cost"), py::arg("kv_bytes"), py::arg("bandwidth"), py::arg("model") = "serial", py::arg("layers") = 32);
+                              int layers, double source_seconds) {
+          return PredictSeconds(ModelFrom(model, layers), p, kv_bytes, bandwidth, source_seconds);
+        },
+        py::arg("cost"), py::arg("kv_bytes"), py::arg("bandwidth"), py::arg("model") = "serial", py::arg("layers") = 32,
+        py::arg("source_seconds") = 0.0);
   m.def("benefit_threshold", &BenefitThreshold, py::arg("cost"));
   m.def("piecewise_policy", [](const ProfileTable& t, py::handle workload, double quality_min, double kv_bytes,
                                const std::string& model, int layers) {

@@ -144,25 +144,26 @@ if __name__ == "__main__":
     unittest.main()
 
 
-@unittest.skipIf(torch is None, "torch not installed")
-@unittest.skipIf(torch is None, "torch not installed")
-class PipelineSecondsTest(unittest.TestCase):
-    def test_streamed_frames_overlap_their_stages_and_whole_frames_do_not(self):
-        import types
-
+class PrefillClockTest(unittest.TestCase):
+    def test_predicts_from_the_prefills_it_saw(self):
         rng = random.Random(41)
-        w = types.SimpleNamespace(layers=32)
-        for _ in range(50):
-            e, n, d = (rng.uniform(0.0, 1.0) for _ in range(3))
-            streamed = pd.PrefillWorker.pipeline_seconds(w, e, n, d)
-            whole = pd.PrefillWorker.pipeline_seconds(w, e, n, d, streamed=False)
-            self.assertGreaterEqual(streamed, max(e, n, d) - 1e-12)  # the slowest stage paces it
-            self.assertLessEqual(streamed, e + n + d + 1e-12)
-            # A whole frame waits only for its last layer's encode, then sends and decodes it all.
-            self.assertAlmostEqual(whole, e / 32 + n + d)
-            # With the encode out of the way, overlapping send and decode never loses.
-            self.assertGreaterEqual(pd.PrefillWorker.pipeline_seconds(w, 0.0, n, d, streamed=False) + 1e-12,
-                                    pd.PrefillWorker.pipeline_seconds(w, 0.0, n, d))
+        clock = pd.PrefillClock(keep=3)
+        self.assertEqual(clock.predict(1024), 0.0)  # nothing seen: nothing assumed to overlap
+        per_token = rng.uniform(1e-5, 1e-4)
+        seen = {}
+        for _ in range(40):
+            tokens = rng.choice([512, 2048, 8192])
+            seconds = tokens * per_token * rng.uniform(0.9, 1.1)
+            clock.observe(tokens, seconds)
+            seen.setdefault(tokens, []).append(seconds)
+        for tokens, times in seen.items():  # the median of the last three of that length
+            self.assertAlmostEqual(clock.predict(tokens), sorted(times[-3:])[1])
+        # An unseen length: the nearest seen one (by ratio), scaled by tokens.
+        self.assertAlmostEqual(clock.predict(4096), clock.predict(2048) * 2)
+        self.assertAlmostEqual(clock.predict(32768), clock.predict(8192) * 4)
+        clock.observe(100, float("nan"))
+        clock.observe(0, 1.0)
+        self.assertAlmostEqual(clock.predict(128), clock.predict(512) / 4)  # bad samples are not kept
 
 
 class PdBenchTest(unittest.TestCase):

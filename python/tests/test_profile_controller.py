@@ -97,6 +97,29 @@ class ControllerTest(unittest.TestCase):
         self.assertEqual(fast.spec, "none")
         self.assertEqual(slow.profile, kvserve.Profile(slow.spec))
 
+    def test_a_prefill_in_front_hides_what_streams(self):
+        # Per layer the prefill (the source) is slower than a streamed pack
+        # profile's stages: only one layer's worth is left after it. A rANS
+        # frame with a better ratio moves whole after the prefill.
+        pack = kvserve.ProfileCost("kivi-2", 4.0, 50e9, 50e9, quality={"w": 0.9})
+        whole = kvserve.ProfileCost("cachegen", 4.5, 50e9, 50e9, quality={"w": 0.9}, streamed=False)
+        self.assertFalse(whole.streamed)
+        table = kvserve.ProfileTable.from_rows([pack, whole], ["w"])
+        self.assertFalse(kvserve.ProfileTable.from_json(table.to_json()).profiles[2].streamed)
+        controller = kvserve.Controller(table, model="streamed", layers=32, bandit=False)
+        v, b = 268e6, kvserve.gbps_to_bytes_per_second(20)
+        alone = controller.choose("w", kv_bytes=v, bandwidth=b)
+        hidden = controller.choose("w", kv_bytes=v, bandwidth=b, source_seconds=0.075)
+        self.assertEqual(hidden.spec, "kivi-2")
+        # Only one layer's stages are left: encode, send, decode of 1/32 of V.
+        self.assertAlmostEqual(hidden.predicted_seconds, (v / 50e9 * 2 + v / (b * 4.0)) / 32, delta=1e-9)
+        self.assertLess(hidden.predicted_seconds, alone.predicted_seconds)
+        for p in (pack, whole):
+            self.assertLessEqual(kvserve.predict_seconds(p, v, b, "streamed", 32, source_seconds=0.075),
+                                 kvserve.predict_seconds(p, v, b, "streamed", 32))
+        with self.assertRaises(kvserve.KvserveInvalidArgumentError):
+            controller.choose("w", kv_bytes=v, bandwidth=b, source_seconds=-1.0)
+
     def test_peer_bandwidth_and_observe(self):
         estimator = kvserve.BandwidthEstimator(prior_bytes_per_second=kvserve.gbps_to_bytes_per_second(100))
         controller = kvserve.Controller(_table(), estimator=estimator, seed=3)

@@ -118,6 +118,9 @@ class Controller::Impl {
     if (!(r.bandwidth_log_sigma >= 0.0)) {
       return Status::InvalidArgument("bandwidth_log_sigma must be >= 0");
     }
+    if (!(r.source_seconds >= 0.0) || !std::isfinite(r.source_seconds)) {
+      return Status::InvalidArgument("source_seconds must be finite and >= 0");
+    }
     if (!r.frame_bytes.empty()) {
       if (r.frame_bytes.size() != static_cast<size_t>(table.size()))
         return Status::InvalidArgument("frame_bytes must have one entry per table profile");
@@ -151,19 +154,24 @@ class Controller::Impl {
     c.encode_bytes_per_second = row.encode_bytes_per_second;
     c.decode_bytes_per_second = row.decode_bytes_per_second;
     c.overhead_seconds = row.overhead_seconds;
+    c.streamed = row.streamed;
     return c;
   }
 
-  // factor * T(V, B * factor) with profile p at compression ratio `cr`.
-  double PredictAt(int p, double cr, double kv_bytes, double bandwidth, double factor) const {
+  // factor * T(V, B * factor, S / factor) with profile p at compression
+  // ratio `cr` and source time S: the profile's time with its codec (and t0)
+  // `factor` times slower, the link and the source unchanged.
+  double PredictAt(int p, double cr, double kv_bytes, double bandwidth, double factor,
+                   double source_seconds) const {
     const ProfileCost& row = table.profile(p);
+    const double source = source_seconds / factor;
     if (cr == row.compression_ratio)
-      return factor * PredictSeconds(options.model, row, kv_bytes, bandwidth * factor);
-    return factor * PredictSeconds(options.model, WithCr(row, cr), kv_bytes, bandwidth * factor);
+      return factor * PredictSeconds(options.model, row, kv_bytes, bandwidth * factor, source);
+    return factor * PredictSeconds(options.model, WithCr(row, cr), kv_bytes, bandwidth * factor, source);
   }
 
   double Predict(int p, const ControllerRequest& r) const {
-    return PredictAt(p, RequestCr(p, r), r.kv_bytes, r.bandwidth, 1.0);
+    return PredictAt(p, RequestCr(p, r), r.kv_bytes, r.bandwidth, 1.0, r.source_seconds);
   }
 
   Optimum FindOptimum(const Bucket& b, const ControllerRequest& r) const {
@@ -209,6 +217,7 @@ class Controller::Impl {
     d.budget_seconds = budget;
     d.kv_bytes = r.kv_bytes;
     d.bandwidth = r.bandwidth;
+    d.source_seconds = r.source_seconds;
     switch (options.fallback) {
       case FallbackPolicy::kRaw:
         d.profile = ProfileTable::kRaw;
@@ -234,7 +243,7 @@ class Controller::Impl {
   // exact for both models (the factor scales t0 and both codec times alike).
   double PredictWithFactor(int p, const ControllerRequest& r, double bandwidth,
                            double factor) const {
-    return PredictAt(p, RequestCr(p, r), r.kv_bytes, bandwidth, factor);
+    return PredictAt(p, RequestCr(p, r), r.kv_bytes, bandwidth, factor, r.source_seconds);
   }
 
   // Theorem 6.1 at the request's bandwidth on the table's numbers (a
@@ -248,7 +257,8 @@ class Controller::Impl {
       return factor == 1.0 || PredictWithFactor(p, r, r.bandwidth, factor) < raw;
     }
     if (!std::isfinite(upper)) return false;
-    return PredictWithFactor(p, r, upper, factor) < r.kv_bytes / upper;
+    return PredictWithFactor(p, r, upper, factor) <
+           PredictWithFactor(ProfileTable::kRaw, r, upper, 1.0);
   }
 
   Result<Decision> Decide(const ControllerRequest& r) {
@@ -257,11 +267,13 @@ class Controller::Impl {
     const int j = BucketIndex(wl, r.quality_min);
     const Bucket& b = wl.buckets[j];
     const double budget = r.slo_seconds - r.model_seconds;
-    // Shared codec drift D: every profile's time is D * T_table(V, B * D),
-    // so the table's envelope at bandwidth B * D gives the drifted optimum.
+    // Shared codec drift D: every profile's time is D * T_table(V, B * D,
+    // S / D), so the table's envelope at bandwidth B * D (source S / D)
+    // gives the drifted optimum.
     const double shared = Learning() ? drift->Shared() : 1.0;
     ControllerRequest drifted = r;
     drifted.bandwidth = r.bandwidth * shared;
+    drifted.source_seconds = r.source_seconds / shared;
     Optimum o = FindOptimum(b, drifted);
     o.predicted *= shared;
     if (!(o.predicted <= budget)) return Fallback(b, r, budget);
@@ -273,6 +285,7 @@ class Controller::Impl {
     d.budget_seconds = budget;
     d.kv_bytes = r.kv_bytes;
     d.bandwidth = r.bandwidth;
+    d.source_seconds = r.source_seconds;
     if (!options.bandit) {
       if (Safe(o.profile, r, raw, upper, 1.0)) {
         d.profile = o.profile;
@@ -405,7 +418,7 @@ Status Controller::Observe(const Decision& decision, const Observation& observat
       decision.kv_bytes > 0.0 && decision.profile >= 0 &&
       decision.profile < impl_->table.size()) {
     predicted = impl_->PredictAt(decision.profile, decision.compression_ratio, decision.kv_bytes,
-                                 observation.bandwidth, decision.codec_factor);
+                                 observation.bandwidth, decision.codec_factor, decision.source_seconds);
   }
   impl_->bandit->Update(decision.environment, decision.profile, predicted, observed_seconds,
                         observed_seconds > decision.budget_seconds,

@@ -433,6 +433,43 @@ TEST(ControllerTest, ResidualIsTakenAtTheMeasuredBandwidth) {
   EXPECT_GT(checked, 100);
 }
 
+// With a source in front (a prefill producing the layers) the optimum is the
+// brute-force minimum of the movement left after the source, over tables
+// that mix streamed profiles with whole-frame ones; a decision remembers the
+// source it was made for.
+TEST(ControllerTest, SourceTimeEntersTheOptimum) {
+  std::mt19937_64 rng(95);
+  int moved = 0;
+  for (int trial = 0; trial < 600; ++trial) {
+    ProfileTable base = RandomTable(rng, 2 + static_cast<int>(rng() % 10), 1);
+    std::vector<ProfileCost> rows(base.profiles().begin() + 1, base.profiles().end());
+    for (ProfileCost& p : rows) p.streamed = rng() % 3 != 0;
+    const ProfileTable table = ProfileTable::FromRowsAndWorkloads(rows, base.workloads()).value();
+    ControllerOptions o;
+    o.model = {LatencyModelKind::kStreamed, 1 + static_cast<int>(rng() % 48)};
+    o.bandit = false;
+    auto c = Controller::Create(table, o);
+    ASSERT_TRUE(c.ok());
+    ControllerRequest r = RandomRequest(rng, 1);
+    r.source_seconds = LogUniform(rng, 1e-4, 5.0);
+    int expect = 0, without = 0;
+    const double best = BruteForceMin(table, o.model, 0, r.quality_min, r.kv_bytes, r.bandwidth, &expect,
+                                      r.source_seconds);
+    BruteForceMin(table, o.model, 0, r.quality_min, r.kv_bytes, r.bandwidth, &without);
+    moved += expect != without;
+    const int got = (*c)->ModelOptimum(r).value();
+    ASSERT_NEAR(PredictSeconds(o.model, table.profile(got), r.kv_bytes, r.bandwidth, r.source_seconds), best,
+                1e-9 * best) << trial;
+    auto d = (*c)->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->source_seconds, r.source_seconds);
+    EXPECT_LE(d->predicted_seconds,
+              PredictSeconds(o.model, table.profile(ProfileTable::kRaw), r.kv_bytes, r.bandwidth,
+                             r.source_seconds) * (1 + 1e-12));
+  }
+  EXPECT_GT(moved, 20);  // the source changes the choice often enough to be tested
+}
+
 TEST(ControllerTest, RejectsBadArguments) {
   ControllerOptions o;
   o.candidates = 4;
@@ -457,6 +494,11 @@ TEST(ControllerTest, RejectsBadArguments) {
   EXPECT_EQ((*c)->Observe(*(*c)->Decide(r), {1.0, std::nan(""), 0.0}).code(),
             StatusCode::kInvalidArgument);
   r.bandwidth_log_sigma = -0.1;
+  EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
+  r.bandwidth_log_sigma = 0.0;
+  r.source_seconds = -1.0;
+  EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
+  r.source_seconds = std::nan("");
   EXPECT_EQ((*c)->Decide(r).status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -7,6 +7,10 @@
 // n = V/(L B cr), d = V/(L s_dec); a permutation flow shop of L identical
 // jobs finishes at e + n + d + (L-1) max(e, n, d): the first layer fills the
 // pipe, then the bottleneck stage paces the remaining L-1 layers.
+// With a source that produces one layer every s seconds in front (a prefill
+// hook hands each layer off), the four-stage shop ends at L s + t0 + e + n +
+// d + (L-1)(max(s, e, n, d) - s): the streamed model returns the part after
+// the source's end.
 #include <algorithm>
 #include <cmath>
 
@@ -20,19 +24,23 @@ double SerialSeconds(const ProfileCost& p, double kv_bytes, double bandwidth) {
 }
 
 double StreamedSeconds(const ProfileCost& p, double kv_bytes, double bandwidth,
-                       int layers) {
+                       int layers, double source_seconds) {
   const double l = static_cast<double>(std::max(layers, 1));
   const double per_layer = kv_bytes / l;
+  const double s = std::max(source_seconds, 0.0) / l;
   const double e = per_layer / p.encode_bytes_per_second;
   const double n = per_layer / (bandwidth * p.compression_ratio);
   const double d = per_layer / p.decode_bytes_per_second;
-  return p.overhead_seconds + e + n + d + (l - 1.0) * std::max({e, n, d});
+  if (!p.streamed) {
+    return p.overhead_seconds + e + (l - 1.0) * (std::max(s, e) - s) + l * (n + d);
+  }
+  return p.overhead_seconds + e + n + d + (l - 1.0) * (std::max({s, e, n, d}) - s);
 }
 
 double PredictSeconds(const LatencyModel& model, const ProfileCost& p,
-                      double kv_bytes, double bandwidth) {
+                      double kv_bytes, double bandwidth, double source_seconds) {
   if (model.kind == LatencyModelKind::kStreamed) {
-    return StreamedSeconds(p, kv_bytes, bandwidth, model.layers);
+    return StreamedSeconds(p, kv_bytes, bandwidth, model.layers, source_seconds);
   }
   return SerialSeconds(p, kv_bytes, bandwidth);
 }
@@ -57,7 +65,7 @@ double BenefitThresholdForSize(const LatencyModel& model, const ProfileCost& p,
   const double e = 1.0 / p.encode_bytes_per_second;
   const double d = 1.0 / p.decode_bytes_per_second;
   double root;
-  if (model.kind == LatencyModelKind::kSerial || model.layers <= 1) {
+  if (model.kind == LatencyModelKind::kSerial || model.layers <= 1 || !p.streamed) {
     root = (t0_per_byte + e + d) / (1.0 - b);
   } else {
     const double l = static_cast<double>(model.layers);

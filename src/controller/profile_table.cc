@@ -115,6 +115,7 @@ Result<ProfileTable> ProfileTable::FromJson(std::string_view json) {
       p.encode_bytes_per_second = r.at("encode_bytes_per_second").get<double>();
       p.decode_bytes_per_second = r.at("decode_bytes_per_second").get<double>();
       p.overhead_seconds = r.value("overhead_seconds", 0.0);
+      p.streamed = r.value("streamed", true);
       if (r.contains("quality")) {
         for (const auto& [w, q] : r.at("quality").items()) {
           p.quality[w] = q.get<double>();
@@ -163,6 +164,7 @@ std::string ProfileTable::ToJson() const {
     r["encode_bytes_per_second"] = p.encode_bytes_per_second;
     r["decode_bytes_per_second"] = p.decode_bytes_per_second;
     r["overhead_seconds"] = p.overhead_seconds;
+    if (!p.streamed) r["streamed"] = false;
     nlohmann::json q = nlohmann::json::object();
     for (const auto& [w, v] : p.quality) q[w] = v;
     r["quality"] = q;

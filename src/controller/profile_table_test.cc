@@ -3,6 +3,7 @@
 
 #include <random>
 #include <string>
+#include <vector>
 
 #include "controller/test_util.h"
 #include "kvserve/controller.h"
@@ -22,7 +23,10 @@ TEST(ProfileTableTest, RawIsImplicitAtIndexZero) {
 TEST(ProfileTableTest, JsonRoundTripsRandomTables) {
   std::mt19937_64 rng(51);
   for (int i = 0; i < 200; ++i) {
-    const ProfileTable t = controller_test::RandomTable(rng, 1 + static_cast<int>(rng() % 10), 3);
+    const ProfileTable random = controller_test::RandomTable(rng, 1 + static_cast<int>(rng() % 10), 3);
+    std::vector<ProfileCost> rows(random.profiles().begin() + 1, random.profiles().end());
+    for (ProfileCost& p : rows) p.streamed = rng() % 2 == 0;  // whole-frame rows keep their flag
+    const ProfileTable t = ProfileTable::FromRowsAndWorkloads(rows, random.workloads()).value();
     Result<ProfileTable> back = ProfileTable::FromJson(t.ToJson());
     ASSERT_TRUE(back.ok()) << back.status().ToString();
     ASSERT_EQ(back->size(), t.size());
@@ -32,6 +36,7 @@ TEST(ProfileTableTest, JsonRoundTripsRandomTables) {
       EXPECT_EQ(back->profile(p).compression_ratio, t.profile(p).compression_ratio);
       EXPECT_EQ(back->profile(p).encode_bytes_per_second, t.profile(p).encode_bytes_per_second);
       EXPECT_EQ(back->profile(p).overhead_seconds, t.profile(p).overhead_seconds);
+      EXPECT_EQ(back->profile(p).streamed, t.profile(p).streamed);
       for (int w = 0; w < 3; ++w) EXPECT_EQ(back->Quality(p, w), t.Quality(p, w));
     }
   }

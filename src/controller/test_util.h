@@ -41,14 +41,15 @@ inline ProfileTable RandomTable(std::mt19937_64& rng, int n, int workloads) {
 }
 
 // The exact optimum by brute force: minimal predicted time over raw and every
-// profile with quality >= q_min. Returns the minimal time.
+// profile with quality >= q_min (with a source of `source_seconds` in front).
+// Returns the minimal time.
 inline double BruteForceMin(const ProfileTable& t, const LatencyModel& m, int w, double q_min,
-                            double v, double b, int* argmin) {
-  double best = PredictSeconds(m, t.profile(0), v, b);
+                            double v, double b, int* argmin, double source_seconds = 0.0) {
+  double best = PredictSeconds(m, t.profile(0), v, b, source_seconds);
   *argmin = 0;
   for (int p = 1; p < t.size(); ++p) {
     if (!(t.Quality(p, w) >= q_min)) continue;
-    const double time = PredictSeconds(m, t.profile(p), v, b);
+    const double time = PredictSeconds(m, t.profile(p), v, b, source_seconds);
     if (time < best) {
       best = time;
       *argmin = p;

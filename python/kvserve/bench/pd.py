@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import kvserve
-from kvserve import hf, pd, profiling, transport
+from kvserve import generation, hf, pd, profiling, transport
 from kvserve.bench.loopback import transport_loopback_gbps
 
 RAW = "none"
@@ -93,7 +93,10 @@ def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None, *, repea
     multi-GB cache would take minutes to measure, and bytes per second do
     not depend on the token count); for a CPU ``kv``, the CPU codec on all
     of it. Rows the codec refuses here (e.g. head scores missing) are
-    dropped."""
+    dropped. A GPU row whose frame exists only once every layer is
+    encoded (rANS: ``CudaEncoder.frame_size_is_static`` false) gets
+    ``streamed=False``, so the latency model sends and decodes its frame
+    whole after the prefill."""
     gpu_meter = None
     host = kv
     if kvserve.cuda.is_cuda(kv):
@@ -104,16 +107,18 @@ def calibrate(table: Any, kv: Any, dtype: str, head_scores: Any = None, *, repea
         if cost.spec == RAW:
             continue
         profile = kvserve.Profile(cost.spec)
+        streamed = True
         try:
             if gpu_meter is not None and profile.codec in pd.GPU_CODECS:
                 cr, enc, dec = gpu_meter(profile)
+                streamed = kvserve.CudaEncoder(cost.spec, kv, head_scores=head_scores).frame_size_is_static
             else:
                 m = kvserve.measure_codec(profile, host, dtype, head_scores)
                 cr, enc, dec = (m["compression_ratio"], m["encode_bytes_per_second"],
                                 m["decode_bytes_per_second"])
         except kvserve.KvserveError:
             continue
-        rows.append(kvserve.ProfileCost(cost.spec, cr, enc, dec, 0.0, dict(cost.quality)))
+        rows.append(kvserve.ProfileCost(cost.spec, cr, enc, dec, 0.0, dict(cost.quality), streamed=streamed))
     return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
 
 
@@ -121,13 +126,13 @@ def measure_overheads(worker: Any, table: Any, tokens: int, estimator: Any, laye
                       first_id: int) -> Any:
     """The table with every row's fixed per-request overhead ``t0``
     measured through ``worker`` (unrecorded requests of ``tokens`` tokens,
-    the second of two per profile): the KV-movement time the bandit will be
-    told (:meth:`kvserve.pd.PrefillWorker.pipeline_seconds`) minus the
-    streamed latency model's prediction at the estimator's bandwidth,
-    clamped at 0. It is what the model leaves out: per-layer hook, event
-    and queue latencies, the Python around each record. Measure where the
-    transfer is short (a small prompt) so the bandwidth estimate's error
-    does not end up in t0."""
+    the second of two per profile): the KV time the bandit will be told
+    (prefill end to the acknowledgement, ``kv_seconds``) minus the
+    streamed latency model's prediction at the estimator's bandwidth with
+    that request's prefill as the source, clamped at 0. It is what the
+    model leaves out: per-layer hook, event and queue latencies, the Python
+    around each record. Measure where the transfer is short (a small
+    prompt) so the bandwidth estimate's error does not end up in t0."""
     rows, request_id = [], first_id
     for cost in table.profiles:
         if cost.spec == RAW:
@@ -135,12 +140,11 @@ def measure_overheads(worker: Any, table: Any, tokens: int, estimator: Any, laye
         for _ in range(2):
             r = worker.run(request_id, [1] * tokens, 2, method=cost.spec)
             request_id += 1
-        observed = r.observed_kv_seconds
         predicted = kvserve.predict_seconds(cost, r.kv_bytes, estimator.estimate(worker.connection.peer_id),
-                                            "streamed", layers)
+                                            "streamed", layers, source_seconds=r.prefill_seconds)
         rows.append(kvserve.ProfileCost(cost.spec, cost.compression_ratio, cost.encode_bytes_per_second,
-                                        cost.decode_bytes_per_second, max(0.0, observed - predicted),
-                                        dict(cost.quality)))
+                                        cost.decode_bytes_per_second, max(0.0, r.kv_seconds - predicted),
+                                        dict(cost.quality), streamed=cost.streamed))
     return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
 
 
@@ -305,6 +309,9 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     failures: List[str] = []
     conn = None
     checked: set = set()
+    # The single-process reference steps as the decode worker does (CUDA
+    # graphs on a GPU), with its captured steps kept across points.
+    reference_generator = generation.Generator(model)
 
     def one(worker: Any, gbps: float, tokens: int, method: str, phase: str,
             prompt: Optional[List[int]] = None, round_: int = 0) -> Dict[str, Any]:
@@ -326,7 +333,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         if args.check and kvserve.Profile(r.profile).is_lossless and point not in checked:
             checked.add(point)  # one single-process reference per point and lossless profile
             ref_digest: List[int] = []
-            expected = pd.reference_tokens(model, prompt, args.new_tokens, ref_digest)
+            expected = pd.reference_tokens(model, prompt, args.new_tokens, ref_digest, reference_generator)
             ok = expected == r.tokens
             row["matches_single_process"] = ok
             if r.kv_digest is not None:
@@ -338,7 +345,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                     "expected": expected, "got": r.tokens,
                     "first_token_differs": expected[0] != r.tokens[0],
                     "kv_bits_equal": row.get("kv_matches_single_process"),
-                    "single_process_repeatable": pd.reference_tokens(model, prompt, args.new_tokens) == expected}
+                    "single_process_repeatable": pd.reference_tokens(model, prompt, args.new_tokens, None,
+                                                                     reference_generator) == expected}
                 failures.append(f"request {r.id}: {r.profile} tokens differ from a single-process run "
                                 f"({row['mismatch']})")
         rows.append(row)
@@ -576,12 +584,12 @@ def _checks(points: List[Dict[str, Any]], rates: List[float], failures: List[str
 
 def _speedup_vs_model(point: Dict[str, Any]) -> Dict[str, Any]:
     """kvserve's measured JCT speedup over raw at a point beside what the latency model predicts
-    for its choices: (T + V/B) / (T + predicted KV time), T = kvserve's mean JCT outside KV
-    movement, B = the bandwidth each decision saw."""
+    for its choices: (T + raw's predicted KV time) / (T + the choice's), T = kvserve's mean JCT
+    outside the KV time after the prefill, both predictions the controller's model (streamed, the
+    prefill as the source) at the bandwidth each decision saw."""
     rows = point["kv_rows"]
-    other = statistics.fmean(r["jct_seconds"] - r["kv_movement_seconds"] for r in rows)
-    raw_kv = statistics.fmean(r["kv_bytes"] / r["decision"]["bandwidth"] for r in rows
-                              if r["decision"].get("bandwidth"))
+    other = statistics.fmean(r["jct_seconds"] - r["kv_seconds"] for r in rows)
+    raw_kv = statistics.fmean(r["decision"]["raw_seconds"] for r in rows)
     chosen_kv = statistics.fmean(r["predicted_kv_seconds"] for r in rows)
     predicted = (other + raw_kv) / (other + chosen_kv) if other + chosen_kv > 0 else float("nan")
     measured = point["methods"][RAW]["jct_mean"] / point["methods"]["kvserve"]["jct_mean"]

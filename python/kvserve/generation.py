@@ -1,0 +1,211 @@
+"""Greedy generation from a KV cache, for the PD decode worker and the
+single-process reference it is checked against.
+
+A decode step of a transformers model run eagerly launches hundreds of
+small kernels from Python; for an 8B model that is 35-65 ms a step on an
+H200, set by the host, and it wanders by 2x between requests with the
+host's load. Serving engines replay each decode step from a CUDA graph
+instead. :class:`Generator` does the same for a transformers model on a
+CUDA device: the request's KV is copied into a ``StaticCache`` of a fixed
+capacity (prompt plus new tokens rounded up to a multiple of
+``granularity``; one cache and one captured step per capacity, the
+``keep`` most recently used kept for later requests), and each step is one
+graph replay that runs the model on the last token, takes the argmax and
+feeds it to the next replay. The step passes its own 4-D additive attention
+mask (transformers uses a 4-D mask as given): 0 over the positions written
+so far, the dtype's minimum elsewhere, so what earlier requests left past
+this one's positions is never attended to. (With a mask, transformers'
+SDPA path repeats the KV heads for grouped-query attention, a copy of the
+cache per layer and step; a tight capacity keeps that small.)
+
+Anything else (a CPU model, a model with its own cache such as
+:func:`kvserve.pd.TinyCausalLM`, ``graphs=False``) runs the steps eagerly
+on a ``DynamicCache``. The two paths compute with different kernels, so
+tokens are comparable only between runs of the same path: a decode worker
+and its single-process reference both use a :class:`Generator`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import OrderedDict
+from typing import Any, List, Optional, Sequence, Tuple
+
+Pair = Tuple[Any, Any]
+
+
+def _torch() -> Any:
+    import torch  # noqa: PLC0415
+
+    return torch
+
+
+def _as_4d(t: Any) -> Any:
+    """``(1, kv_heads, tokens, head_dim)`` from a 3-D or 4-D tensor."""
+    return t if t.dim() == 4 else t[None]
+
+
+class _GraphStep:
+    """One static cache of ``capacity`` tokens and a decode step captured
+    on it: input token and position live in device tensors the replay
+    advances itself."""
+
+    def __init__(self, model: Any, capacity: int) -> None:
+        from transformers import StaticCache  # noqa: PLC0415
+
+        torch = _torch()
+        self.model, self.capacity = model, capacity
+        param = next(model.parameters())
+        device = param.device
+        self.cache = StaticCache(config=model.config, max_cache_len=capacity)
+        self.ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+        self.pos = torch.zeros((1,), dtype=torch.long, device=device)
+        self.masked = torch.finfo(param.dtype).min
+        self.mask = torch.full((1, 1, 1, capacity), self.masked, dtype=param.dtype, device=device)
+        # Warm-up on a side stream (the cache's lazy allocation, kernel
+        # choices), writing only the last slot, then the capture.
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(2):
+                self.pos.fill_(capacity - 1)
+                self._step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        self.pos.fill_(capacity - 1)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+            self.next = self._step()
+        torch.cuda.current_stream(device).synchronize()
+
+    def _step(self) -> Any:
+        self.mask.index_fill_(3, self.pos, 0.0)  # this step's own position joins the attended ones
+        out = self.model(input_ids=self.ids, attention_mask=self.mask, past_key_values=self.cache,
+                         cache_position=self.pos, use_cache=True)
+        token = out.logits[0, -1].argmax()
+        self.ids.copy_(token.view(1, 1))
+        self.pos.add_(1)
+        return token
+
+    def load(self, layers: Sequence[Pair]) -> int:
+        """Copies ``layers`` (per layer ``(K, V)``, each ``(kv_heads,
+        tokens, head_dim)`` or with a leading batch of 1) to the front of
+        the cache; returns the token count."""
+        from kvserve import hf  # noqa: PLC0415
+
+        static = hf.cache_layers(self.cache)
+        if len(static) != len(layers):
+            raise ValueError(f"{len(layers)} layers of KV for a model of {len(static)}")
+        tokens = int(layers[0][0].shape[-2])
+        for (k, v), (sk, sv) in zip(layers, static):
+            sk[:, :, :tokens].copy_(_as_4d(k))
+            sv[:, :, :tokens].copy_(_as_4d(v))
+        self.mask[..., :tokens].zero_()
+        self.mask[..., tokens:].fill_(self.masked)
+        return tokens
+
+    def run(self, tokens: int, last: int, steps: int, step_seconds: List[float]) -> List[int]:
+        self.ids.fill_(last)
+        self.pos.fill_(tokens)
+        out = []
+        for _ in range(steps):
+            start = time.monotonic()
+            self.graph.replay()
+            out.append(int(self.next))
+            step_seconds.append(time.monotonic() - start)
+        return out
+
+
+class Generator:
+    """Greedy decode steps of ``model`` from a given KV cache (see the
+    module docstring). ``graphs``: replay CUDA graphs (default: when the
+    model is a transformers model on a CUDA device). Not thread-safe; the
+    ``keep`` most recent captured steps and their caches stay allocated for
+    reuse (each ``capacity x`` the KV of one token, e.g. 4.4 GB for 33K
+    tokens of an 8B Llama, plus its graph's activations)."""
+
+    def __init__(self, model: Any, *, graphs: Optional[bool] = None, granularity: int = 1024,
+                 keep: int = 4) -> None:
+        if granularity < 1 or keep < 1:
+            raise ValueError("granularity and keep must be >= 1")
+        self.model = model
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        if graphs is None:
+            graphs = self.device.type == "cuda" and not hasattr(model, "new_cache")
+        self.graphs = bool(graphs)
+        self.granularity, self.keep = granularity, keep
+        self._steps: "OrderedDict[int, _GraphStep]" = OrderedDict()  # least recently used first
+        self.step_seconds: List[float] = []  # the last call's, one per step
+        self.load_seconds = 0.0              # the last call's copy of the KV into the cache
+
+    def capacity_for(self, tokens: int) -> int:
+        """The static cache capacity a sequence of ``tokens`` tokens uses."""
+        return max(1, -(-tokens // self.granularity)) * self.granularity
+
+    @property
+    def capacities(self) -> List[int]:
+        """The capacities with a captured step, least recently used first."""
+        return list(self._steps)
+
+    def prepare(self, tokens: int) -> None:
+        """Captures the step for sequences of ``tokens`` tokens now (it is
+        otherwise captured by the first :meth:`generate` that needs it)."""
+        if self.graphs:
+            self._step_for(tokens)
+
+    def _step_for(self, tokens: int) -> Optional[_GraphStep]:
+        """The captured step for ``tokens``; None (and eager steps from now
+        on, said once on stderr) when this model cannot be captured."""
+        capacity = self.capacity_for(tokens)
+        if capacity in self._steps:
+            self._steps.move_to_end(capacity)
+        else:
+            while len(self._steps) >= self.keep:
+                self._steps.popitem(last=False)  # its cache and graph pool go with it
+            try:
+                self._steps[capacity] = _GraphStep(self.model, capacity)
+            except Exception as e:  # noqa: BLE001 -- any capture failure: run eagerly, say why
+                print(f"kvserve.generation: CUDA graph capture failed ({type(e).__name__}: {e}); "
+                      "decode steps run eagerly", file=sys.stderr, flush=True)
+                self.graphs = False
+                return None
+        return self._steps[capacity]
+
+    def generate(self, layers: Sequence[Pair], last: int, steps: int) -> List[int]:
+        """``steps`` greedy tokens after ``last`` (the token that follows
+        the cached ones, which the cache does not hold yet) from ``layers``:
+        per model layer ``(K, V)``, ``(kv_heads, tokens, head_dim)`` or with
+        a leading batch of 1, on any device and dtype (copied). Sets
+        :attr:`step_seconds` and :attr:`load_seconds`."""
+        torch = _torch()
+        self.step_seconds = []
+        start = time.monotonic()
+        if steps <= 0:
+            self.load_seconds = 0.0
+            return []
+        cached = int(layers[0][0].shape[-2])
+        step = self._step_for(cached + steps) if self.graphs else None
+        if step is not None:
+            with torch.no_grad():
+                tokens = step.load(layers)
+                self.load_seconds = time.monotonic() - start
+                return step.run(tokens, last, steps, self.step_seconds)
+        from kvserve import pd  # noqa: PLC0415
+
+        with torch.no_grad():
+            cache = pd.new_cache(self.model)
+            for l, (k, v) in enumerate(layers):
+                cache.update(_as_4d(k).to(device=self.device, dtype=self.dtype),
+                             _as_4d(v).to(device=self.device, dtype=self.dtype), l)
+            self.load_seconds = time.monotonic() - start
+            out = []
+            for _ in range(steps):
+                t = time.monotonic()
+                o = self.model(input_ids=torch.tensor([[last]], device=self.device), past_key_values=cache,
+                               use_cache=True)
+                cache = o.past_key_values
+                last = int(o.logits[0, -1].argmax())
+                out.append(last)
+                self.step_seconds.append(time.monotonic() - t)
+        return out
