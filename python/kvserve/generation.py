@@ -6,15 +6,16 @@ small kernels from Python; for an 8B model that is 35-65 ms a step on an
 H200, set by the host, and it wanders by 2x between requests with the
 host's load. Serving engines replay each decode step from a CUDA graph
 instead. :class:`Generator` does the same for a transformers model on a
-CUDA device: the request's KV is copied into a ``StaticCache`` of a fixed
+CUDA device: the request's KV is copied into a static cache of a fixed
 capacity (prompt plus new tokens rounded up to a multiple of
 ``granularity``; one cache and one captured step per capacity, the
 ``keep`` most recently used kept for later requests), and each step is one
 graph replay that runs the model on the last token, takes the argmax and
-feeds it to the next replay. The step passes its own 4-D additive attention
-mask (transformers uses a 4-D mask as given): 0 over the positions written
-so far, the dtype's minimum elsewhere, so what earlier requests left past
-this one's positions is never attended to. (With a mask, transformers'
+feeds it to the next replay. The step brings its own position ids, its own
+write slot (the cache's ``update`` writes at the step's position) and its
+own 4-D additive attention mask (transformers uses a 4-D mask as given): 0
+over the positions written so far, the dtype's minimum elsewhere, so what
+earlier requests left past this one's positions is never attended to. (With a mask, transformers'
 SDPA path repeats the KV heads for grouped-query attention, a copy of the
 cache per layer and step; a tight capacity keeps that small.)
 
@@ -41,30 +42,73 @@ def _torch() -> Any:
     return torch
 
 
+def _new_cache(model: Any) -> Any:
+    """An empty cache for an eager run: the model's own ``new_cache()``
+    (:func:`kvserve.pd.TinyCausalLM`) or a transformers ``DynamicCache``."""
+    if hasattr(model, "new_cache"):
+        return model.new_cache()
+    from transformers import DynamicCache  # noqa: PLC0415
+
+    return DynamicCache()
+
+
 def _as_4d(t: Any) -> Any:
     """``(1, kv_heads, tokens, head_dim)`` from a 3-D or 4-D tensor."""
     return t if t.dim() == 4 else t[None]
 
 
+def _slot_cache(model: Any, capacity: int, pos: Any) -> Any:
+    """A transformers ``StaticCache`` whose ``update`` writes the step's
+    K/V at the device position ``pos`` (per layer, ``(1, kv_heads,
+    capacity, head_dim)`` buffers allocated by the first update) and
+    returns the whole buffers. The write slot and the positions are this
+    module's, not the library's: how transformers derives a position from a
+    static cache (``cache_position``, or counting the slots that hold
+    non-zero keys) differs between versions, and a count would see what
+    earlier requests left."""
+    from transformers import StaticCache  # noqa: PLC0415
+
+    torch = _torch()
+
+    class SlotCache(StaticCache):  # type: ignore[misc, valid-type]
+        def update(self, key_states: Any, value_states: Any, layer_idx: int,
+                   cache_kwargs: Any = None) -> Tuple[Any, Any]:
+            if self.slots[layer_idx] is None:
+                shape = (1, key_states.shape[1], capacity, key_states.shape[3])
+                self.slots[layer_idx] = (
+                    torch.zeros(shape, dtype=key_states.dtype, device=key_states.device),
+                    torch.zeros(shape, dtype=value_states.dtype, device=value_states.device))
+            k, v = self.slots[layer_idx]
+            k.index_copy_(2, pos, key_states)
+            v.index_copy_(2, pos, value_states)
+            return k, v
+
+        def get_seq_length(self, layer_idx: int = 0) -> int:
+            return 0  # positions come from the step's own position_ids and mask
+
+    cache = SlotCache(config=model.config, max_cache_len=capacity)
+    layers = getattr(cache, "layers", None)
+    cache.slots = [None] * (len(layers) if layers else model.config.num_hidden_layers)
+    return cache
+
+
 class _GraphStep:
-    """One static cache of ``capacity`` tokens and a decode step captured
-    on it: input token and position live in device tensors the replay
-    advances itself."""
+    """One cache of ``capacity`` tokens and a decode step captured on it:
+    input token and position live in device tensors the replay advances
+    itself; the step passes its own position ids and 4-D mask."""
 
     def __init__(self, model: Any, capacity: int) -> None:
-        from transformers import StaticCache  # noqa: PLC0415
-
         torch = _torch()
         self.model, self.capacity = model, capacity
         param = next(model.parameters())
         device = param.device
-        self.cache = StaticCache(config=model.config, max_cache_len=capacity)
         self.ids = torch.zeros((1, 1), dtype=torch.long, device=device)
         self.pos = torch.zeros((1,), dtype=torch.long, device=device)
+        self.cache = _slot_cache(model, capacity, self.pos)
         self.masked = torch.finfo(param.dtype).min
         self.mask = torch.full((1, 1, 1, capacity), self.masked, dtype=param.dtype, device=device)
-        # Warm-up on a side stream (the cache's lazy allocation, kernel
-        # choices), writing only the last slot, then the capture.
+        # Warm-up on a side stream (the cache's allocation, kernel choices),
+        # writing only the last slot, then the capture.
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.no_grad(), torch.cuda.stream(side):
@@ -72,6 +116,8 @@ class _GraphStep:
                 self.pos.fill_(capacity - 1)
                 self._step()
         torch.cuda.current_stream(device).wait_stream(side)
+        if any(slot is None for slot in self.cache.slots):
+            raise RuntimeError("the model's forward did not update every layer of the cache")
         self.pos.fill_(capacity - 1)
         self.graph = torch.cuda.CUDAGraph()
         with torch.no_grad(), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
@@ -80,8 +126,9 @@ class _GraphStep:
 
     def _step(self) -> Any:
         self.mask.index_fill_(3, self.pos, 0.0)  # this step's own position joins the attended ones
-        out = self.model(input_ids=self.ids, attention_mask=self.mask, past_key_values=self.cache,
-                         cache_position=self.pos, use_cache=True)
+        out = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos.view(1, 1),
+                         past_key_values=self.cache, cache_position=self.pos, use_cache=True)
+        self.logits = out.logits
         token = out.logits[0, -1].argmax()
         self.ids.copy_(token.view(1, 1))
         self.pos.add_(1)
@@ -91,13 +138,11 @@ class _GraphStep:
         """Copies ``layers`` (per layer ``(K, V)``, each ``(kv_heads,
         tokens, head_dim)`` or with a leading batch of 1) to the front of
         the cache; returns the token count."""
-        from kvserve import hf  # noqa: PLC0415
-
-        static = hf.cache_layers(self.cache)
-        if len(static) != len(layers):
-            raise ValueError(f"{len(layers)} layers of KV for a model of {len(static)}")
+        slots = self.cache.slots
+        if len(slots) != len(layers):
+            raise ValueError(f"{len(layers)} layers of KV for a model of {len(slots)}")
         tokens = int(layers[0][0].shape[-2])
-        for (k, v), (sk, sv) in zip(layers, static):
+        for (k, v), (sk, sv) in zip(layers, slots):
             sk[:, :, :tokens].copy_(_as_4d(k))
             sv[:, :, :tokens].copy_(_as_4d(v))
         self.mask[..., :tokens].zero_()
@@ -191,10 +236,8 @@ class Generator:
                 tokens = step.load(layers)
                 self.load_seconds = time.monotonic() - start
                 return step.run(tokens, last, steps, self.step_seconds)
-        from kvserve import pd  # noqa: PLC0415
-
         with torch.no_grad():
-            cache = pd.new_cache(self.model)
+            cache = _new_cache(self.model)
             for l, (k, v) in enumerate(layers):
                 cache.update(_as_4d(k).to(device=self.device, dtype=self.dtype),
                              _as_4d(v).to(device=self.device, dtype=self.dtype), l)

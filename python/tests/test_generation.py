@@ -86,18 +86,17 @@ class GraphGeneratorTest(unittest.TestCase):
         short_ids = [rng.randrange(1, 512) for _ in range(30)]
         long_layers, long_first = _prefill(model, long_ids)
         short_layers, short_first = _prefill(model, short_ids)
+        # Against the eager loop: the same model, different kernels; in fp32
+        # on a small model the greedy tokens agree.
+        expected = generation.Generator(model, graphs=False).generate(short_layers, short_first, 12)
         fresh = generation.Generator(model, granularity=256)
-        expected = fresh.generate(short_layers, short_first, 12)
+        self.assertEqual(fresh.generate(short_layers, short_first, 12), expected)
         self.assertTrue(fresh.graphs, "the capture failed")
         # The long prompt fills slots the short one's steps must not see.
         gen.generate(long_layers, long_first, 12)
         self.assertEqual(gen.generate(short_layers, short_first, 12), expected)
         self.assertEqual(gen.generate(short_layers, short_first, 12), expected)
         self.assertEqual(len(gen.step_seconds), 12)
-        # Against the eager loop: the same model, different kernels; in fp32
-        # on a small model the greedy tokens agree.
-        eager = generation.Generator(model, graphs=False)
-        self.assertEqual(eager.generate(short_layers, short_first, 12), expected)
         # A longer sequence than the capacity moves to the next one; the
         # least recently used capture goes when more than `keep` exist.
         self.assertEqual(gen.capacity_for(300), 512)
