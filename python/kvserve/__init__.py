@@ -18,7 +18,8 @@ tensors:
   layer-at-a-time streaming (``begin`` / ``encode_layer`` / ``finish`` and
   ``start`` / ``decode_record``).
 * :class:`Controller`, :class:`ProfileTable`, :class:`BandwidthEstimator`
-  pick a profile per request.
+  pick a profile per request; :class:`FrameSizeModel` gives it each
+  profile's frame size for the request's prompt length.
 * :mod:`kvserve.hf` compresses and restores Hugging Face ``DynamicCache``.
 * :func:`profile` runs the Bayesian profiler with your own quality
   function (your model, your eval set) and writes the controller's Pareto
@@ -53,6 +54,7 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     Decision,
     Frame,
     FrameInfo,
+    FrameSizeModel,
     FrameStats,
     HeadScores,
     KvserveCorruptionError,
@@ -101,7 +103,7 @@ __all__ = [
     "CudaDecoder", "CudaEncoder", "DeviceFrame", "cuda", "cuda_available",
     "Evaluation", "NoFeasibleProfileError", "ProfileResult", "StrategySpace", "measure_codec", "profile",
     "BandwidthEstimator", "ChunkEntry", "Controller", "Decision", "Decoder", "Encoder", "Frame",
-    "FrameInfo", "FrameStats", "HeadScores", "KvserveCorruptionError", "KvserveError",
+    "FrameInfo", "FrameSizeModel", "FrameStats", "HeadScores", "KvserveCorruptionError", "KvserveError",
     "KvserveInternalError", "KvserveInvalidArgumentError", "KvserveIOError",
     "KvserveNotFoundError", "KvserveNotSupportedError", "KvserveOutOfRangeError",
     "KvservePermissionDeniedError", "KvserveResourceExhaustedError", "KvserveTimeoutError",

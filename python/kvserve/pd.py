@@ -64,6 +64,7 @@ MSG_LANE = transport.FIRST_USER_TYPE + 6   # first message of each such lane: {"
 _DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
 # Entropy stages the CUDA codec runs (zstd and lz4 frames use the CPU codec).
 GPU_CODECS = hf.GPU_CODECS
+RAW_SPEC = "none"  # the raw profile's spec (table index 0)
 
 
 def _torch():
@@ -476,12 +477,16 @@ class PrefillWorker:
     ``threads``: encoder threads (1, as ``kvserve.measure_codec`` calibrates
     profile speeds; 0 = every core). ``lanes``: more connections to the same
     decode worker that frames are striped over (:meth:`open_lanes` sets them
-    up). Not thread-safe: one request at a time.
+    up). ``table_tokens``: the prompt length the controller table's
+    compression ratios were measured at; each decision uses every profile's
+    frame size for the request's own length (:class:`kvserve.FrameSizeModel`:
+    exact for pack, learned from the frames sent for entropy codecs). Not
+    thread-safe: one request at a time.
     """
 
     def __init__(self, model: Any, connection: Any, *, controller: Any = None,
                  workload: Any = 0, head_scores: Any = None, threads: int = 1,
-                 gpu_codec: bool = True) -> None:
+                 gpu_codec: bool = True, table_tokens: int = 1024) -> None:
         self.model, self.connection, self.controller = model, connection, controller
         self.workload, self.head_scores, self.threads = workload, head_scores, threads
         self.layers = len(decoder_layers(model))
@@ -490,8 +495,11 @@ class PrefillWorker:
         self._host: Any = None  # pinned frame bytes on their way to the connection
         self.gpu_codec = gpu_codec
         self._kv_bytes_per_token: Optional[int] = None
+        self._kv_layout: Optional[Tuple[int, int, str]] = None  # kv_heads, head_dim, wire dtype
         self.lanes: List[Any] = []
         self.prefill_clock = PrefillClock()
+        self.table_tokens = table_tokens
+        self._frame_sizes: Optional[Tuple[Any, Any, Dict[str, int]]] = None  # (controller, model, spec -> index)
 
     def open_lanes(self, dial: Callable[[], Any], count: int) -> None:
         """Opens ``count`` lanes to the decode worker: tells it on the
@@ -555,7 +563,38 @@ class PrefillWorker:
                            past_key_values=cache, use_cache=True)
             k, _ = hf.cache_layers(cache)[0]
             self._kv_bytes_per_token = 2 * self.layers * k.shape[1] * k.shape[3] * k.element_size()
+            self._kv_layout = (int(k.shape[1]), int(k.shape[3]), _DTYPES[str(k.dtype)])
         return prompt_tokens * self._kv_bytes_per_token
+
+    def frame_sizes(self, prompt_tokens: int) -> List[float]:
+        """Every profile of the controller's table's frame bytes for a
+        prompt of ``prompt_tokens`` tokens (raw's entry 0: its ratio), what
+        the decision uses (``Controller.choose(frame_bytes=...)``)."""
+        return self._frame_model()[1].sizes(prompt_tokens)
+
+    def _frame_model(self) -> Tuple[Any, Any, Dict[str, int]]:
+        """The FrameSizeModel of the current controller's table (made again
+        when the controller changes)."""
+        if self._frame_sizes is None or self._frame_sizes[0] is not self.controller:
+            self.kv_bytes_for(1)
+            assert self._kv_layout is not None
+            heads, head_dim, dtype = self._kv_layout
+            table = self.controller.table
+            model = kvserve.FrameSizeModel(table, (self.layers, heads, self.table_tokens, head_dim), dtype,
+                                           self.head_scores, self.table_tokens)
+            index = {str(kvserve.Profile(c.spec)): i for i, c in enumerate(table.profiles) if i > 0}
+            self._frame_sizes = (self.controller, model, index)
+        return self._frame_sizes
+
+    def _observe_frame(self, spec: str, prompt_tokens: int, frame_bytes: int) -> None:
+        """Teaches the frame size model the size of a frame just sent (any
+        method whose profile is in the controller's table)."""
+        if self.controller is None or spec == RAW_SPEC or frame_bytes <= 0:
+            return
+        _, model, index = self._frame_model()
+        i = index.get(str(kvserve.Profile(spec)))
+        if i is not None:
+            model.observe(i, prompt_tokens, frame_bytes)
 
     def run(self, request_id: int, prompt_ids: Sequence[int], max_new_tokens: int, *,
             method: str = "none", slo_seconds: float = float("inf"), quality_min: float = 0.0,
@@ -579,7 +618,8 @@ class PrefillWorker:
             source = self.prefill_clock.predict(len(prompt_ids))
             d = self.controller.choose(self.workload, kv_bytes=kv_bytes,
                                        peer=peer or self.connection.peer_id,
-                                       slo_seconds=slo_seconds, quality_min=quality_min, source_seconds=source)
+                                       slo_seconds=slo_seconds, quality_min=quality_min, source_seconds=source,
+                                       frame_bytes=self.frame_sizes(len(prompt_ids)))
             # "recompute" (nothing meets the SLO) is not served by this module: raw instead.
             spec = d.spec if d.action == "send" else "none"
             decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible,
@@ -589,7 +629,7 @@ class PrefillWorker:
                 decision["bandwidth"] = bandwidth
                 # raw's time in the same model, beside the choice's
                 decision["raw_seconds"] = kvserve.predict_seconds(
-                    kvserve.ProfileCost("none", 1.0), kv_bytes, bandwidth, "streamed", self.layers,
+                    kvserve.ProfileCost(RAW_SPEC, 1.0), kv_bytes, bandwidth, "streamed", self.layers,
                     source_seconds=source)
             predicted = d.predicted_seconds
         else:
@@ -648,6 +688,7 @@ class PrefillWorker:
         kv_seconds = kv_done - prefill_end
         kv_movement = kv_done - state.get("kv_start", prefill_end)
         self.prefill_clock.observe(len(prompt_ids), prefill_end - start)
+        self._observe_frame(spec, len(prompt_ids), int(stats.frame_bytes))
         # The bandit is told what the prediction was for (the streamed model
         # with the prefill as its source): the movement left after the
         # prefill, which is what the request waited for.

@@ -18,6 +18,9 @@ void RegisterIo(pybind11::module_& m);
 // python/src/controller_bindings.cc: ProfileTable, BandwidthEstimator,
 // Controller, latency model helpers.
 void RegisterController(pybind11::module_& m);
+// python/src/frame_size_bindings.cc: FrameSizeModel (per-request frame
+// sizes for the controller).
+void RegisterFrameSizes(pybind11::module_& m);
 // python/src/profiler_bindings.cc: StrategySpace, codec metrics, the
 // profiling search with a Python evaluator, the task-quality statistics.
 void RegisterProfiler(pybind11::module_& m);

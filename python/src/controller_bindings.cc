@@ -5,7 +5,9 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "errors.h"
@@ -235,13 +237,16 @@ void RegisterController(py::module_& m) {
            py::arg("candidates") = 3, py::arg("seed") = 0x6b76736572766531ull)
       .def("choose", [](PyController& c, py::handle workload, double kv_bytes, py::handle bandwidth, py::handle peer,
                         double slo_seconds, double quality_min, double model_seconds, py::handle now_seconds,
-                        double source_seconds) {
-             return c.Choose(c.Request(workload, kv_bytes, bandwidth, peer, slo_seconds, quality_min, model_seconds,
-                                       now_seconds, source_seconds));
+                        double source_seconds, std::optional<std::vector<double>> frame_bytes) {
+             ControllerRequest r = c.Request(workload, kv_bytes, bandwidth, peer, slo_seconds, quality_min,
+                                             model_seconds, now_seconds, source_seconds);
+             if (frame_bytes) r.frame_bytes = *frame_bytes;  // outlives Decide
+             return c.Choose(r);
            },
            py::arg("workload"), py::kw_only(), py::arg("kv_bytes"), py::arg("bandwidth") = py::none(),
            py::arg("peer") = py::none(), py::arg("slo_seconds") = kInfinity, py::arg("quality_min") = 0.0,
-           py::arg("model_seconds") = 0.0, py::arg("now_seconds") = py::none(), py::arg("source_seconds") = 0.0)
+           py::arg("model_seconds") = 0.0, py::arg("now_seconds") = py::none(), py::arg("source_seconds") = 0.0,
+           py::arg("frame_bytes") = py::none())
       .def("observe", &PyController::Observe, py::arg("decision"), py::arg("observed_seconds"),
            py::arg("now_seconds") = py::none())
       .def("model_optimum", [](const PyController& c, py::handle workload, double kv_bytes, double bandwidth,

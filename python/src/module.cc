@@ -16,6 +16,7 @@ PYBIND11_MODULE(_kvserve, m) {
   kvserve::python::RegisterCodec(m);
   kvserve::python::RegisterIo(m);
   kvserve::python::RegisterController(m);
+  kvserve::python::RegisterFrameSizes(m);
   kvserve::python::RegisterProfiler(m);
   kvserve::python::RegisterTransport(m);
   kvserve::python::RegisterPool(m);

@@ -123,6 +123,18 @@ class PdTest(unittest.TestCase):
         for r in later:
             self.assertNotEqual(r.profile, "none", "a measured 50 Mbps link should compress")
             self.assertEqual(kvserve.Profile(r.profile).to_json(), kvserve.Profile("kivi-4").to_json())
+        # The decision used each profile's frame for the request's own
+        # length: exact for pack, so equal to what was sent.
+        index = table.index_of("kivi-4")
+        for r in later:
+            self.assertEqual(worker.frame_sizes(r.prompt_tokens)[index], r.frame_bytes)
+        # Both profiles keep 128 tokens unquantised: for a 100-token prompt
+        # their frames outweigh the KV, the table's 7x and 3.7x
+        # notwithstanding, so the request goes raw.
+        short = worker.run(3, prompt(3, n=100), 3, method="kvserve")
+        sizes = worker.frame_sizes(100)
+        self.assertGreater(min(sizes[1:]), short.kv_bytes)
+        self.assertEqual(short.profile, "none")
         worker.stop()
         thread.join(20)
 

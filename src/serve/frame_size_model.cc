@@ -1,9 +1,9 @@
 // Copyright kvserve authors.
-#include "serve/frame_size_model.h"
+#include "kvserve/frame_size_model.h"
 
 #include <algorithm>
 
-namespace kvserve::serve {
+namespace kvserve {
 namespace {
 
 // Bounds of an entropy codec's gain on its input: it may grow it a little
@@ -77,4 +77,4 @@ void FrameSizeModel::Observe(int index, int tokens, uint64_t frame_bytes) {
   ++row.samples;
 }
 
-}  // namespace kvserve::serve
+}  // namespace kvserve

@@ -16,7 +16,7 @@
 #include "kvserve/connector.h"
 #include "kvserve/serve.h"
 #include "serve/decode_peers.h"
-#include "serve/frame_size_model.h"
+#include "kvserve/frame_size_model.h"
 #include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
 
@@ -108,7 +108,7 @@ class PrefillWorker::Impl {
   PrefillWorkerOptions options_;
   BandwidthEstimator estimator_;
   std::unique_ptr<Controller> controller_;
-  std::unique_ptr<serve::FrameSizeModel> frame_sizes_;
+  std::unique_ptr<FrameSizeModel> frame_sizes_;
   std::unique_ptr<transport::ConnectionServer> server_;
   // Set before server_->Stop(); the handlers poll this, not server_, which a
   // handler may run before Start's assignment to server_ has completed.

@@ -63,7 +63,7 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
   decode_ = std::make_unique<serve::DecodePeers>(transport_, options_.decode_addresses, &estimator_);
   const ModelConfig& c = model_->config();
-  frame_sizes_ = std::make_unique<serve::FrameSizeModel>(
+  frame_sizes_ = std::make_unique<FrameSizeModel>(
       controller_->table(), KvShape{c.layers, c.kv_heads, 1, c.head_dim}, DType::kF32,
       options_.head_scores, options_.table_reference_tokens);
   KVSERVE_ASSIGN_OR_RETURN(

@@ -13,7 +13,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/serve.h"
-#include "serve/frame_size_model.h"
+#include "kvserve/frame_size_model.h"
 #include "serve/serve_test_util.h"
 
 namespace kvserve {
@@ -145,7 +145,7 @@ TEST(ServeControllerTest, FrameSizeModelIsExactForPackAndLearnsEntropyGains) {
   ProfileTable table = ProfileTable::FromRows({pack, rans}).value();
   const ModelConfig& c = SmallModel().config();
   const KvShape model_shape{c.layers, c.kv_heads, 1, c.head_dim};
-  serve::FrameSizeModel sizes(table, model_shape, DType::kF32, nullptr, 512);
+  FrameSizeModel sizes(table, model_shape, DType::kF32, nullptr, 512);
   std::mt19937_64 rng(73);
   for (int tokens : {20, 64, 300, 777}) {
     auto prefill = SmallModel().Prefill(servetest::RandomPrompt(rng, tokens, tokens));

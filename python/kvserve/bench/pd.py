@@ -365,7 +365,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         conn = transport.dial(transport.tcp(), address, secret=args.secret, local_id="prefill",
                               shape_gbps=share, estimator=estimator)
         if worker is None:
-            worker = pd.PrefillWorker(model, conn, controller=controller, workload=workload)
+            worker = pd.PrefillWorker(model, conn, controller=controller, workload=workload,
+                                      table_tokens=calib_tokens)
         worker.connection, worker.controller = conn, controller
         worker.open_lanes(lambda: transport.dial(transport.tcp(), address, secret=args.secret,
                                                  local_id="prefill", shape_gbps=share), args.lanes - 1)
@@ -479,7 +480,7 @@ def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: An
         store = kvpool.remote(server.address, secret=args.secret)
         d = controller.choose(workload, kv_bytes=worker.kv_bytes_for(tokens - 1),
                               bandwidth=kvserve.gbps_to_bytes_per_second(args.pool_gbps),
-                              quality_min=args.quality_min)
+                              quality_min=args.quality_min, frame_bytes=worker.frame_sizes(tokens - 1))
         spec = str(kvserve.Profile(d.spec if d.action == "send" else RAW))
         rows, request_id = [], first_id
         for _ in range(args.pool_requests):

@@ -4,9 +4,10 @@
 // codec; for an entropy codec the plan's fixed bytes plus its input (packed
 // codes and raw region) times the codec's gain on it, learned from the
 // frames actually sent (first from the table's CR at the tokens the table
-// was measured at). Not a public header.
-#ifndef KVSERVE_SERVE_FRAME_SIZE_MODEL_H_
-#define KVSERVE_SERVE_FRAME_SIZE_MODEL_H_
+// was measured at). Used by the C++ prefill worker and, through the Python
+// bindings, by kvserve.pd's.
+#ifndef KVSERVE_FRAME_SIZE_MODEL_H_
+#define KVSERVE_FRAME_SIZE_MODEL_H_
 
 #include <cstdint>
 #include <optional>
@@ -17,7 +18,7 @@
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
 
-namespace kvserve::serve {
+namespace kvserve {
 
 // Thread safety: thread-compatible (the prefill worker serialises requests).
 class FrameSizeModel {
@@ -53,6 +54,6 @@ class FrameSizeModel {
   std::vector<double> bytes_;
 };
 
-}  // namespace kvserve::serve
+}  // namespace kvserve
 
-#endif  // KVSERVE_SERVE_FRAME_SIZE_MODEL_H_
+#endif  // KVSERVE_FRAME_SIZE_MODEL_H_
