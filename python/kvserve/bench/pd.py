@@ -340,13 +340,17 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                 row["kv_matches_single_process"] = r.kv_digest == ref_digest[0]
             if not ok:
                 # What differs: the KV that arrived, the prefill's own first
-                # token, or a single-process run against itself.
+                # token, or a single-process run against itself -- and then
+                # whether its second prefill or its generation moved.
+                again_digest: List[int] = []
+                again = pd.reference_tokens(model, prompt, args.new_tokens, again_digest, reference_generator)
                 row["mismatch"] = {
                     "expected": expected, "got": r.tokens,
                     "first_token_differs": expected[0] != r.tokens[0],
                     "kv_bits_equal": row.get("kv_matches_single_process"),
-                    "single_process_repeatable": pd.reference_tokens(model, prompt, args.new_tokens, None,
-                                                                     reference_generator) == expected}
+                    "single_process_repeatable": again == expected,
+                    "repeat_prefill_kv_bits_equal": again_digest[0] == ref_digest[0],
+                    "repeat_tokens": again}
                 failures.append(f"request {r.id}: {r.profile} tokens differ from a single-process run "
                                 f"({row['mismatch']})")
         rows.append(row)
