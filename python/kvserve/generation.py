@@ -2,10 +2,12 @@
 single-process reference it is checked against.
 
 A decode step of a transformers model run eagerly launches hundreds of
-small kernels from Python; for an 8B model that is 35-65 ms a step on an
-H200, set by the host, and it wanders by 2x between requests with the
-host's load. Serving engines replay each decode step from a CUDA graph
-instead. :class:`Generator` does the same for a transformers model on a
+small kernels from Python. For the 8B model on an H200 the PD sweep of
+commit 12c9d97 measured 36-71 ms a step (5th-95th percentile of its 1,092
+steps, ``step_seconds`` in docs/results/e2e-gpu.json at that commit); the
+same steps replayed from a CUDA graph took 10.7-11.5 ms at 2K tokens in
+the run of faa07ee. Serving engines replay each decode step from a CUDA
+graph; :class:`Generator` does the same for a transformers model on a
 CUDA device: the request's KV is copied into a static cache of a fixed
 capacity (prompt plus new tokens rounded up to a multiple of
 ``granularity``; one cache and one captured step per capacity, the
@@ -128,7 +130,6 @@ class _GraphStep:
         self.mask.index_fill_(3, self.pos, 0.0)  # this step's own position joins the attended ones
         out = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos.view(1, 1),
                          past_key_values=self.cache, cache_position=self.pos, use_cache=True)
-        self.logits = out.logits
         token = out.logits[0, -1].argmax()
         self.ids.copy_(token.view(1, 1))
         self.pos.add_(1)
@@ -192,12 +193,6 @@ class Generator:
     def capacities(self) -> List[int]:
         """The capacities with a captured step, least recently used first."""
         return list(self._steps)
-
-    def prepare(self, tokens: int) -> None:
-        """Captures the step for sequences of ``tokens`` tokens now (it is
-        otherwise captured by the first :meth:`generate` that needs it)."""
-        if self.graphs:
-            self._step_for(tokens)
 
     def _step_for(self, tokens: int) -> Optional[_GraphStep]:
         """The captured step for ``tokens``; None (and eager steps from now

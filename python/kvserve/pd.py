@@ -312,7 +312,6 @@ class _LayerSender(threading.Thread):
         self.encode_seconds = 0.0
         self.kv_bytes = 0
         self.error: Optional[BaseException] = None
-        self.streamed = True  # each layer's records leave as they are encoded
 
     def run(self) -> None:
         try:
@@ -625,12 +624,7 @@ class PrefillWorker:
             decision = {"action": d.action, "spec": spec, "explored": d.explored, "feasible": d.feasible,
                         "decide_seconds": time.monotonic() - start, "source_seconds": source}
             if self.controller.estimator is not None:  # the bandwidth the decision saw, bytes/s
-                bandwidth = self.controller.estimator.estimate(peer or self.connection.peer_id)
-                decision["bandwidth"] = bandwidth
-                # raw's time in the same model, beside the choice's
-                decision["raw_seconds"] = kvserve.predict_seconds(
-                    kvserve.ProfileCost(RAW_SPEC, 1.0), kv_bytes, bandwidth, "streamed", self.layers,
-                    source_seconds=source)
+                decision["bandwidth"] = self.controller.estimator.estimate(peer or self.connection.peer_id)
             predicted = d.predicted_seconds
         else:
             spec = method

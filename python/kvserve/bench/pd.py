@@ -47,7 +47,7 @@ import kvserve
 from kvserve import generation, hf, pd, profiling, transport
 from kvserve.bench.loopback import transport_loopback_gbps
 
-RAW = "none"
+RAW = pd.RAW_SPEC
 # What the paper reports for the same experiment (its §7.2 and artifact), for the report.
 PAPER_FIGURES = ("The paper, for comparison (vLLM, A100/H100-class GPUs, its own profiles): up to 9.13× JCT "
                  "speedup in PD-separated serving (HotpotQA) and up to 3.15× on bandwidth-constrained prefill "
@@ -543,7 +543,7 @@ def _report(sweep: _Sweep, rows: List[Dict[str, Any]], failures: List[str],
                 point["methods"]["best-static"] = dict(statics[best], profile_of=best)
             if point["methods"]:
                 points.append(point)
-    checks = _checks(points, rates, failures, args)
+    checks = _checks(points, rates, failures, args, sweep.layers)
     for p in points:
         p.pop("kv_rows", None)  # every row is in report["rows"]
     loopback = [r for r in rows if r["gbps"] == 0 and r["profile"] == RAW and r["transfer_busy_seconds"] > 0]
@@ -565,7 +565,7 @@ def _report(sweep: _Sweep, rows: List[Dict[str, Any]], failures: List[str],
 
 
 def _checks(points: List[Dict[str, Any]], rates: List[float], failures: List[str],
-            args: argparse.Namespace) -> Dict[str, Any]:
+            args: argparse.Namespace, layers: int) -> Dict[str, Any]:
     """The issue's criteria, evaluated on this run's numbers."""
     out: Dict[str, Any] = {"floor_and_token_failures": failures}
     vs_static, vs_raw = [], []
@@ -580,21 +580,24 @@ def _checks(points: List[Dict[str, Any]], rates: List[float], failures: List[str
                            "ratio": m["kvserve"]["jct_mean"] / m[RAW]["jct_mean"]})
     out["kvserve_vs_best_static"] = vs_static
     out["kvserve_vs_raw_at_top_rate"] = vs_raw
-    out["speedup_vs_model"] = [_speedup_vs_model(p) for p in points if "kvserve" in p["methods"]
+    out["speedup_vs_model"] = [_speedup_vs_model(p, layers) for p in points if "kvserve" in p["methods"]
                                and RAW in p["methods"]]
     out["ok"] = (not failures and all(v["ratio"] <= 1.05 for v in vs_static) and
                  all(v["ratio"] <= 1.02 for v in vs_raw))
     return out
 
 
-def _speedup_vs_model(point: Dict[str, Any]) -> Dict[str, Any]:
+def _speedup_vs_model(point: Dict[str, Any], layers: int) -> Dict[str, Any]:
     """kvserve's measured JCT speedup over raw at a point beside what the latency model predicts
     for its choices: (T + raw's predicted KV time) / (T + the choice's), T = kvserve's mean JCT
     outside the KV time after the prefill, both predictions the controller's model (streamed, the
     prefill as the source) at the bandwidth each decision saw."""
     rows = point["kv_rows"]
     other = statistics.fmean(r["jct_seconds"] - r["kv_seconds"] for r in rows)
-    raw_kv = statistics.fmean(r["decision"]["raw_seconds"] for r in rows)
+    raw = kvserve.ProfileCost(RAW, 1.0)
+    raw_kv = statistics.fmean(
+        kvserve.predict_seconds(raw, r["kv_bytes"], r["decision"]["bandwidth"], "streamed", layers,
+                                source_seconds=r["decision"]["source_seconds"]) for r in rows)
     chosen_kv = statistics.fmean(r["predicted_kv_seconds"] for r in rows)
     predicted = (other + raw_kv) / (other + chosen_kv) if other + chosen_kv > 0 else float("nan")
     measured = point["methods"][RAW]["jct_mean"] / point["methods"]["kvserve"]["jct_mean"]
