@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "bindings.h"
@@ -25,6 +26,11 @@ KvShape ShapeFrom(const py::sequence& shape) {
   return s;
 }
 
+int PositiveOrThrow(int value, const char* what) {
+  if (value < 1) ThrowInvalid(std::string(what) + " must be >= 1");
+  return value;
+}
+
 DType DTypeOrThrow(py::handle dtype) {
   std::optional<DType> d = DTypeFromPython(dtype);
   if (!d) ThrowInvalid("dtype: required ('f32', 'f16' or 'bf16')");
@@ -37,18 +43,13 @@ class PyFrameSizeModel {
   PyFrameSizeModel(const ProfileTable& table, const py::sequence& shape, py::handle dtype,
                    std::shared_ptr<HeadScores> head_scores, int reference_tokens)
       : head_scores_(std::move(head_scores)), size_(table.size()),
-        model_(table, ShapeFrom(shape), DTypeOrThrow(dtype), head_scores_.get(), reference_tokens) {
-    if (reference_tokens < 1) ThrowInvalid("reference_tokens must be >= 1");
-  }
+        model_(table, ShapeFrom(shape), DTypeOrThrow(dtype), head_scores_.get(),
+               PositiveOrThrow(reference_tokens, "reference_tokens")) {}
 
-  std::vector<double> Sizes(int tokens) {
-    if (tokens < 1) ThrowInvalid("tokens must be >= 1");
-    return model_.For(tokens);
-  }
+  std::vector<double> Sizes(int tokens) { return model_.For(PositiveOrThrow(tokens, "tokens")); }
   void Observe(int index, int tokens, uint64_t frame_bytes) {
     CheckIndex(index);
-    if (tokens < 1) ThrowInvalid("tokens must be >= 1");
-    model_.Observe(index, tokens, frame_bytes);
+    model_.Observe(index, PositiveOrThrow(tokens, "tokens"), frame_bytes);
   }
   double Gain(int index) const {
     CheckIndex(index);

@@ -120,6 +120,29 @@ class ControllerTest(unittest.TestCase):
         with self.assertRaises(kvserve.KvserveInvalidArgumentError):
             controller.choose("w", kv_bytes=v, bandwidth=b, source_seconds=-1.0)
 
+    def test_frame_size_model_is_exact_for_pack_and_learns_rans(self):
+        rng = np.random.default_rng(8)
+        shape = (2, 2, 96, 32)
+        kv = rng.standard_normal((shape[0], 2, shape[1], shape[2], shape[3])).astype(np.float32)
+        pack, rans = "kivi-4", "identity+kivi(k=4,v=4)+rans"
+        table = kvserve.ProfileTable.from_rows(
+            [kvserve.ProfileCost(pack, 3.0, quality={"w": 1.0}), kvserve.ProfileCost(rans, 3.0, quality={"w": 1.0})],
+            ["w"])
+        model = kvserve.FrameSizeModel(table, shape, "f32", reference_tokens=96)
+        sizes = model.sizes(96)
+        self.assertEqual(sizes[0], 0.0)  # raw: the table's ratio
+        self.assertEqual(sizes[1], len(kvserve.encode(kv, pack)))
+        rans_frame = len(kvserve.encode(kv, rans))
+        self.assertNotEqual(sizes[2], rans_frame)  # a guess from the table's ratio
+        model.observe(2, 96, rans_frame)
+        self.assertAlmostEqual(model.sizes(96)[2], rans_frame, delta=1.0)  # the first sample is taken as is
+        self.assertEqual(model.gain(1), 1.0)
+        for bad in (lambda: model.sizes(0), lambda: model.observe(3, 96, 1), lambda: model.gain(-1),
+                    lambda: kvserve.FrameSizeModel(table, (2, 2, 96), "f32"),
+                    lambda: kvserve.FrameSizeModel(table, shape, "f32", reference_tokens=0)):
+            with self.assertRaises(kvserve.KvserveInvalidArgumentError):
+                bad()
+
     def test_peer_bandwidth_and_observe(self):
         estimator = kvserve.BandwidthEstimator(prior_bytes_per_second=kvserve.gbps_to_bytes_per_second(100))
         controller = kvserve.Controller(_table(), estimator=estimator, seed=3)
