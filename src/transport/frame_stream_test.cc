@@ -42,6 +42,27 @@ std::vector<uint8_t> Kivi2Frame(const KvCache& cache) {
   return frame;
 }
 
+// The one-shot kivi-2 frame of a seeded random cache, with its index and
+// the bytes before its first record (its header).
+struct TestFrame {
+  std::vector<uint8_t> bytes;
+  FrameInfo info;
+  size_t header = 0;
+};
+
+TestFrame MakeTestFrame(uint32_t seed, KvShape shape) {
+  std::mt19937 rng(seed);
+  TestFrame f;
+  f.bytes = Kivi2Frame(RandomCache(rng, shape));
+  auto info = InspectFrame(f.bytes);
+  EXPECT_TRUE(info.ok() && !info->chunks.empty());
+  if (info.ok() && !info->chunks.empty()) {
+    f.info = *info;
+    f.header = info->chunks.front().offset;
+  }
+  return f;
+}
+
 struct Goodput {
   std::mutex mu;
   std::vector<std::tuple<std::string, double, double>> samples;
@@ -161,13 +182,12 @@ TEST_P(FrameStreamTest, LayerwiseStreamDecodesLikeOneShot) {
 // back; once one does not fit, it and the rest arrive in the connection's
 // buffer. Either way the decoded cache equals one-shot decoding.
 TEST_P(FrameStreamTest, PlacedRecordsLandInCallerMemory) {
-  std::mt19937 rng(17);
   const KvShape shape{3, 2, 128, 64};
-  KvCache cache = RandomCache(rng, shape);
-  const std::vector<uint8_t> frame = Kivi2Frame(cache);
-  auto info = InspectFrame(frame);
-  ASSERT_TRUE(info.ok());
-  const size_t header = info->chunks.front().offset;
+  const TestFrame test = MakeTestFrame(17, shape);
+  ASSERT_GT(test.header, 0u);
+  const std::vector<uint8_t>& frame = test.bytes;
+  const FrameInfo* info = &test.info;
+  const size_t header = test.header;
   const size_t records_bytes = frame.size() - header;
   for (size_t capacity : {records_bytes, records_bytes / 2}) {
     Goodput goodput;
@@ -303,15 +323,15 @@ TEST_P(FrameStreamTest, SenderAbortReachesReceiver) {
 // reaches the receiver on every lane and the lanes stay usable; a lane
 // that breaks fails both sides instead of leaving a reader blocked.
 TEST_P(FrameStreamTest, LanesStripeRecordsInOrder) {
-  std::mt19937 rng(23);
   const KvShape shape{4, 2, 160, 64};
-  KvCache cache = RandomCache(rng, shape);
-  const std::vector<uint8_t> frame = Kivi2Frame(cache);
-  auto info = InspectFrame(frame);
-  ASSERT_TRUE(info.ok());
+  const TestFrame test = MakeTestFrame(23, shape);
+  ASSERT_GT(test.header, 0u);
+  std::mt19937 rng(24);  // the pieces the frame is appended in
+  const std::vector<uint8_t>& frame = test.bytes;
+  const FrameInfo* info = &test.info;
+  const size_t header = test.header;
   KvCache expected(DType::kF32, shape);
   ASSERT_TRUE((*DecoderContext::Create({.threads = 1}))->Decode(frame, expected.mutable_view()).ok());
-  const size_t header = info->chunks.front().offset;
 
   Goodput goodput;
   std::vector<Link> links;
