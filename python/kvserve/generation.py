@@ -21,6 +21,19 @@ earlier requests left past this one's positions is never attended to. (With a ma
 SDPA path repeats the KV heads for grouped-query attention, a copy of the
 cache per layer and step; a tight capacity keeps that small.)
 
+With that mask SDPA picks cuDNN's attention on an H200 (torch 2.11),
+whose split reduction does not repeat bit for bit: 6 replays of one
+captured step on the same cache gave 2-3 different greedy token sequences
+of the 8B random-weight model at 2K and 8K tokens, first differing at step
+0-10 (random weights make many bf16 logits tie). Under torch's
+deterministic mode (``torch.use_deterministic_algorithms``, what
+:func:`kvserve.pd.deterministic` and ``--check`` turn on) a
+:class:`Generator` captures its step with SDPA's math backend instead:
+bit-equal logits in every replay at 2K, 8K and 32K tokens, at 17.3, 32.1
+and 90.2 ms a step against cuDNN's 12.6, 17.8 and 38.9 ms
+(``bench/generation_determinism.py``, output in
+docs/results/generation-determinism-h200.json).
+
 Anything else (a CPU model, a model with its own cache such as
 :func:`kvserve.pd.TinyCausalLM`, ``graphs=False``) runs the steps eagerly
 on a ``DynamicCache``. The two paths compute with different kernels, so
@@ -30,6 +43,7 @@ and its single-process reference both use a :class:`Generator`.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections import OrderedDict
@@ -94,12 +108,25 @@ def _slot_cache(model: Any, capacity: int, pos: Any) -> Any:
     return cache
 
 
+def _math_attention() -> Any:
+    """A context in which SDPA runs its math backend (batched matmuls and a
+    softmax, which repeat bit for bit; a no-op context on a torch without
+    ``torch.nn.attention``): for the masked decode step SDPA otherwise
+    picks a kernel whose results vary between replays (see the module
+    docstring)."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: PLC0415
+    except ImportError:
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
+
+
 class _GraphStep:
     """One cache of ``capacity`` tokens and a decode step captured on it:
     input token and position live in device tensors the replay advances
     itself; the step passes its own position ids and 4-D mask."""
 
-    def __init__(self, model: Any, capacity: int) -> None:
+    def __init__(self, model: Any, capacity: int, math_attention: bool = True) -> None:
         torch = _torch()
         self.model, self.capacity = model, capacity
         param = next(model.parameters())
@@ -111,9 +138,10 @@ class _GraphStep:
         self.mask = torch.full((1, 1, 1, capacity), self.masked, dtype=param.dtype, device=device)
         # Warm-up on a side stream (the cache's allocation, kernel choices),
         # writing only the last slot, then the capture.
+        attention = _math_attention if math_attention else contextlib.nullcontext
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
-        with torch.no_grad(), torch.cuda.stream(side):
+        with torch.no_grad(), torch.cuda.stream(side), attention():
             for _ in range(2):
                 self.pos.fill_(capacity - 1)
                 self._step()
@@ -122,7 +150,7 @@ class _GraphStep:
             raise RuntimeError("the model's forward did not update every layer of the cache")
         self.pos.fill_(capacity - 1)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
+        with torch.no_grad(), attention(), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
             self.next = self._step()
         torch.cuda.current_stream(device).synchronize()
 
@@ -168,10 +196,14 @@ class Generator:
     model is a transformers model on a CUDA device). Not thread-safe; the
     ``keep`` most recent captured steps and their caches stay allocated for
     reuse (each ``capacity x`` the KV of one token, e.g. 4.4 GB for 33K
-    tokens of an 8B Llama, plus its graph's activations)."""
+    tokens of an 8B Llama, plus its graph's activations).
+    ``math_attention``: capture the step with SDPA's math backend, which
+    repeats bit for bit (default: when torch's deterministic algorithms
+    are enabled at construction); else SDPA's own choice, faster and not
+    repeatable (see the module docstring)."""
 
     def __init__(self, model: Any, *, graphs: Optional[bool] = None, granularity: int = 1024,
-                 keep: int = 4) -> None:
+                 keep: int = 4, math_attention: Optional[bool] = None) -> None:
         if granularity < 1 or keep < 1:
             raise ValueError("granularity and keep must be >= 1")
         self.model = model
@@ -181,6 +213,9 @@ class Generator:
             graphs = self.device.type == "cuda" and not hasattr(model, "new_cache")
         self.graphs = bool(graphs)
         self.granularity, self.keep = granularity, keep
+        if math_attention is None:
+            math_attention = _torch().are_deterministic_algorithms_enabled()
+        self.math_attention = bool(math_attention)
         self._steps: "OrderedDict[int, _GraphStep]" = OrderedDict()  # least recently used first
         self.step_seconds: List[float] = []  # the last call's, one per step
         self.load_seconds = 0.0              # the last call's copy of the KV into the cache
@@ -204,7 +239,7 @@ class Generator:
             while len(self._steps) >= self.keep:
                 self._steps.popitem(last=False)  # its cache and graph pool go with it
             try:
-                self._steps[capacity] = _GraphStep(self.model, capacity)
+                self._steps[capacity] = _GraphStep(self.model, capacity, self.math_attention)
             except Exception as e:  # noqa: BLE001 -- any capture failure: run eagerly, say why
                 print(f"kvserve.generation: CUDA graph capture failed ({type(e).__name__}: {e}); "
                       "decode steps run eagerly", file=sys.stderr, flush=True)

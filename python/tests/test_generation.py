@@ -64,14 +64,28 @@ class EagerGeneratorTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             generation.Generator(model, keep=0)
 
+    def test_math_attention_follows_torch_deterministic_mode(self):
+        model = pd.TinyCausalLM(seed=64)
+        was = torch.are_deterministic_algorithms_enabled()
+        try:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            self.assertTrue(generation.Generator(model).math_attention)
+            self.assertFalse(generation.Generator(model, math_attention=False).math_attention)
+            torch.use_deterministic_algorithms(False)
+            self.assertFalse(generation.Generator(model).math_attention)
+            self.assertTrue(generation.Generator(model, math_attention=True).math_attention)
+        finally:
+            torch.use_deterministic_algorithms(was)
 
-def _small_llama(seed):
+
+def _small_llama(seed, dtype=None, vocab=512):
     config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
                                       max_position_embeddings=8192)
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
+        return transformers.AutoModelForCausalLM.from_config(
+            config, torch_dtype=dtype or torch.float32).eval()
 
 
 @unittest.skipIf(torch is None or transformers is None or not torch.cuda.is_available(),
