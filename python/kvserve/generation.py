@@ -21,8 +21,8 @@ earlier requests left past this one's positions is never attended to. (With a ma
 SDPA path repeats the KV heads for grouped-query attention, a copy of the
 cache per layer and step; a tight capacity keeps that small.)
 
-With that mask SDPA picks cuDNN's attention on an H200 (torch 2.11),
-whose split reduction does not repeat bit for bit: 6 replays of one
+With that mask SDPA picks cuDNN's attention on an H200 (torch 2.11; its
+kernels in the probe's list), which does not repeat bit for bit: 6 replays of one
 captured step on the same cache gave 2-3 different greedy token sequences
 of the 8B random-weight model at 2K and 8K tokens, first differing at step
 0-10 (random weights make many bf16 logits tie). Under torch's
@@ -126,7 +126,7 @@ class _GraphStep:
     input token and position live in device tensors the replay advances
     itself; the step passes its own position ids and 4-D mask."""
 
-    def __init__(self, model: Any, capacity: int, math_attention: bool = True) -> None:
+    def __init__(self, model: Any, capacity: int, math_attention: bool) -> None:
         torch = _torch()
         self.model, self.capacity = model, capacity
         param = next(model.parameters())

@@ -78,14 +78,13 @@ class EagerGeneratorTest(unittest.TestCase):
             torch.use_deterministic_algorithms(was)
 
 
-def _small_llama(seed, dtype=None, vocab=512):
+def _small_llama(seed):
     config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=vocab,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
                                       max_position_embeddings=8192)
     torch.manual_seed(seed)
     with torch.device("cuda"):
-        return transformers.AutoModelForCausalLM.from_config(
-            config, torch_dtype=dtype or torch.float32).eval()
+        return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
 
 
 @unittest.skipIf(torch is None or transformers is None or not torch.cuda.is_available(),
