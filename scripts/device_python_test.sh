@@ -50,13 +50,16 @@ mkdir -p "$OUT"
 LOG="$OUT/python_device_test.log"
 exec > >(tee "$LOG") 2>&1
 PY="${PYTHON:-python3}"
-echo "== machine"; uname -a; nproc; nvidia-smi -L 2>/dev/null || true
+# Each section is stamped with the seconds since the script started, so a
+# log shows where a device call's time went.
+section() { printf '== [%4ds] %s\n' "$SECONDS" "$*"; }
+section "machine"; uname -a; nproc; nvidia-smi -L 2>/dev/null || true
 "$PY" -c 'import sys, torch, numpy; print(sys.version); print("torch", torch.__version__, "cuda", torch.cuda.is_available()); print("numpy", numpy.__version__)'
 "$PY" -c 'import transformers; print("transformers", transformers.__version__)' || echo "transformers: missing"
 
 CMAKE_EXTRA=()
 if [ -d .devdeps ] && ls .devdeps/*.deb >/dev/null 2>&1; then
-  echo "== unpacking .devdeps into /tmp/devdeps"
+  section "unpacking .devdeps into /tmp/devdeps"
   rm -rf /tmp/devdeps && mkdir -p /tmp/devdeps
   for f in .devdeps/*.deb; do dpkg -x "$f" /tmp/devdeps || exit 1; done
   D=/tmp/devdeps/usr
@@ -76,7 +79,7 @@ fi
 PYBIND11_DIR="$("$PY" -c 'import pybind11; print(pybind11.get_cmake_dir())' 2>/dev/null || true)"
 [ -n "$PYBIND11_DIR" ] && CMAKE_EXTRA+=("-Dpybind11_DIR=$PYBIND11_DIR")
 
-echo "== build"
+section "build"
 BUILD=build-device
 # The CUDA codec's bindings where nvcc is present (kvserve.CudaEncoder ...).
 NVCC="$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)"
@@ -93,7 +96,7 @@ export KVSERVE_TEST_OUT="$OUT"
 
 if [ -n "${KVSERVE_QUALITY_ARGS:-}" ] && [ -x "$BUILD/tools/kvserve/kvserve" ]; then
   MODEL="${KVSERVE_HF_MODEL:-$(dirname "$(ls models/*/config.json 2>/dev/null | head -1)")}"
-  echo "== C++ quality reference: kvserve quality --model $MODEL --profile ${KVSERVE_HF_PROFILE:-kivi-4} $KVSERVE_QUALITY_ARGS"
+  section "C++ quality reference: kvserve quality --model $MODEL --profile ${KVSERVE_HF_PROFILE:-kivi-4} $KVSERVE_QUALITY_ARGS"
   # Expected to print JSON with the relative quality and its 95% CI half-width.
   if "$BUILD/tools/kvserve/kvserve" quality --model "$MODEL" --profile "${KVSERVE_HF_PROFILE:-kivi-4}" \
        $KVSERVE_QUALITY_ARGS --json > "$OUT/cpp_quality.json"; then
@@ -112,15 +115,15 @@ fi
 
 rc=0
 if [ -n "${KVSERVE_DEVICE_TESTS:-}" ]; then
-  echo "== python tests: $KVSERVE_DEVICE_TESTS"
+  section "python tests: $KVSERVE_DEVICE_TESTS"
   # shellcheck disable=SC2086  # a list of test names (modules, Class or Class.method)
   (cd python/tests && PYTHONUNBUFFERED=1 "$PY" -m unittest -v $KVSERVE_DEVICE_TESTS) || rc=1
 elif [ "${KVSERVE_DEVICE_UNITTEST:-1}" != "0" ]; then
-  echo "== python tests"
+  section "python tests"
   PYTHONUNBUFFERED=1 "$PY" -m unittest discover -s python/tests -v || rc=1
 fi
 if [ -n "$NVCC" ] && [ "${KVSERVE_CUDA_BENCH:-1}" != "0" ]; then
-  echo "== CUDA from Python vs the C++ device API (python/bench_cuda.py)"
+  section "CUDA from Python vs the C++ device API (python/bench_cuda.py)"
   PYTHONUNBUFFERED=1 "$PY" python/bench_cuda.py --tokens "${KVSERVE_CUDA_BENCH_TOKENS:-8192}" \
     --out "$OUT/cuda_api_bench.json" | tee "$OUT/cuda_api_bench.txt" || rc=1
 fi
@@ -129,7 +132,7 @@ fi
 # `kvserve policy`; with the CLI built, the C++ evaluator scores the best
 # profile and kivi-2 on the same samples for comparison (results.json).
 if [ "${KVSERVE_PROFILE_EXAMPLE:-1}" != "0" ] && [ -f data/eval/qa.jsonl ] && "$PY" -c 'import transformers' 2>/dev/null; then
-  echo "== profiling from Python (python/examples/profile_own_model.py)"
+  section "profiling from Python (python/examples/profile_own_model.py)"
   CMP=()
   [ -x "$BUILD/tools/kvserve/kvserve" ] && CMP=(--compare-cli "$BUILD/tools/kvserve/kvserve")
   PYTHONUNBUFFERED=1 "$PY" python/examples/profile_own_model.py --out-dir "$OUT/profile-qa" \
@@ -143,10 +146,10 @@ fi
 # "--model llama-8b-random --device cuda --prompt-tokens 2048,8192 --gbps 1,5,25,0
 #  --table configs/profiles/kvs-qwen2-9m-unified.json --workload unified".
 if [ -n "${KVSERVE_PD_BENCH_ARGS:-}" ]; then
-  echo "== prefill/decode sweep (python -m kvserve.bench.pd)"
+  section "prefill/decode sweep (python -m kvserve.bench.pd)"
   # shellcheck disable=SC2086  # the knob is a list of flags
   PYTHONUNBUFFERED=1 "$PY" -m kvserve.bench.pd $KVSERVE_PD_BENCH_ARGS --check \
     --out-json "$OUT/e2e-gpu.json" --out-md "$OUT/e2e-gpu.md" || rc=1
 fi
-echo "== exit $rc"
+section "exit $rc"
 exit $rc

@@ -270,8 +270,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         on_partial: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """Runs the sweep described by ``args`` (see ``--help``); returns the
     report dict (``rows``, ``points``, ``checks``, ``machine``).
-    ``on_partial(report)`` receives the report so far after every link
-    rate."""
+    ``on_partial(report)`` receives the report so far after every point
+    (link rate and prompt size)."""
     if args.lanes < 1:
         raise SystemExit("--lanes must be >= 1")
     sizes = [int(x) for x in args.prompt_tokens.split(",") if x]
@@ -427,9 +427,10 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                             and time.monotonic() - point_start > args.point_seconds):
                         break
                 progress(f"{gbps:g} Gbps, {tokens} tokens: {round_ + 1} rounds in "
-                         f"{time.monotonic() - point_start:.1f} s (last: {row['method']} as {row['profile']})")
-            if on_partial is not None:  # what a run stopped later keeps
-                on_partial(build(partial=True))
+                         f"{time.monotonic() - point_start:.1f} s (last: {row['method']} as {row['profile']}; "
+                         f"{time.time() - started:.0f} s since start)")
+                if on_partial is not None:  # what a run stopped later keeps
+                    on_partial(build(partial=True))
         if args.change_gbps:
             a, b = (float(x) for x in args.change_gbps.split(","))
             for phase, gbps in (("before", a), ("after", b)):
