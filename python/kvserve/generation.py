@@ -6,7 +6,8 @@ small kernels from Python. For the 8B model on an H200 the PD sweep of
 commit 12c9d97 measured 36-71 ms a step (5th-95th percentile of its 1,092
 steps, ``step_seconds`` in docs/results/e2e-gpu.json at that commit); the
 same steps replayed from a CUDA graph took 10.7-11.5 ms at 2K tokens in
-the run of faa07ee. Serving engines replay each decode step from a CUDA
+the run of faa07ee (cuDNN attention), and 16.3-16.7 ms with SDPA's math
+backend in the run of 46a1ec2 (docs/results/e2e-gpu.json). Serving engines replay each decode step from a CUDA
 graph; :class:`Generator` does the same for a transformers model on a
 CUDA device: the request's KV is copied into a static cache of a fixed
 capacity (prompt plus new tokens rounded up to a multiple of
