@@ -126,6 +126,9 @@ struct StreamState {
   // server waits on it for many unauthenticated peers at once
   // (docs/transport.md §3, admission). Closed with the state.
   int poll_fd = -1;
+  // Whether poll_fd's counter is non-zero: it is written and drained only
+  // on a change, so a stream read steadily costs no eventfd system calls.
+  bool poll_signaled = false;
   // Wakes a blocked Read/Write and signals poll_fd. Called with mu held.
   void Notify();
   ~StreamState();

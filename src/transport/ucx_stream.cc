@@ -14,9 +14,10 @@ namespace kvserve::transport::ucx {
 
 void StreamState::Notify() {
   cv.notify_all();
-  if (poll_fd >= 0) {
+  if (poll_fd >= 0 && !poll_signaled) {
     const uint64_t one = 1;
     (void)!::write(poll_fd, &one, sizeof(one));
+    poll_signaled = true;
   }
 }
 
@@ -40,16 +41,20 @@ bool Readable(const StreamState& s) {
   return FrontReady(s) || s.local_closed || s.peer_closed || !s.failure.ok();
 }
 
-// Empties s.poll_fd; then signals it again when Read still has something
-// to return, so it is readable exactly while that holds (or a change is on
-// its way). Called with s.mu held.
+// Leaves s.poll_fd signalled exactly while Read still has something to
+// return (or a change is on its way), touching it only when that changes.
+// Called with s.mu held.
 void ResetPollFd(StreamState& s) {
   if (s.poll_fd < 0) return;
-  uint64_t drained;
-  (void)!::read(s.poll_fd, &drained, sizeof(drained));
-  if (Readable(s)) {
+  const bool readable = Readable(s);
+  if (s.poll_signaled && !readable) {
+    uint64_t drained;
+    (void)!::read(s.poll_fd, &drained, sizeof(drained));
+    s.poll_signaled = false;
+  } else if (!s.poll_signaled && readable) {
     const uint64_t one = 1;
     (void)!::write(s.poll_fd, &one, sizeof(one));
+    s.poll_signaled = true;
   }
 }
 
@@ -267,6 +272,7 @@ int UcxStream::PollHandle() const {
     if (state_->poll_fd >= 0 && Readable(*state_)) {
       const uint64_t one = 1;
       (void)!::write(state_->poll_fd, &one, sizeof(one));
+      state_->poll_signaled = true;
     }
   }
   return state_->poll_fd;
