@@ -468,6 +468,28 @@ class PrefillClock:
         return statistics.median(self._seen[nearest]) * tokens / nearest
 
 
+def pool_or_recompute(frame_bytes: float, kv_bytes: float, bandwidth: float,
+                      decode_bytes_per_second: float, recompute_seconds: float,
+                      overhead_seconds: float = 0.0) -> Tuple[str, float, float]:
+    """Whether the decode worker should fetch a prefix-pool hit or prefill
+    the prompt itself: the latency model's pool time (``frame_bytes`` over
+    the pool link at ``bandwidth`` bytes/s, then the frame's decode:
+    ``overhead_seconds`` plus ``kv_bytes`` at ``decode_bytes_per_second``)
+    against ``recompute_seconds`` (e.g. :meth:`PrefillClock.predict` of
+    the prompt). Returns ``("pool" or "recompute", predicted pool seconds,
+    recompute_seconds)``. Until the pool link has been measured
+    (``bandwidth <= 0``) or a prefill has been seen (``recompute_seconds <=
+    0``) it answers "pool", so that the fetch gets measured. The C++ serve
+    path's prefill worker makes the same comparison for its pool hits
+    (src/serve/pool_path.cc; there a recompute also moves the KV)."""
+    if decode_bytes_per_second <= 0:
+        raise ValueError(f"decode_bytes_per_second must be > 0, not {decode_bytes_per_second}")
+    if bandwidth <= 0 or recompute_seconds <= 0:
+        return "pool", math.inf, recompute_seconds
+    pool = frame_bytes / bandwidth + overhead_seconds + kv_bytes / decode_bytes_per_second
+    return ("recompute" if recompute_seconds < pool else "pool"), pool, recompute_seconds
+
+
 class PrefillWorker:
     """The prefill side: one connection to a decode worker.
 

@@ -156,6 +156,25 @@ if __name__ == "__main__":
     unittest.main()
 
 
+class PoolOrRecomputeTest(unittest.TestCase):
+    def test_takes_whichever_is_predicted_faster_and_measures_first(self):
+        rng = random.Random(43)
+        for _ in range(200):
+            frame, kv = rng.uniform(1e6, 1e9), rng.uniform(1e6, 4e9)
+            bandwidth, decode = rng.uniform(1e7, 1e10), rng.uniform(1e8, 1e12)
+            overhead, recompute = rng.uniform(0, 0.01), rng.uniform(1e-3, 5.0)
+            choice, pool_s, recompute_s = pd.pool_or_recompute(frame, kv, bandwidth, decode, recompute, overhead)
+            self.assertAlmostEqual(pool_s, frame / bandwidth + overhead + kv / decode)
+            self.assertEqual(recompute_s, recompute)
+            self.assertEqual(choice, "recompute" if recompute < pool_s else "pool")
+        # Nothing measured yet: the pool is tried (its fetch is then measured).
+        self.assertEqual(pd.pool_or_recompute(1e6, 1e6, 0.0, 1e9, 0.5)[0], "pool")
+        self.assertEqual(pd.pool_or_recompute(1e9, 1e6, 1e3, 1e9, 0.0)[0], "pool")
+        self.assertEqual(pd.pool_or_recompute(1e6, 1e6, 1e9, float("inf"), 1.0)[0], "pool")
+        with self.assertRaises(ValueError):
+            pd.pool_or_recompute(1e6, 1e6, 1e9, 0.0, 1.0)
+
+
 class PrefillClockTest(unittest.TestCase):
     def test_predicts_from_the_prefills_it_saw(self):
         rng = random.Random(41)
@@ -243,12 +262,20 @@ class PdBenchTest(unittest.TestCase):
         self.assertIn("Link change", md)
         # The pool phase: every pool request is a hit with a frame the
         # controller chose within the floor; recompute requests fetch nothing.
+        # kvserve's requests go the way its predictions say is faster.
         pool_rows = report["pool_rows"]
-        self.assertEqual(sorted(r["source"] for r in pool_rows), ["pool", "pool", "recompute", "recompute"])
+        self.assertEqual(sorted(r["source"] for r in pool_rows),
+                         ["kvserve", "kvserve", "pool", "pool", "recompute", "recompute"])
         for r in pool_rows:
-            self.assertEqual(r["hit"], r["source"] == "pool")
-            self.assertEqual(r["frame_bytes"] > 0, r["source"] == "pool")
+            fetched = r["source"] == "pool" or (r["source"] == "kvserve" and r["chosen"] == "pool")
+            self.assertEqual(r["hit"], fetched)
+            self.assertEqual(r["frame_bytes"] > 0, fetched)
             self.assertIn(r["profile"], (str(kvserve.Profile("kivi-4")), "identity+raw+pack", "none"))
+            if r["source"] == "kvserve":
+                faster = ("recompute" if r["predicted_recompute_seconds"] < r["predicted_pool_seconds"]
+                          else "pool")
+                self.assertEqual(r["chosen"], faster)
+        self.assertIn("| kvserve (", md)
         self.assertIn("Prefix pool over a 0.05 Gbps link", md)
         for v in report["checks"]["speedup_vs_model"]:  # the model's view of kvserve's choices
             self.assertGreater(v["predicted"], 0)

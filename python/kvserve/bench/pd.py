@@ -439,9 +439,9 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                     one(worker, gbps, sizes[len(sizes) // 2], "kvserve", f"change-{phase}")
         if args.pool_requests:
             progress(f"prefix pool over {args.pool_gbps:g} Gbps vs recompute")
-            pool_rows.extend(pool_phase(args, model, worker, controller, workload, sizes[len(sizes) // 2],
-                                        rng, vocab, request_id))
-            request_id += 2 * args.pool_requests
+            pool_rows.extend(pool_phase(args, model, worker, controller, table, workload,
+                                        sizes[len(sizes) // 2], rng, vocab, request_id))
+            request_id += 3 * args.pool_requests
         worker.stop()
     finally:
         if conn is not None:
@@ -468,15 +468,20 @@ def prompt_kv(model: Any, ids: Sequence[int]) -> Any:
     return torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)])
 
 
-def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: Any, workload: Any,
-               tokens: int, rng: random.Random, vocab: int, first_id: int) -> List[Dict[str, Any]]:
+def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: Any, controller_table: Any,
+               workload: Any, tokens: int, rng: random.Random, vocab: int,
+               first_id: int) -> List[Dict[str, Any]]:
     """Prefix-pool hits against recompute: a pool server in this process
     (memory backend) sends over a link shaped to ``--pool-gbps``; per
     request, the KV of the prompt's first ``tokens - 1`` tokens is encoded
     with the profile the controller picks for that link (stored unmeasured),
-    then the decode worker serves the prompt twice: fetching the frame and
-    decoding it into its cache (then the last token and generation), and
-    recomputing the whole prefill itself. Returns one row per request."""
+    then the decode worker serves the prompt three times: fetching the frame
+    and decoding it into its cache (then the last token and generation),
+    recomputing the whole prefill itself, and as kvserve chooses between the
+    two (:func:`kvserve.pd.pool_or_recompute`, from the fetch goodput
+    measured on the earlier pool requests, the profile's decode speed in the
+    table and the prefill worker's prefill clock). Returns one row per
+    request."""
     from kvserve import pool as kvpool  # noqa: PLC0415
 
     server = kvpool.serve(kvpool.memory(budget_bytes=64 << 30), "127.0.0.1:0", secret=args.secret,
@@ -487,16 +492,30 @@ def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: An
                               bandwidth=kvserve.gbps_to_bytes_per_second(args.pool_gbps),
                               quality_min=args.quality_min, frame_bytes=worker.frame_sizes(tokens - 1))
         spec = str(kvserve.Profile(d.spec if d.action == "send" else RAW))
+        row = controller_table.profiles[d.profile_index if d.action == "send" else 0]
+        fetches = kvserve.BandwidthEstimator()  # the pool link's goodput, from the pool requests
         rows, request_id = [], first_id
         for _ in range(args.pool_requests):
             prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
             frame = kvserve.encode(prompt_kv(model, prompt[:-1]).cpu(), spec)
             store.put(args.model, kvpool.prefix_hash(prompt[:-1]), spec, bytes(frame))
-            for source in ("pool", "recompute"):
-                r = worker.run_pool(request_id, prompt, args.new_tokens, source=source,
+            for source in ("pool", "recompute", "kvserve"):
+                extra: Dict[str, Any] = {}
+                run_as = source
+                if source == "kvserve":
+                    bandwidth = fetches.estimate("pool") if fetches.sample_count("pool") else 0.0
+                    run_as, pool_s, recompute_s = pd.pool_or_recompute(
+                        len(frame), worker.kv_bytes_for(tokens - 1), bandwidth, row.decode_bytes_per_second,
+                        worker.prefill_clock.predict(tokens), row.overhead_seconds)
+                    extra = {"chosen": run_as, "predicted_pool_seconds": pool_s,
+                             "predicted_recompute_seconds": recompute_s}
+                r = worker.run_pool(request_id, prompt, args.new_tokens, source=run_as,
                                     pool_address=server.address, model_id=args.model, profile=spec)
                 request_id += 1
-                r.update({"source": source, "profile": spec, "prompt_tokens": tokens, "gbps": args.pool_gbps})
+                if r["hit"]:
+                    fetches.observe("pool", r["frame_bytes"], r["fetch_seconds"])
+                r.update({"source": source, "profile": spec, "prompt_tokens": tokens, "gbps": args.pool_gbps,
+                          **extra})
                 rows.append(r)
         return rows
     finally:
@@ -667,10 +686,13 @@ def markdown(report: Dict[str, Any]) -> str:
     if pool_rows:
         lines += ["", f"Prefix pool over a {pool_rows[0]['gbps']:g} Gbps link (frames fetched by the decode worker and "
                   "decoded into its cache; profile chosen by the controller for that link) vs recompute "
-                  "(the decode worker prefills the prompt itself). Means over the requests:", "",
+                  "(the decode worker prefills the prompt itself), and kvserve choosing between them per "
+                  "request from its predictions (the fetch goodput measured on earlier pool requests, the "
+                  "profile's decode speed, the prefill clock; pool until the link is measured). Means over "
+                  "the requests:", "",
                   "| source | tokens | profile | hits | frame MB | fetch s | decode s | prefill s | TTFT s | JCT s |",
                   "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for source in ("pool", "recompute"):
+        for source in ("pool", "recompute", "kvserve"):
             sel = [r for r in pool_rows if r["source"] == source]
             if not sel:
                 continue
@@ -678,8 +700,13 @@ def markdown(report: Dict[str, Any]) -> str:
             def mean(key: str, sel: List[Dict[str, Any]] = sel) -> float:
                 return statistics.fmean(float(r[key]) for r in sel)
 
-            profile = f"`{sel[0]['profile']}`" if source == "pool" else "—"
-            lines.append(f"| {source} | {sel[0]['prompt_tokens']} | {profile} | "
+            profile = f"`{sel[0]['profile']}`" if any(r["hit"] for r in sel) else "—"
+            label = source
+            if source == "kvserve":
+                chosen = [r["chosen"] for r in sel]
+                label = "kvserve (" + ", ".join(f"{c} ×{chosen.count(c)}" for c in ("pool", "recompute")
+                                                if c in chosen) + ")"
+            lines.append(f"| {label} | {sel[0]['prompt_tokens']} | {profile} | "
                          f"{sum(bool(r['hit']) for r in sel)}/{len(sel)} | {mean('frame_bytes') / 1e6:.1f} | "
                          f"{mean('fetch_seconds'):.3f} | {mean('decode_seconds'):.3f} | {mean('prefill_seconds'):.3f} | "
                          f"{mean('ttft_seconds'):.3f} | {mean('jct_seconds'):.3f} |")
