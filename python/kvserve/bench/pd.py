@@ -248,8 +248,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="two rates 'A,B': after the sweep, kvserve requests on A, then on B (link change)")
     p.add_argument("--change-requests", type=int, default=6, help="requests per phase of the link change")
     p.add_argument("--pool-requests", type=int, default=0,
-                   help="prefix-pool requests (the middle prompt size), each served from the pool and "
-                        "by recompute; 0: no pool phase")
+                   help="prefix-pool requests (the middle prompt size), each served from the pool, "
+                        "by recompute and as kvserve chooses between the two; 0: no pool phase")
     p.add_argument("--pool-gbps", type=float, default=5.0, help="rate of the pool server's link, Gbit/s")
     p.add_argument("--calibration-tokens", type=int, default=0,
                    help="prompt size the codec speeds are measured on (0: the median prompt size)")
