@@ -3,24 +3,26 @@ single-process reference it is checked against.
 
 A decode step of a transformers model run eagerly launches hundreds of
 small kernels from Python. For the 8B model on an H200 the PD sweep of
-commit 12c9d97 measured 36-71 ms a step (5th-95th percentile of its 1,092
-steps, ``step_seconds`` in docs/results/e2e-gpu.json at that commit); the
-same steps replayed from a CUDA graph took 10.7-11.5 ms at 2K tokens in
-the run of faa07ee (cuDNN attention), and 16.3-16.7 ms with SDPA's math
-backend in the run of 46a1ec2 (docs/results/e2e-gpu.json). Serving engines replay each decode step from a CUDA
-graph; :class:`Generator` does the same for a transformers model on a
-CUDA device: the request's KV is copied into a static cache of a fixed
+commit 12c9d97 measured 36-71 ms a step (5th-95th percentile of its
+1,092 steps, ``step_seconds`` in docs/results/e2e-gpu.json at that
+commit); the same steps replayed from a CUDA graph took 10.7-11.5 ms at
+2K tokens in the run of faa07ee (cuDNN attention), and 16.3-16.7 ms with
+SDPA's math backend in the run of 46a1ec2 (docs/results/e2e-gpu.json).
+Serving engines replay each decode step from a CUDA graph;
+:class:`Generator` does the same for a transformers model on a CUDA
+device: the request's KV is copied into a static cache of a fixed
 capacity (prompt plus new tokens rounded up to a multiple of
 ``granularity``; one cache and one captured step per capacity, the
-``keep`` most recently used kept for later requests), and each step is one
-graph replay that runs the model on the last token, takes the argmax and
-feeds it to the next replay. The step brings its own position ids, its own
-write slot (the cache's ``update`` writes at the step's position) and its
-own 4-D additive attention mask (transformers uses a 4-D mask as given): 0
-over the positions written so far, the dtype's minimum elsewhere, so what
-earlier requests left past this one's positions is never attended to. (With a mask, transformers'
-SDPA path repeats the KV heads for grouped-query attention, a copy of the
-cache per layer and step; a tight capacity keeps that small.)
+``keep`` most recently used kept for later requests), and each step is
+one graph replay that runs the model on the last token, takes the argmax
+and feeds it to the next replay. The step brings its own position ids,
+its own write slot (the cache's ``update`` writes at the step's
+position) and its own 4-D additive attention mask (transformers uses a
+4-D mask as given): 0 over the positions written so far, the dtype's
+minimum elsewhere, so what earlier requests left past this one's
+positions is never attended to. (With a mask, transformers' SDPA path
+repeats the KV heads for grouped-query attention, a copy of the cache
+per layer and step; a tight capacity keeps that small.)
 
 With that mask SDPA picks cuDNN's attention on an H200 (torch 2.11; its
 kernels in the probe's list), which does not repeat bit for bit: 6 replays of one

@@ -12,13 +12,26 @@
 
 namespace kvserve::transport::ucx {
 
+namespace {
+
+// Makes s.poll_fd readable (`on`) or not, with a system call only when that
+// changes. Called with s.mu held.
+void SetPollSignal(StreamState& s, bool on) {
+  if (s.poll_fd < 0 || s.poll_signaled == on) return;
+  uint64_t value = 1;
+  if (on) {
+    (void)!::write(s.poll_fd, &value, sizeof(value));
+  } else {
+    (void)!::read(s.poll_fd, &value, sizeof(value));
+  }
+  s.poll_signaled = on;
+}
+
+}  // namespace
+
 void StreamState::Notify() {
   cv.notify_all();
-  if (poll_fd >= 0 && !poll_signaled) {
-    const uint64_t one = 1;
-    (void)!::write(poll_fd, &one, sizeof(one));
-    poll_signaled = true;
-  }
+  SetPollSignal(*this, true);
 }
 
 StreamState::~StreamState() {
@@ -27,8 +40,6 @@ StreamState::~StreamState() {
 
 namespace {
 
-// True when Read would return without waiting: a complete segment at the
-// read offset, a close or a failure. Called with s.mu held.
 // True when the oldest segment starts at the read offset and is complete.
 // Called with s.mu held.
 bool FrontReady(const StreamState& s) {
@@ -37,6 +48,8 @@ bool FrontReady(const StreamState& s) {
          front->first + front->second.consumed == s.read_offset;
 }
 
+// True when Read would return without waiting: a complete segment at the
+// read offset, a close or a failure. Called with s.mu held.
 bool Readable(const StreamState& s) {
   return FrontReady(s) || s.local_closed || s.peer_closed || !s.failure.ok();
 }
@@ -44,19 +57,7 @@ bool Readable(const StreamState& s) {
 // Leaves s.poll_fd signalled exactly while Read still has something to
 // return (or a change is on its way), touching it only when that changes.
 // Called with s.mu held.
-void ResetPollFd(StreamState& s) {
-  if (s.poll_fd < 0) return;
-  const bool readable = Readable(s);
-  if (s.poll_signaled && !readable) {
-    uint64_t drained;
-    (void)!::read(s.poll_fd, &drained, sizeof(drained));
-    s.poll_signaled = false;
-  } else if (!s.poll_signaled && readable) {
-    const uint64_t one = 1;
-    (void)!::write(s.poll_fd, &one, sizeof(one));
-    s.poll_signaled = true;
-  }
-}
+void ResetPollFd(StreamState& s) { SetPollSignal(s, Readable(s)); }
 
 // Waits on s.cv until `ready`, or false once MonotonicSeconds() passes
 // `deadline()` (re-read after every wake-up: an idle deadline moves with
@@ -269,11 +270,7 @@ int UcxStream::PollHandle() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   if (state_->poll_fd < 0) {
     state_->poll_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (state_->poll_fd >= 0 && Readable(*state_)) {
-      const uint64_t one = 1;
-      (void)!::write(state_->poll_fd, &one, sizeof(one));
-      state_->poll_signaled = true;
-    }
+    SetPollSignal(*state_, Readable(*state_));
   }
   return state_->poll_fd;
 }

@@ -488,7 +488,8 @@ def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: An
                           shape_gbps=args.pool_gbps)
     try:
         store = kvpool.remote(server.address, secret=args.secret)
-        d = controller.choose(workload, kv_bytes=worker.kv_bytes_for(tokens - 1),
+        kv_bytes = worker.kv_bytes_for(tokens - 1)
+        d = controller.choose(workload, kv_bytes=kv_bytes,
                               bandwidth=kvserve.gbps_to_bytes_per_second(args.pool_gbps),
                               quality_min=args.quality_min, frame_bytes=worker.frame_sizes(tokens - 1))
         spec = str(kvserve.Profile(d.spec if d.action == "send" else RAW))
@@ -505,7 +506,7 @@ def pool_phase(args: argparse.Namespace, model: Any, worker: Any, controller: An
                 if source == "kvserve":
                     bandwidth = fetches.estimate("pool") if fetches.sample_count("pool") else 0.0
                     run_as, pool_s, recompute_s = pd.pool_or_recompute(
-                        len(frame), worker.kv_bytes_for(tokens - 1), bandwidth, row.decode_bytes_per_second,
+                        len(frame), kv_bytes, bandwidth, row.decode_bytes_per_second,
                         worker.prefill_clock.predict(tokens), row.overhead_seconds)
                     extra = {"chosen": run_as, "predicted_pool_seconds": pool_s,
                              "predicted_recompute_seconds": recompute_s}
