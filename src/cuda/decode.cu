@@ -30,6 +30,7 @@
 #include "cuda/grid.cuh"
 #include "cuda/kernels.h"
 #include "cuda/launch_args.cuh"
+#include "cuda/raw_window.cuh"
 #include "cuda/record_hash.cuh"
 #include "cuda/rows.cuh"
 
@@ -668,6 +669,28 @@ __global__ void __launch_bounds__(kThreads, 6) DecodeRawSpansKernel(DecArgs a, i
   DecodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<DecRawSmem*>(smem));
 }
 
+// Pack frames into vec16 views: one raw span per block, its windows moved
+// in registers (raw_window.cuh), two per warp in flight; no shared memory.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 4) DecodeRawWindowsKernel(DecArgs a, int64_t span_begin) {
+  if (Failed(a)) return;
+  const RawSpan span = a.t.raw_spans[span_begin + blockIdx.x];
+  const RecordDesc rec = a.t.records[span.record];
+  const uint64_t count = a.t.segments[rec.first_segment].count;
+  const uint64_t p = RecOff(a.ws, a.L)[span.record];
+  uint64_t* sums = reinterpret_cast<uint64_t*>(a.ws + a.L.hash_sums + rec.hash_ws);
+  const uint32_t tokens = static_cast<uint32_t>(rec.tokens);
+  auto keep = [&](uint64_t row) {
+    const uint32_t head = static_cast<uint32_t>(row) / tokens;
+    KeepMask(a, rec.layer, rec.kind, static_cast<int>(head),
+             rec.token_begin + static_cast<int>(static_cast<uint32_t>(row) - head * tokens), 1);
+  };
+  const int end = span.first_window + span.windows;
+  for (int f = span.first_window; f < end; f += 2 * kBlockWarps)
+    DecodeRawWindows<D, 2, kBlockWarps>(a.out, rec, count, a.bytes + p, a.bytes, a.bytes + a.bytes_len, sums, f,
+                                        end, keep);
+}
+
 // Persistent tile blocks, tile_stride of them, taking the tiles
 // [tile_begin, tile_end) in turn.
 template <int D>
@@ -734,7 +757,10 @@ Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* s
   const int64_t tiles = d.range.tile_end - d.range.tile_begin;
   KVSERVE_RETURN_IF_ERROR(KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
     constexpr int D = 32 * E;
-    if (spans > 0) {
+    if (spans > 0 && a.c.codec == 0 && a.out.vec16) {
+      KV_LAUNCH(DecodeRawWindowsKernel<D>, static_cast<unsigned>(spans), kThreads, 0, stream)(a, d.range.raw_span_begin);
+      KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: raw windows"));
+    } else if (spans > 0) {
       auto* kernel = DecodeRawSpansKernel<D>;
       KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(DecRawSmem)));
       KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(DecRawSmem), stream)(a, d.range.raw_span_begin);

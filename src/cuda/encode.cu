@@ -30,6 +30,7 @@
 #include "cuda/grid.cuh"
 #include "cuda/kernels.h"
 #include "cuda/launch_args.cuh"
+#include "cuda/raw_window.cuh"
 #include "cuda/record_hash.cuh"
 #include "cuda/rows.cuh"
 
@@ -645,6 +646,19 @@ __global__ void __launch_bounds__(kThreads, 6) RawSpansKernel(EncArgs a, int64_t
   EncodeRawSpan<D>(a, a.t.raw_spans[span_begin + blockIdx.x], *reinterpret_cast<RawSmem*>(smem), hist);
 }
 
+// Pack frames from vec16 views: one raw span per block, its windows moved in
+// registers (raw_window.cuh), two per warp in flight; no shared memory.
+template <int D>
+__global__ void __launch_bounds__(kThreads, 4) RawWindowsKernel(EncArgs a, int64_t span_begin) {
+  const RawSpan span = a.t.raw_spans[span_begin + blockIdx.x];
+  const RecordDesc rec = a.t.records[span.record];
+  const uint64_t count = a.t.segments[rec.first_segment].count;
+  uint64_t* sums = reinterpret_cast<uint64_t*>(a.ws + a.L.hash_sums + rec.hash_ws);
+  const int end = span.first_window + span.windows;
+  for (int f = span.first_window; f < end; f += 2 * kBlockWarps)
+    EncodeRawWindows<D, 2, kBlockWarps>(a.src, rec, count, a.frame + rec.static_offset, sums, f, end);
+}
+
 // Persistent tile blocks, tile_stride of them, taking the tiles
 // [tile_begin, tile_end) in turn.
 template <int D, bool kIdentity>
@@ -869,7 +883,10 @@ Status LaunchEncodeRange(const EncodeLaunch& e, const DeviceView& src, const Pla
   }
   KVSERVE_RETURN_IF_ERROR(KVSERVE_DISPATCH_HEAD_DIM(a.c.head_dim, E, [&] {
     constexpr int D = 32 * E;
-    if (spans > 0) {
+    if (spans > 0 && a.direct && a.src.vec16) {
+      KV_LAUNCH(RawWindowsKernel<D>, static_cast<unsigned>(spans), kThreads, 0, stream)(a, range.raw_span_begin);
+      KVSERVE_RETURN_IF_ERROR(LaunchStatus("encode: raw windows"));
+    } else if (spans > 0) {
       auto* kernel = RawSpansKernel<D>;
       KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(kernel, sizeof(RawSmem)));
       KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(RawSmem), stream)(a, range.raw_span_begin);

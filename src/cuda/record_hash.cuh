@@ -35,9 +35,30 @@ KV_DEV void WarpReduceBlockTerms(uint64_t c[4]) {
     for (int k = 0; k < 4; ++k) c[k] += __shfl_xor_sync(0xffffffffu, c[k], off);
 }
 
+// The same reduction as a reduce-scatter (half the shuffles and adds):
+// afterwards lane l holds the block's term of acc[i] with i = 4 (l & 1) +
+// 2 ((l >> 4) & 1) + ((l >> 3) & 1), and returns i; lanes 0, 1, 8, 9, 16,
+// 17, 24, 25 hold the eight distinct terms.
+KV_DEV int WarpReduceScatterBlockTerms(const uint64_t c[4], uint64_t& term) {
+  const int lane = threadIdx.x & 31;
+  const bool hi = (lane >> 4) & 1, b = (lane >> 3) & 1;
+  // Lanes l and l ^ 16: the lower keeps acc terms 0, 1 of its quarter, the upper 2, 3.
+  const uint64_t e0 = (hi ? c[2] : c[0]) + __shfl_xor_sync(0xffffffffu, hi ? c[0] : c[2], 16);
+  const uint64_t e1 = (hi ? c[3] : c[1]) + __shfl_xor_sync(0xffffffffu, hi ? c[1] : c[3], 16);
+  // Lanes l and l ^ 8: one of the two each.
+  uint64_t f = (b ? e1 : e0) + __shfl_xor_sync(0xffffffffu, b ? e0 : e1, 8);
+  f += __shfl_xor_sync(0xffffffffu, f, 4);
+  f += __shfl_xor_sync(0xffffffffu, f, 2);
+  term = f;
+  return 4 * (lane & 1) + 2 * hi + b;
+}
+
+// True for the lanes that hold distinct terms after WarpReduceScatterBlockTerms.
+KV_DEV bool HoldsScatteredTerm() { return (threadIdx.x & 6) == 0; }
+
 // The block terms of a 1 KiB block staged in shared memory `win` from byte
 // `offset` on (lane l reads bytes [32 l, 32 l + 32)), reduced over the warp
-// and stored by lanes 0 and 1 at sums[0 .. 8). Every lane of the warp calls it.
+// and stored at sums[0 .. 8). Every lane of the warp calls it.
 KV_DEV void StoreStagedBlockTerms(const uint32_t* win, uint32_t offset, uint64_t* sums) {
   const int lane = threadIdx.x & 31;
   uint32_t x[8];
@@ -45,10 +66,9 @@ KV_DEV void StoreStagedBlockTerms(const uint32_t* win, uint32_t offset, uint64_t
   for (int j = 0; j < 8; ++j) x[j] = WordAt(win, offset + 32 * lane + 4 * j);
   uint64_t c[4] = {0, 0, 0, 0};
   xxh3::QuarterStripeTerms(kHashKeys, x, lane >> 1, 4 * (lane & 1), c);
-  WarpReduceBlockTerms(c);
-  if (lane < 2)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) sums[4 * lane + j] = c[j];
+  uint64_t term;
+  const int i = WarpReduceScatterBlockTerms(c, term);
+  if (HoldsScatteredTerm()) sums[i] = term;
 }
 
 // Lane i (< 8) of the warp gets acc term i from the reduced c[4] of lanes 0, 1.
@@ -99,10 +119,9 @@ KV_DEV uint64_t BlockHash64(const uint8_t* p, uint64_t len, const uint8_t* lo, c
       if (b < nb) {
         uint64_t c[4];
         PieceTerms(p + 1024 * b + 32 * lane, lo, hi, lane, c);
-        WarpReduceBlockTerms(c);
-        if (lane < 2)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) smem.sums[parity][warp][4 * lane + k] = c[k];
+        uint64_t term;
+        const int i = WarpReduceScatterBlockTerms(c, term);
+        if (HoldsScatteredTerm()) smem.sums[parity][warp][i] = term;
       }
     }
     __syncthreads();

@@ -281,6 +281,11 @@ T __shfl_up_sync(unsigned, T v, int d) {
   const int lane = threadIdx.x & 31;
   return kvserve::sim::Exchange(v, lane >= d ? lane - d : lane);
 }
+template <class T>
+T __shfl_down_sync(unsigned, T v, int d) {
+  const int lane = threadIdx.x & 31;
+  return kvserve::sim::Exchange(v, lane + d < 32 ? lane + d : lane);
+}
 inline unsigned __ballot_sync(unsigned, bool p) { return kvserve::sim::Ballot(p); }
 inline bool __all_sync(unsigned, bool p) {
   const unsigned m = kvserve::sim::Ballot(true);
