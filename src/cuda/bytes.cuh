@@ -45,6 +45,20 @@ KV_DEV void Load16Guarded(const uint8_t* a, const uint8_t* lo, const uint8_t* hi
     if (a + i >= lo && a + i < hi) w[i >> 2] |= static_cast<uint32_t>(a[i]) << (8 * (i & 3));
 }
 
+// out[j] = bytes [s + 4 j, s + 4 j + 4) of the little-endian word array x,
+// for s in [0, 16); x holds kOut + 4 words. The byte offset inside a word is
+// a funnel shift, the word offset a select with compile-time indices only (a
+// run-time index would put x in local memory).
+template <int kOut>
+KV_DEV void ShiftBytes(const uint32_t* x, uint32_t s, uint32_t out[kOut]) {
+  const uint32_t sh = (s & 3u) * 8u, wi = s >> 2;
+  uint32_t t[kOut + 3];
+#pragma unroll
+  for (int j = 0; j < kOut + 3; ++j) t[j] = __funnelshift_r(x[j], x[j + 1], sh);
+#pragma unroll
+  for (int j = 0; j < kOut; ++j) out[j] = wi == 0 ? t[j] : wi == 1 ? t[j + 1] : wi == 2 ? t[j + 2] : t[j + 3];
+}
+
 // kWords little-endian words of the bytes at p (any alignment), from aligned
 // 16-byte loads inside [lo, hi) (bytes outside read as 0). kWords is 2, 4 or 8.
 template <int kWords>
@@ -63,15 +77,7 @@ KV_DEV void LoadUnaligned(const uint8_t* p, const uint8_t* lo, const uint8_t* hi
     for (int j = 0; j < 4; ++j) w[4 * (kChunks - 1) + j] = 0;
   }
   w[4 * kChunks] = 0;
-  // Shift by the byte offset inside a word, then select the word offset with
-  // compile-time indices only (a run-time index would spill to local memory).
-  const uint32_t sh = (off & 3u) * 8u, wi = off >> 2;
-  uint32_t s[4 * kChunks];
-#pragma unroll
-  for (int j = 0; j < 4 * kChunks; ++j) s[j] = __funnelshift_r(w[j], w[j + 1], sh);
-#pragma unroll
-  for (int j = 0; j < kWords; ++j)
-    out[j] = wi == 0 ? s[j] : wi == 1 ? s[j + 1] : wi == 2 ? s[j + 2] : s[j + 3];
+  ShiftBytes<kWords>(w, off, out);
 }
 
 // Writes smem bytes [k0, k0 + n) (4-byte aligned array, readable one word

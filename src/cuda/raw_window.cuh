@@ -7,7 +7,8 @@
 // with funnel shifts and one neighbour-lane shuffle, so every global access
 // is an aligned 16-byte vector (bytes at the record's two ends aside) and no
 // shared memory is touched. The same registers yield the window's XXH3 block
-// terms (record_hash.cuh), so the checksum costs no second pass.
+// terms (record_hash.cuh), so the checksum reads no byte a second time (the
+// chain of the terms runs after, in RecordHashKernel / RawChainKernel).
 //
 // Used for views with vec16 set (dim stride 1, 16-byte aligned rows) and
 // data sizes that are a multiple of 16 (always: head_dim >= 32); other views
@@ -24,20 +25,6 @@
 #include "cuda/rows.cuh"
 
 namespace kvserve::cuda {
-
-// out[j] = bytes [s + 4 j, s + 4 j + 4) of the little-endian word array x,
-// for s in [0, 16) (warp-uniform in the callers); x holds kOut + 4 words.
-// The word offset is selected with compile-time indices only (a run-time
-// index would put x in local memory).
-template <int kOut>
-KV_DEV void ShiftBytes(const uint32_t x[kOut + 4], uint32_t s, uint32_t out[kOut]) {
-  const uint32_t sh = (s & 3u) * 8u, wi = s >> 2;
-  uint32_t t[kOut + 3];
-#pragma unroll
-  for (int j = 0; j < kOut + 3; ++j) t[j] = __funnelshift_r(x[j], x[j + 1], sh);
-#pragma unroll
-  for (int j = 0; j < kOut; ++j) out[j] = wi == 0 ? t[j] : wi == 1 ? t[j + 1] : wi == 2 ? t[j + 2] : t[j + 3];
-}
 
 // Byte i (< 16) of the four little-endian words w, without a run-time
 // array index (which would put w in local memory).
@@ -73,17 +60,6 @@ KV_DEV void LoadRawPair(const DeviceView& v, const RecordDesc& rec, int64_t d, u
     const uint4 b = p[1];
     w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
   }
-}
-
-// Block terms of the lane's 32 record bytes `r` of a full window, reduced
-// over the warp and stored at sums[0 .. 8).
-KV_DEV void StoreWindowTerms(const uint32_t r[8], uint64_t* sums) {
-  const int lane = threadIdx.x & 31;
-  uint64_t c[4] = {0, 0, 0, 0};
-  xxh3::QuarterStripeTerms(kHashKeys, r, lane >> 1, 4 * (lane & 1), c);
-  uint64_t term;
-  const int i = WarpReduceScatterBlockTerms(c, term);
-  if (HoldsScatteredTerm()) sums[i] = term;
 }
 
 // Encode: windows w = first + warp + kWarps k (k < kWindows, w < end) of raw
@@ -134,7 +110,7 @@ KV_DEV void EncodeRawWindows(const DeviceView& src, const RecordDesc& rec, uint6
         r[j] = j < 7 ? h : (h & 0xFFFFu) | (r[j] & 0xFFFF0000u);
       }
     }
-    if (static_cast<uint64_t>(w) < nb) StoreWindowTerms(r, sums + 8 * w);
+    if (static_cast<uint64_t>(w) < nb) StoreBlockTerms(r, sums + 8 * w);
     if (mis == 0) {
       if (base < len) {
         StoreRecordChunk(dst, base, len, r);
@@ -175,7 +151,7 @@ KV_DEV void DecodeRawWindows(const DeviceView& out, const RecordDesc& rec, uint6
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const uint64_t len = 30 + count;
   const uint64_t nb = (len - 1) / 1024;
-  const int row_shift = (31 - __clz(D)) + (out.elem_bytes == 4 ? 2 : 1);
+  const int row_shift = RowShift(out, D);
   uint32_t r[kWindows][8], prev[kWindows];
 #pragma unroll
   for (int k = 0; k < kWindows; ++k) {
@@ -195,7 +171,7 @@ KV_DEV void DecodeRawWindows(const DeviceView& out, const RecordDesc& rec, uint6
     const int w = first + warp + kWarps * k;
     if (w >= end) break;
     const int64_t base = int64_t{1024} * w + 32 * lane;
-    if (static_cast<uint64_t>(w) < nb) StoreWindowTerms(r[k], sums + 8 * w);
+    if (static_cast<uint64_t>(w) < nb) StoreBlockTerms(r[k], sums + 8 * w);
     // v = record bytes [base - 4, base + 32); data byte e is record byte
     // e + 30: the chunks at e = base - 32 and base - 16 are v bytes [2, 34).
     uint32_t v[9];

@@ -56,19 +56,25 @@ KV_DEV int WarpReduceScatterBlockTerms(const uint64_t c[4], uint64_t& term) {
 // True for the lanes that hold distinct terms after WarpReduceScatterBlockTerms.
 KV_DEV bool HoldsScatteredTerm() { return (threadIdx.x & 6) == 0; }
 
-// The block terms of a 1 KiB block staged in shared memory `win` from byte
-// `offset` on (lane l reads bytes [32 l, 32 l + 32)), reduced over the warp
-// and stored at sums[0 .. 8). Every lane of the warp calls it.
-KV_DEV void StoreStagedBlockTerms(const uint32_t* win, uint32_t offset, uint64_t* sums) {
+// The block terms of a 1 KiB block of which lane l holds bytes [32 l,
+// 32 l + 32) in x, reduced over the warp and stored at sums[0 .. 8). Every
+// lane of the warp calls it.
+KV_DEV void StoreBlockTerms(const uint32_t x[8], uint64_t* sums) {
   const int lane = threadIdx.x & 31;
-  uint32_t x[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) x[j] = WordAt(win, offset + 32 * lane + 4 * j);
   uint64_t c[4] = {0, 0, 0, 0};
   xxh3::QuarterStripeTerms(kHashKeys, x, lane >> 1, 4 * (lane & 1), c);
   uint64_t term;
   const int i = WarpReduceScatterBlockTerms(c, term);
   if (HoldsScatteredTerm()) sums[i] = term;
+}
+
+// The same for a block staged in shared memory `win` from byte `offset` on.
+KV_DEV void StoreStagedBlockTerms(const uint32_t* win, uint32_t offset, uint64_t* sums) {
+  const int lane = threadIdx.x & 31;
+  uint32_t x[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) x[j] = WordAt(win, offset + 32 * lane + 4 * j);
+  StoreBlockTerms(x, sums);
 }
 
 // Lane i (< 8) of the warp gets acc term i from the reduced c[4] of lanes 0, 1.

@@ -169,6 +169,11 @@ KV_DEV void StoreRow(const DeviceView& v, int layer, int kind, int head, int tok
   for (int j = 0; j < kLaneElems; ++j) StoreElem(v.data + (base + j * v.dim) * v.elem_bytes, v.dtype, x[j]);
 }
 
+// log2 of a row's bytes (head_dim * elem_bytes, both powers of two).
+KV_DEV int RowShift(const DeviceView& v, int head_dim) {
+  return (31 - __clz(head_dim)) + (v.elem_bytes == 4 ? 2 : 1);
+}
+
 // The element offset in the view of byte offset d (a multiple of 16) of the
 // raw-record data of (layer, kind, heads x tokens rows from token_begin):
 // the bytes of [head][token][dim] order. A 16-byte piece never crosses a row
@@ -179,7 +184,7 @@ KV_DEV int64_t RawChunkElem(const DeviceView& v, int layer, int kind, int token_
   // Rows are head_dim * elem_bytes bytes, a power of two: shifts, and one
   // 32-bit division for the head (rows < 2^26).
   const int elem_shift = v.elem_bytes == 4 ? 2 : 1;
-  const int row_shift = (31 - __clz(head_dim)) + elem_shift;
+  const int row_shift = RowShift(v, head_dim);
   const uint32_t row = static_cast<uint32_t>(d >> row_shift);
   const uint32_t head = row / static_cast<uint32_t>(tokens);
   const int token = static_cast<int>(row - head * static_cast<uint32_t>(tokens));
