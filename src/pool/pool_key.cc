@@ -1,9 +1,9 @@
 // Copyright kvserve authors. Prefix hashes and key validation.
-#include <xxhash.h>
 
 #include <cstring>
 #include <string>
 
+#include "core/checksum.h"
 #include "kvserve/pool.h"
 
 namespace kvserve {
@@ -22,22 +22,20 @@ void ToLittleEndian(std::span<const int32_t> tokens, std::vector<uint8_t>* out) 
 uint64_t PrefixHash(std::span<const int32_t> tokens) {
   std::vector<uint8_t> bytes;
   ToLittleEndian(tokens, &bytes);
-  return XXH3_64bits(bytes.data(), bytes.size());
+  return Checksum64(bytes.data(), bytes.size());
 }
 
 std::vector<uint64_t> PrefixChunkHashes(std::span<const int32_t> tokens, int chunk_tokens) {
   std::vector<uint64_t> out;
   if (chunk_tokens <= 0) return out;
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
+  Checksum64Stream hash;
   std::vector<uint8_t> bytes;
   const size_t chunk = static_cast<size_t>(chunk_tokens);
   for (size_t begin = 0; begin + chunk <= tokens.size(); begin += chunk) {
     ToLittleEndian(tokens.subspan(begin, chunk), &bytes);
-    XXH3_64bits_update(state, bytes.data(), bytes.size());
-    out.push_back(XXH3_64bits_digest(state));  // streaming digest == one-shot hash
+    hash.Update(bytes.data(), bytes.size());
+    out.push_back(hash.Digest());  // streaming digest == one-shot hash
   }
-  XXH3_freeState(state);
   return out;
 }
 

@@ -8,7 +8,6 @@
 // index); Get reads the index entry and the pieces inside MULTI/EXEC (one
 // round trip for a frame of one piece) and checks size and checksum.
 #include <hiredis/hiredis.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/checksum.h"
 #include "kvserve/pool.h"
 #include "pool/redis_cluster_slots.h"
 #include "pool/redis_keys.h"
@@ -91,7 +91,7 @@ class RedisClusterPool final : public KvPool {
     meta.size = frame.size();
     meta.pieces = std::max<uint64_t>(1, (frame.size() + options_.max_piece_bytes - 1) /
                                             options_.max_piece_bytes);
-    meta.checksum = XXH3_64bits(frame.data(), frame.size());
+    meta.checksum = Checksum64(frame.data(), frame.size());
     const std::string index = IndexKey(key.model_id, key.prefix_hash);
     const std::string encoded = EncodeMeta(meta);
     const int slot = KeySlot(index);
@@ -327,7 +327,7 @@ class RedisClusterPool final : public KvPool {
                       reinterpret_cast<const uint8_t*>(p->str) + p->len);
       }
     }
-    if (frame->size() != meta.size || XXH3_64bits(frame->data(), frame->size()) != meta.checksum) {
+    if (frame->size() != meta.size || Checksum64(frame->data(), frame->size()) != meta.checksum) {
       frame->clear();
       return Status::Corruption(where_ + ": stored frame fails its size or checksum");
     }

@@ -8,13 +8,13 @@
 //   f32 last_logits[logit_count] |
 //   u8 keep[layers][kv_heads][tokens] (only with has_keep_mask) |
 //   f32 kv[layers][2][kv_heads][tokens][head_dim] | u64 XXH3-64 of all above
-#include <xxhash.h>
 
 #include <bit>
 #include <cstring>
 #include <fstream>
 #include <memory>
 
+#include "core/checksum.h"
 #include "kvserve/runtime.h"
 
 namespace kvserve {
@@ -28,22 +28,19 @@ constexpr size_t kFixedHeader = 4 + 4 + 20 + 4;
 
 class HashingWriter {
  public:
-  explicit HashingWriter(ByteSink* sink) : sink_(sink), state_(XXH3_createState()) {
-    XXH3_64bits_reset(state_);
-  }
-  ~HashingWriter() { XXH3_freeState(state_); }
+  explicit HashingWriter(ByteSink* sink) : sink_(sink) {}
   Status Write(const void* data, size_t size) {
-    XXH3_64bits_update(state_, data, size);
+    hash_.Update(data, size);
     return sink_->Append(std::span<const uint8_t>(static_cast<const uint8_t*>(data), size));
   }
   Status Finish() {
-    const uint64_t digest = XXH3_64bits_digest(state_);
+    const uint64_t digest = hash_.Digest();
     return sink_->Append(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(&digest), 8));
   }
 
  private:
   ByteSink* sink_;
-  XXH3_state_t* state_;
+  Checksum64Stream hash_;
 };
 
 class SpanSink final : public ByteSink {
@@ -138,7 +135,7 @@ Result<KvState> KvStateSet(std::span<const std::byte> src) {
   }
   uint64_t stored;
   std::memcpy(&stored, src.data() + src.size() - 8, 8);
-  if (XXH3_64bits(src.data(), src.size() - 8) != stored) return corrupt("checksum mismatch");
+  if (Checksum64(src.data(), src.size() - 8) != stored) return corrupt("checksum mismatch");
 
   const std::byte* p = src.data() + kFixedHeader;
   std::vector<int32_t> ids(tokens);

@@ -1,7 +1,5 @@
 // Copyright kvserve authors. Framed, authenticated connections
 // (docs/transport.md §Framing, §Authentication).
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -53,14 +51,18 @@ class Connection::Impl {
   Status SendRaw(uint8_t type, uint8_t flags, std::span<const std::span<const uint8_t>> parts,
                  double timeout_seconds) {
     uint64_t length = 0;
-    XXH3_state_t* state = XXH3_createState();
-    XXH3_64bits_reset(state);
-    for (auto p : parts) {
-      length += p.size();
-      XXH3_64bits_update(state, p.data(), p.size());
+    uint32_t checksum;
+    if (parts.size() == 1) {
+      length = parts[0].size();
+      checksum = Checksum32(parts[0].data(), parts[0].size());
+    } else {
+      Checksum64Stream hash;
+      for (auto p : parts) {
+        length += p.size();
+        hash.Update(p.data(), p.size());
+      }
+      checksum = static_cast<uint32_t>(hash.Digest());
     }
-    const uint32_t checksum = static_cast<uint32_t>(XXH3_64bits_digest(state));
-    XXH3_freeState(state);
     const uint64_t limit = authenticated_ ? options_.max_message_bytes
                                           : transport::kMaxHandshakeMessageBytes;
     if (length > limit)
