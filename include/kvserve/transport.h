@@ -392,6 +392,13 @@ class Connection {
   [[nodiscard]] Status ReceiveInto(Message* message, const PayloadPlacer& place,
                                    double timeout_seconds = -1);
 
+  // Gives a received message's payload buffer back, so that a later
+  // Receive into a fresh Message reuses its memory instead of allocating
+  // (and faulting in) a new one: loops that make a Message per unit of work
+  // (ReceiveFrame does, per frame) call it when done with the message. The
+  // connection keeps the larger of this buffer and the one it holds.
+  void Recycle(Message&& message);
+
   // Sends an ERROR message carrying `status` (best effort) and closes.
   void Fail(const Status& status);
   // Closes the underlying stream. Idempotent.

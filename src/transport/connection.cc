@@ -130,6 +130,8 @@ class Connection::Impl {
     s = transport::DecodeMessageHeader(header_bytes, limit, &header);
     if (!s.ok()) return Break(s.WithContext("message from " + remote_));
     std::vector<uint8_t>& payload = message->payload;
+    // A fresh Message takes the recycled buffer (Connection::Recycle).
+    if (payload.capacity() < spare_.capacity()) payload.swap(spare_);
     message->placed = {};
     std::span<uint8_t> placed;
     if (place != nullptr && *place && authenticated_ && header.length > 0 &&
@@ -267,6 +269,7 @@ class Connection::Impl {
   std::atomic<bool> authenticated_{false};
   std::mutex send_mu_, recv_mu_, stats_mu_, broken_mu_;
   std::vector<uint8_t> send_scratch_;
+  std::vector<uint8_t> spare_;  // a recycled receive buffer (guarded by recv_mu_)
   ConnectionStats stats_;
   Status broken_;
 };
@@ -484,6 +487,12 @@ Status Connection::ReceiveInto(Message* message, const PayloadPlacer& place,
                                double timeout_seconds) {
   const double io = impl_->options_.io_timeout_seconds;
   return impl_->ReceiveRaw(message, timeout_seconds < 0 ? io : timeout_seconds, io, &place);
+}
+
+void Connection::Recycle(Message&& message) {
+  std::lock_guard<std::mutex> lock(impl_->recv_mu_);
+  if (message.payload.capacity() > impl_->spare_.capacity()) impl_->spare_.swap(message.payload);
+  message.placed = {};
 }
 
 void Connection::Fail(const Status& status) {

@@ -148,6 +148,41 @@ TEST_P(ConnectionTest, ReceiveIntoReadsPayloadsIntoCallerMemory) {
   EXPECT_FALSE((*p.server)->Receive(&m, 0.1).ok());  // broken
 }
 
+// Recycle: a fresh Message receives into the buffer a finished one gave
+// back (no new allocation), with the right bytes; the connection keeps the
+// larger buffer.
+TEST_P(ConnectionTest, RecycledBufferIsReusedByAFreshMessage) {
+  auto transport = MakeTransport(GetParam());
+  Pair p = Connect(*transport, GetParam(), Options("s3cret", "alice"), Options("s3cret", "bob"));
+  ASSERT_TRUE(p.client.ok() && p.server.ok());
+  std::mt19937 rng(33);
+  std::vector<std::vector<uint8_t>> sent;
+  for (size_t n : {size_t{700000}, size_t{5000}, size_t{650000}}) {
+    std::vector<uint8_t> v(n);
+    for (auto& b : v) b = static_cast<uint8_t>(rng());
+    sent.push_back(std::move(v));
+  }
+  std::thread sender([&] {
+    for (const auto& v : sent) ASSERT_TRUE((*p.client)->Send(1, 0, v).ok());
+  });
+  Message first;
+  ASSERT_TRUE((*p.server)->Receive(&first).ok());
+  EXPECT_EQ(first.payload, sent[0]);
+  const uint8_t* buffer = first.payload.data();
+  (*p.server)->Recycle(std::move(first));
+  Message small;  // a smaller buffer given back does not replace the larger one
+  small.payload.reserve(16);
+  (*p.server)->Recycle(std::move(small));
+  for (size_t i = 1; i < sent.size(); ++i) {
+    Message fresh;
+    ASSERT_TRUE((*p.server)->Receive(&fresh).ok());
+    EXPECT_EQ(fresh.payload, sent[i]) << i;
+    EXPECT_EQ(fresh.payload.data(), buffer) << i;
+    (*p.server)->Recycle(std::move(fresh));
+  }
+  sender.join();
+}
+
 TEST_P(ConnectionTest, PeerWithoutTheSecretIsRefused) {
   auto transport = MakeTransport(GetParam());
   for (const std::string& wrong : {std::string(""), std::string("s3cres"), std::string("x")}) {

@@ -217,6 +217,12 @@ Result<TransferStats> ReceiveFrameFrom(Connection& connection, const Message& be
   }
   if (!lanes.empty()) return transport::ReceiveStriped(connection, lanes, begin_message, handler);
   Message m;
+  // The records' buffer goes back to the connection for the next frame.
+  struct Recycler {
+    Connection& c;
+    Message& m;
+    ~Recycler() { c.Recycle(std::move(m)); }
+  } recycler{connection, m};
   const double begin = MonotonicSeconds();
   TransferStats stats;
   stats.transfer_id = transport::GetU64(begin_message.payload.data());
