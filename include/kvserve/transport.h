@@ -393,10 +393,12 @@ class Connection {
                                    double timeout_seconds = -1);
 
   // Gives a received message's payload buffer back, so that a later
-  // Receive into a fresh Message reuses its memory instead of allocating
-  // (and faulting in) a new one: loops that make a Message per unit of work
-  // (ReceiveFrame does, per frame) call it when done with the message. The
-  // connection keeps the larger of this buffer and the one it holds.
+  // Receive of a payload above 64 KiB that does not fit its Message's buffer
+  // reuses this memory
+  // instead of allocating (and faulting in) a new one: loops that make a
+  // Message per unit of work (ReceiveFrame does, per frame) call it when
+  // done with the message. The connection keeps the larger of this buffer
+  // and the one it holds.
   void Recycle(Message&& message);
 
   // Sends an ERROR message carrying `status` (best effort) and closes.

@@ -130,8 +130,6 @@ class Connection::Impl {
     s = transport::DecodeMessageHeader(header_bytes, limit, &header);
     if (!s.ok()) return Break(s.WithContext("message from " + remote_));
     std::vector<uint8_t>& payload = message->payload;
-    // A fresh Message takes the recycled buffer (Connection::Recycle).
-    if (payload.capacity() < spare_.capacity()) payload.swap(spare_);
     message->placed = {};
     std::span<uint8_t> placed;
     if (place != nullptr && *place && authenticated_ && header.length > 0 &&
@@ -148,13 +146,19 @@ class Connection::Impl {
       if (!s.ok()) return Break(s.WithContext("truncated message from " + remote_));
     } else {
       // Grow the buffer only as bytes arrive: a peer that declares a large
-      // length but sends little costs little memory. Bytes the buffer
-      // already holds are overwritten, not cleared first (resize zeroes
-      // only what it adds).
+      // length but sends little costs little memory (memory the buffer
+      // already has is used at once). Bytes the buffer already holds are
+      // overwritten, not cleared first (resize zeroes only what it adds).
+      // A payload of more than the first read chunk that does not fit the
+      // message's buffer takes the recycled one if that is larger
+      // (Connection::Recycle); small payloads leave it for the large ones.
+      if (header.length > kFirstReadChunk && header.length > payload.capacity() &&
+          spare_.capacity() > payload.capacity())
+        payload.swap(spare_);
       size_t have = 0;
       while (have < header.length) {
-        size_t target = static_cast<size_t>(
-            std::min<uint64_t>(header.length, std::max<uint64_t>(kFirstReadChunk, 2 * have)));
+        size_t target = static_cast<size_t>(std::min<uint64_t>(
+            header.length, std::max<uint64_t>({kFirstReadChunk, 2 * have, payload.capacity()})));
         if (payload.size() < target) payload.resize(target);
         s = ReadFull(std::span<uint8_t>(payload).subspan(have, target - have), rest_timeout,
                      rest_timeout, &any);
