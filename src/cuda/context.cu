@@ -292,6 +292,7 @@ class EncoderImpl final : public Encoder {
     e.header_bytes = plan_.header.size();
     e.direct = plan_.direct;
     e.static_sizes = plan_.static_sizes;
+    e.pack_warps = plan_.pack_warps;
     e.timing = timing_;
     return e;
   }
@@ -417,6 +418,7 @@ class DecoderImpl final : public Decoder {
     d.bytes = bytes;
     d.bytes_len = len;
     d.static_sizes = plan_.static_sizes;
+    d.pack_warps = plan_.pack_warps;
     d.keep_mask = keep_mask;
     d.timing = timing_;
     return d;

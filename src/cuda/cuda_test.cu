@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cuda/grid.cuh"
+#include "cuda/plan.h"
 #include "cuda/rows.cuh"
 #include "cuda/rans_magic.cuh"
 #include "cuda/record_hash.cuh"
@@ -446,7 +447,7 @@ TEST(CudaDevice, EveryGpuPresetIsByteIdentical) {
   const std::vector<KvShape> shapes = {{2, 2, 700, 128}, {3, 2, 130, 64}, {1, 3, 37, 256}, {2, 1, 300, 32}};
   for (const std::string& name : GpuPresets()) {
     for (size_t i = 0; i < shapes.size(); ++i) {
-      const DType dtype = static_cast<DType>(i % 3);
+      const DType dtype = static_cast<DType>((i + 2) % 3);  // head_dim 128 in bf16 (the warp kernel)
       const HostCache cache = MakeCache(rng, shapes[i], dtype, static_cast<int>(i % 4));
       CheckConsistent(*Profile::Parse(name), cache, "preset " + name);
       if (HasFatalFailure()) return;
@@ -455,14 +456,15 @@ TEST(CudaDevice, EveryGpuPresetIsByteIdentical) {
 }
 
 // A random valid spec string drawn from the parameter table.
-std::string RandomSpec(std::mt19937& rng) {
+// pack_only: identity transform and pack codec (the warp kernel's plans).
+std::string RandomSpec(std::mt19937& rng, bool pack_only = false) {
   auto pick = [&](std::initializer_list<const char*> v) {
     return std::string(*(v.begin() + rng() % v.size()));
   };
   auto chance = [&](int pct) { return static_cast<int>(rng() % 100) < pct; };
-  const std::string t = pick({"identity", "delta", "hadamard", "affine"});
+  const std::string t = pack_only ? "identity" : pick({"identity", "delta", "hadamard", "affine"});
   const std::string q = pick({"uniform", "kivi", "layermix", "mixhq", "tokenmix", "duo", "raw", "kivi", "uniform"});
-  const std::string c = pick({"pack", "rans", "rans"});
+  const std::string c = pack_only ? "pack" : pick({"pack", "rans", "rans"});
   std::vector<std::string> tp, qp, cp;
   int chunk_value = 256;
   if (chance(60)) chunk_value = std::stoi(pick({"16", "32", "64", "128", "512", "48", "96", "200", "1024"}));
@@ -543,6 +545,42 @@ TEST(CudaDevice, RandomProfilesAreByteIdentical) {
   }
   EXPECT_EQ(tested, wanted);
   std::printf("random profiles tested: %d (of %d drawn)\n", tested, attempts);
+}
+
+// The plans pack_warps.cu encodes (identity + pack, head_dim 128, bf16 or
+// f16 rows of 16 bytes, in every layout that has them), and some it leaves
+// to the tile kernel (odd channel-axis bit widths, small token groups).
+TEST(CudaDevice, WarpKernelProfilesAreByteIdentical) {
+  SKIP_WITHOUT_GPU();
+  int wanted = 80;
+  if (const char* env = std::getenv("KVSERVE_CUDA_TEST_PROFILES")) wanted = std::atoi(env);
+  std::mt19937 rng(4321);
+  int tested = 0, warp_plans = 0, attempts = 0;
+  while (tested < wanted && attempts < 100 * wanted) {
+    ++attempts;
+    auto profile = Profile::Parse(RandomSpec(rng, /*pack_only=*/true));
+    if (!profile.ok()) continue;
+    const KvShape shape{1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3),
+                        1 + static_cast<int>(rng() % 700), 128};
+    const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 3);
+    EncodeOptions opt;
+    opt.head_scores = &scores;
+    auto cpu = EncoderContext::Create(*profile, opt);
+    if (!cpu.ok()) continue;
+    const DType dtype = rng() % 2 == 0 ? DType::kBF16 : DType::kF16;
+    static const int kLayouts[] = {0, 1, 2, 4};
+    const HostCache cache = MakeCache(rng, shape, dtype, kLayouts[rng() % 4]);
+    CountingSink counting;
+    if (!(*cpu)->Encode(cache.view(), counting).ok()) continue;
+    auto plan = BuildPlan(*profile, shape, dtype, {}, false);
+    if (plan.ok() && plan->pack_warps) ++warp_plans;
+    CheckConsistent(*profile, cache, "warp #" + std::to_string(tested));
+    if (HasFatalFailure()) return;
+    ++tested;
+  }
+  EXPECT_EQ(tested, wanted);
+  EXPECT_GE(warp_plans, tested / 3);
+  std::printf("warp-kernel profiles tested: %d (%d warp plans, %d drawn)\n", tested, warp_plans, attempts);
 }
 
 TEST(CudaDevice, LayerAtATimeEqualsWholeFrame) {
@@ -875,6 +913,21 @@ TEST(CudaDevice, NonFiniteInputIsRejected) {
   EXPECT_EQ(g.status.code(), StatusCode::kInvalidArgument) << g.status.ToString();
   const GpuFrame raw = GpuEncode(*Profile::Parse("none"), cache, nullptr);
   EXPECT_TRUE(raw.status.ok());  // raw regions are bytes, never checked
+  // bf16 and f16 (the warp kernel): NaN and infinities in keys and values.
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int k = 0; k < 2; ++k) {
+      const bool bf16 = dtype == DType::kBF16;  // NaN, -inf, +inf
+      for (const uint16_t bits : {uint16_t(bf16 ? 0x7FC0 : 0x7E00), uint16_t(bf16 ? 0xFF80 : 0xFC00),
+                                  uint16_t(bf16 ? 0x7F80 : 0x7C00)}) {
+        HostCache c = MakeCache(rng, KvShape{1, 2, 300, 128}, dtype, 0);
+        const size_t elem = static_cast<size_t>(k) * 2 * 300 * 128 + 128 * (rng() % 150) + rng() % 128;
+        std::memcpy(c.bytes.data() + 2 * elem, &bits, 2);
+        SCOPED_TRACE(std::string(DTypeName(dtype)) + " kind " + std::to_string(k) + " bits " + std::to_string(bits));
+        const GpuFrame f = GpuEncode(*Profile::Parse("kivi-2"), c, nullptr);
+        EXPECT_EQ(f.status.code(), StatusCode::kInvalidArgument) << f.status.ToString();
+      }
+    }
+  }
 }
 
 }  // namespace

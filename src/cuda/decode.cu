@@ -267,19 +267,11 @@ __global__ void __launch_bounds__(kHashThreads) RawChainKernel(DecArgs a, int64_
     RecordError(Err(a), kDevCorrupt, static_cast<uint32_t>(r), kCorChecksum);
 }
 
-KV_DEV float ReadParamGlobal(const uint8_t* p, bool f32) {
-  return f32 ? BitsFloat(GetU32(p)) : HalfBitsToFloat(static_cast<uint16_t>(GetU16(p)));
-}
 // Parameter `index` of a staged parameter range whose first byte is at
 // byte `off` of the stage.
 KV_DEV float ReadParamStaged(const uint32_t* stage, uint32_t off, int index, bool f32) {
   return f32 ? BitsFloat(WordAt(stage, off + 4 * index))
              : HalfBitsToFloat(static_cast<uint16_t>(WordAt(stage, off + 2 * index)));
-}
-
-KV_DEV void KeepMask(const DecArgs& a, int layer, int kind, int head, int token, uint8_t v) {
-  if (a.keep != nullptr)
-    a.keep[((static_cast<int64_t>(layer) * 2 + kind) * a.c.kv_heads + head) * a.c.tokens + token] = v;
 }
 
 // Dequantised values of this lane's channels of row t_run of `run`, read
@@ -766,6 +758,7 @@ Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* s
       KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(DecRawSmem), stream)(a, d.range.raw_span_begin);
       KVSERVE_RETURN_IF_ERROR(LaunchStatus("decode: raw spans"));
     }
+    if (UnpackWarpsApply(d, out)) return LaunchUnpackWarps(d, a, stream);
     const int64_t tile_blocks = std::min<int64_t>(tiles, int64_t{kTileBlocksPerSm} * MultiprocessorCount());
     if (tile_blocks > 0) {
       auto* kernel = DecodeTilesKernel<D>;

@@ -77,14 +77,6 @@ KV_DEV void StageParam(uint32_t* stage, int index, float v, bool f32) {
     reinterpret_cast<uint16_t*>(stage)[index] = FloatToHalfBits(v);
   }
 }
-// ... or straight into global memory at any alignment.
-KV_DEV void PutParam(uint8_t* p, float v, bool f32) {
-  if (f32) {
-    PutU32(p, FloatBits(v));
-  } else {
-    PutU16(p, FloatToHalfBits(v));
-  }
-}
 
 // The rows of one head of a coded record, loaded and forward-transformed.
 // kIdentity: the profile's transform is identity (compiled without the
@@ -832,19 +824,6 @@ __global__ void FinishKernel(uint64_t* dst, const uint64_t* running, uint64_t st
   *dst = running != nullptr ? *running : static_bytes;
 }
 
-EncArgs MakeArgs(const EncodeLaunch& e, const DeviceView& src) {
-  EncArgs a;
-  a.c = e.consts;
-  a.t = e.tables;
-  a.src = src;
-  a.ws = e.workspace;
-  a.frame = e.frame;
-  a.frame_cap = e.frame_capacity;
-  a.L = *e.layout;
-  a.direct = e.direct ? 1 : 0;
-  return a;
-}
-
 void Mark(StageEvents* t, const char* name, cudaStream_t stream) {
   if (t == nullptr || t->used >= StageEvents::kMax) return;
   t->names[t->used] = name;
@@ -854,7 +833,7 @@ void Mark(StageEvents* t, const char* name, cudaStream_t stream) {
 }  // namespace
 
 Status LaunchEncodeBegin(const EncodeLaunch& e, CUstream_st* stream) {
-  const EncArgs a = MakeArgs(e, DeviceView{});
+  const EncArgs a = MakeEncArgs(e, DeviceView{});
   const unsigned blocks = static_cast<unsigned>(std::min<uint64_t>(1 + a.L.hist_bytes / (4 * kThreads), 264));
   KV_LAUNCH(BeginKernel, blocks, kThreads, 0, stream)(a, e.header_bytes);
   return LaunchStatus("encode: begin");
@@ -870,7 +849,7 @@ Status LaunchEncodeFinish(const EncodeLaunch& e, uint64_t static_bytes, uint64_t
 
 Status LaunchEncodeRange(const EncodeLaunch& e, const DeviceView& src, const PlanRange& range,
                          CUstream_st* stream) {
-  const EncArgs a = MakeArgs(e, src);
+  const EncArgs a = MakeEncArgs(e, src);
   const int64_t records = range.record_end - range.record_begin;
   const int64_t tiles = range.tile_end - range.tile_begin;
   const int64_t spans = range.raw_span_end - range.raw_span_begin;
@@ -892,6 +871,7 @@ Status LaunchEncodeRange(const EncodeLaunch& e, const DeviceView& src, const Pla
       KV_LAUNCH(kernel, static_cast<unsigned>(spans), kThreads, sizeof(RawSmem), stream)(a, range.raw_span_begin);
       KVSERVE_RETURN_IF_ERROR(LaunchStatus("encode: raw spans"));
     }
+    if (PackWarpsApply(e, src)) return LaunchPackWarps(e, src, range, stream);
     const int64_t tile_blocks = std::min<int64_t>(tiles, int64_t{kTileBlocksPerSm} * MultiprocessorCount());
     if (tile_blocks > 0) {
       auto* kernel = a.c.transform == 0 ? TilesKernel<D, true> : TilesKernel<D, false>;

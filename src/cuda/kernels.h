@@ -62,6 +62,7 @@ struct EncodeLaunch {
   uint64_t header_bytes;
   bool direct;                    // pack: codes, params, side straight into the frame
   bool static_sizes;
+  bool pack_warps = false;        // the plan's pack_warps (pack_warps.cu)
   StageEvents* timing = nullptr;
 };
 
@@ -76,6 +77,13 @@ Status LaunchEncodeBegin(const EncodeLaunch& e, CUstream_st* stream);
 // Writes the frame size: the running total (rans) or `static_bytes`.
 Status LaunchEncodeFinish(const EncodeLaunch& e, uint64_t static_bytes, uint64_t* frame_bytes,
                           CUstream_st* stream);
+
+// Whether LaunchPackWarps encodes the coded tiles of launch `e` from `src`:
+// the plan's pack_warps, and a view with 16-byte rows of bf16 or f16.
+bool PackWarpsApply(const EncodeLaunch& e, const DeviceView& src);
+// Every coded tile of `range`, one warp per tile (pack_warps.cu), in place
+// of the tile kernel: the same frame bytes.
+Status LaunchPackWarps(const EncodeLaunch& e, const DeviceView& src, const PlanRange& range, CUstream_st* stream);
 
 // The rANS stage of the encoder: every segment of `range` from workspace
 // symbols into its slot (rans_encode.cu).
@@ -94,6 +102,7 @@ struct DecodeLaunch {
   bool static_sizes;
   uint8_t* keep_mask;        // may be null
   bool reset_errors = true;  // clear the error block first (DecodeLayer: once per frame)
+  bool pack_warps = false;   // the plan's pack_warps (pack_warps.cu)
   StageEvents* timing = nullptr;
 };
 
@@ -107,6 +116,16 @@ void SetStageTiming(Decoder* decoder, StageEvents* timing);
 // Locates every record of the range in `bytes`, verifies checksums and
 // layouts, decodes codec segments and writes the output view.
 Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* stream);
+
+struct DecArgs;
+// Whether LaunchUnpackWarps decodes the coded tiles of launch `d` into
+// `out`: the plan's pack_warps, a pack frame, and an output view with
+// 16-byte rows of bf16 or f16.
+bool UnpackWarpsApply(const DecodeLaunch& d, const DeviceView& out);
+// Every coded tile of d.range, one warp per tile (pack_warps.cu), in place
+// of the decode tile kernel, after the records were located and verified:
+// the same output values, keep mask and errors.
+Status LaunchUnpackWarps(const DecodeLaunch& d, const DecArgs& a, CUstream_st* stream);
 
 // The rANS stage of the decoder: every segment of `range` from the frame
 // into workspace symbols (rans_decode.cu). Needs the segment offsets the

@@ -42,6 +42,20 @@ struct DecArgs {
   uint8_t* keep;
 };
 
+// The encode kernels' arguments for launch `e` reading `src`.
+inline EncArgs MakeEncArgs(const EncodeLaunch& e, const DeviceView& src) {
+  EncArgs a;
+  a.c = e.consts;
+  a.t = e.tables;
+  a.src = src;
+  a.ws = e.workspace;
+  a.frame = e.frame;
+  a.frame_cap = e.frame_capacity;
+  a.L = *e.layout;
+  a.direct = e.direct ? 1 : 0;
+  return a;
+}
+
 KV_DEV uint32_t* ErrorBlock(uint8_t* ws, const WorkspaceLayout& L) {
   return reinterpret_cast<uint32_t*>(ws + L.error);
 }
@@ -59,6 +73,17 @@ KV_DEV uint32_t* SegLen(uint8_t* ws, const WorkspaceLayout& L) { return reinterp
 // Per-segment symbol histograms (rans encode), `levels` u32 each.
 KV_DEV uint32_t* SegHist(uint8_t* ws, const WorkspaceLayout& L, const SegmentDesc& seg) {
   return reinterpret_cast<uint32_t*>(ws + L.hist + seg.hist_ws);
+}
+
+// The keep-mask entry of row (layer, kind, head, token), when there is a mask.
+KV_DEV void KeepMask(const DecArgs& a, int layer, int kind, int head, int token, uint8_t v) {
+  if (a.keep != nullptr)
+    a.keep[((static_cast<int64_t>(layer) * 2 + kind) * a.c.kv_heads + head) * a.c.tokens + token] = v;
+}
+
+// A scale or zero point (f32, or f16 bits) at any alignment, widened.
+KV_DEV float ReadParamGlobal(const uint8_t* p, bool f32) {
+  return f32 ? BitsFloat(GetU32(p)) : HalfBitsToFloat(static_cast<uint16_t>(GetU16(p)));
 }
 
 // The first 30 bytes of a raw record (record header and segment header,

@@ -334,6 +334,15 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   plan.layer_raw_records.push_back(static_cast<int64_t>(plan.raw_records.size()));
   plan.static_sizes = !rans;
   plan.direct = !rans;
+  plan.pack_warps = !rans && D == 128 && profile.transform() == TransformType::kIdentity;
+  for (const RunDesc& run : plan.runs) {
+    if (run.levels == 0 || !plan.pack_warps) continue;
+    if (run.axis != 0) {
+      plan.pack_warps = run.bits % 2 == 0 && std::min(run.group, run.tokens) <= 32;
+    } else {
+      plan.pack_warps = run.group == 16 || run.group == 32 || run.group == 64 || run.group == 128;
+    }
+  }
   plan.static_frame_bytes = offset;
   plan.max_frame_bytes = rans ? max_offset : offset;
 

@@ -150,6 +150,11 @@ struct Plan {
   std::vector<int64_t> layer_records, layer_segments, layer_tiles, layer_raw_spans, layer_raw_records;
   bool static_sizes = false;            // pack codec: every offset known here
   bool direct = false;                  // pack: kernels write codes into the frame
+  // Pack frames the warp kernel (pack_warps.cu) encodes: identity
+  // transform, head_dim 128, every coded run's tiles either channel-axis
+  // token groups of <= 32 rows with an even bit width, or token-axis with
+  // groups of 16, 32, 64 or 128 channels.
+  bool pack_warps = false;
   uint64_t static_frame_bytes = 0;      // valid when static_sizes
   uint64_t max_frame_bytes = 0;
   uint64_t total_symbols = 0;

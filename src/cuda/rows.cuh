@@ -312,6 +312,14 @@ KV_DEV void UnpackLane(const uint32_t* words, uint32_t k, int b, uint32_t codes[
 // Little-endian stores/loads at any alignment.
 KV_DEV void PutU16(uint8_t* p, uint32_t v) { p[0] = v; p[1] = v >> 8; }
 KV_DEV void PutU32(uint8_t* p, uint32_t v) { p[0] = v; p[1] = v >> 8; p[2] = v >> 16; p[3] = v >> 24; }
+// A scale or zero point (f32, or f16 bits) at any alignment.
+KV_DEV void PutParam(uint8_t* p, float v, bool f32) {
+  if (f32) {
+    PutU32(p, FloatBits(v));
+  } else {
+    PutU16(p, FloatToHalfBits(v));
+  }
+}
 KV_DEV uint32_t GetU16(const uint8_t* p) { return p[0] | (static_cast<uint32_t>(p[1]) << 8); }
 KV_DEV uint32_t GetU32(const uint8_t* p) {
   return p[0] | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
