@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/xxh3_ops.h"
@@ -25,7 +26,9 @@ std::vector<size_t> Lengths(std::mt19937_64& rng) {
 }
 
 TEST(ChecksumTest, Checksum64EqualsLibxxhashOnRandomInputs) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   const auto lengths = Lengths(rng);
   std::vector<uint8_t> bytes((size_t{1} << 20) + 64);
   for (auto& b : bytes) b = static_cast<uint8_t>(rng());
@@ -41,7 +44,9 @@ TEST(ChecksumTest, Checksum64EqualsLibxxhashOnRandomInputs) {
 }
 
 TEST(ChecksumTest, StreamOverRandomSplitsEqualsOneShot) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   for (size_t n : Lengths(rng)) {
     std::vector<uint8_t> bytes(n);
     for (auto& b : bytes) b = static_cast<uint8_t>(rng());
@@ -59,7 +64,9 @@ TEST(ChecksumTest, StreamOverRandomSplitsEqualsOneShot) {
 }
 
 TEST(ChecksumTest, EveryBitFlipChangesTheChecksum) {
-  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
   std::vector<uint8_t> bytes(3000);
   for (auto& b : bytes) b = static_cast<uint8_t>(rng());
   const uint64_t clean = Checksum64(bytes.data(), bytes.size());
