@@ -36,7 +36,8 @@ namespace {
 constexpr int kD = 128;           // head_dim of the warp kernel
 constexpr int kWarps = 8;         // warps (tiles) per block
 constexpr int kKeyRows = 32;      // channel-axis tile rows at most
-constexpr int kValueBatch = 16;   // token-axis rows a warp loads before computing
+constexpr int kValueBatch = 16;   // token-axis rows a warp loads before computing (decode)
+constexpr int kEncodeBatch = 8;   // ... (encode, which needs more registers per row)
 
 // min / max that return NaN when either input is NaN (PTX min.NaN, max.NaN):
 // a group's min and max are then finite exactly when all its values are.
@@ -135,23 +136,30 @@ KV_DEV int64_t TileRow(const EncArgs& a, const TileCtx& t, int r) {
 template <bool kF16, int B>
 KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
   const int lane = threadIdx.x & 31;
-  uint2 w[kKeyRows];
-#pragma unroll
-  for (int r = 0; r < kKeyRows; ++r) {
-    const int rr = r < t.rows ? r : 0;  // rows past the tile repeat row 0
-    w[r] = *reinterpret_cast<const uint2*>(a.src.data + TileRow(a, t, rr) * 2 + 8 * lane);
-  }
+  // Two passes over the rows (the second from L1/L2): statistics, then
+  // codes. Holding the rows in registers instead halves the warps an SM runs.
+  const uint8_t* row0 = a.src.data + TileRow(a, t, 0) * 2 + 8 * lane;
+  const bool flat = a.src.page_base == nullptr;
+  const int64_t stride = a.src.token * 2;
+  auto load = [&](int r) {
+    return *reinterpret_cast<const uint2*>(flat ? row0 + r * stride : a.src.data + TileRow(a, t, r) * 2 + 8 * lane);
+  };
   float mn[4], mx[4];
+  {
+    const uint2 w0 = load(0);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) mn[j] = mx[j] = Widen<kF16>(j < 2 ? w[0].x : w[0].y, j & 1);
-#pragma unroll
-  for (int r = 1; r < kKeyRows; ++r)
+    for (int j = 0; j < 4; ++j) mn[j] = mx[j] = Widen<kF16>(j < 2 ? w0.x : w0.y, j & 1);
+  }
+#pragma unroll 8
+  for (int r = 1; r < t.rows; ++r) {
+    const uint2 w = load(r);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float x = Widen<kF16>(j < 2 ? w[r].x : w[r].y, j & 1);
+      const float x = Widen<kF16>(j < 2 ? w.x : w.y, j & 1);
       mn[j] = MinNaN(mn[j], x);
       mx[j] = MaxNaN(mx[j], x);
     }
+  }
   float zero[4], inv[4];
   uint32_t bad = kDevOk;
 #pragma unroll
@@ -172,11 +180,12 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
   if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 2);
   constexpr int kRowBytes = kD * B / 8;
   uint8_t* codes = reinterpret_cast<uint8_t*>(st.codes) + lane * (B / 2);
-#pragma unroll
-  for (int r = 0; r < kKeyRows; ++r) {
+#pragma unroll 8
+  for (int r = 0; r < t.rows; ++r) {
+    const uint2 w = load(r);
     uint32_t c[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) c[j] = CodeOf(Widen<kF16>(j < 2 ? w[r].x : w[r].y, j & 1), zero[j], inv[j], t.h, t.lm1, t.sym);
+    for (int j = 0; j < 4; ++j) c[j] = CodeOf(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], t.h, t.lm1, t.sym);
     uint32_t v[1];
     PackBits<B, 4>(c, v);
     uint8_t* p = codes + r * kRowBytes;
@@ -209,10 +218,10 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
   const int gpr = kD / gc;
   constexpr int kRowBytes = kD * B / 8;
   uint32_t bad = kDevOk;
-  for (int r0 = 0; r0 < t.rows; r0 += kValueBatch) {
-    uint4 w[kValueBatch / 4][2];
+  for (int r0 = 0; r0 < t.rows; r0 += kEncodeBatch) {
+    uint4 w[kEncodeBatch / 4][2];
 #pragma unroll
-    for (int k = 0; k < kValueBatch / 4; ++k) {
+    for (int k = 0; k < kEncodeBatch / 4; ++k) {
       int r = r0 + 4 * k + sub;
       r = r < t.rows ? r : 0;
       const uint4* p = reinterpret_cast<const uint4*>(a.src.data + TileRow(a, t, r) * 2) + 2 * part;
@@ -220,7 +229,7 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
       w[k][1] = p[1];
     }
 #pragma unroll
-    for (int k = 0; k < kValueBatch / 4; ++k) {
+    for (int k = 0; k < kEncodeBatch / 4; ++k) {
       const int rl = 4 * k + sub;  // row within the batch
       const bool active = r0 + rl < t.rows;
       const uint32_t u[8] = {w[k][0].x, w[k][0].y, w[k][0].z, w[k][0].w, w[k][1].x, w[k][1].y, w[k][1].z, w[k][1].w};
@@ -266,7 +275,7 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
       }
     }
     __syncwarp();
-    const int n = t.rows - r0 < kValueBatch ? t.rows - r0 : kValueBatch;
+    const int n = t.rows - r0 < kEncodeBatch ? t.rows - r0 : kEncodeBatch;
     const int64_t g0 = static_cast<int64_t>(t.row_begin + r0) * gpr;
     StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, n * gpr * t.ssz, lane, 32);
     if (!t.sym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, n * gpr * t.ssz, lane, 32);
@@ -277,7 +286,7 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
 }
 
 template <bool kF16>
-__global__ void __launch_bounds__(32 * kWarps, 2) PackWarpsKernel(EncArgs a, int64_t tile_begin, int64_t tile_end) {
+__global__ void __launch_bounds__(32 * kWarps, 3) PackWarpsKernel(EncArgs a, int64_t tile_begin, int64_t tile_end) {
   __shared__ WarpStage stages[kWarps];
   const int64_t ti = tile_begin + static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (ti >= tile_end) return;
