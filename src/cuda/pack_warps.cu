@@ -10,9 +10,11 @@
 //     barrier is ever taken (a warp's staging buffer is its own);
 //   * a key tile (channel axis) is one warp, 4 channels per lane over the
 //     tile's rows: per-channel min/max in the lane without shuffles, the 4
-//     grid searches in the lane, the codes from the same registers;
+//     grid searches in the lane, then the codes from a second read of the
+//     rows (L1/L2), which keeps the kernel at 3 blocks per SM;
 //   * a value tile (token axis) is 8 lanes per row, 16 channels per lane, 4
-//     rows per warp instruction, 16 rows in flight per warp;
+//     rows per warp instruction, 8 (encode) or 16 (decode) rows in flight
+//     per warp;
 //   * the bit width is a template parameter (one switch per tile), so the
 //     packing is constant shifts, and the grid search is one out-of-line
 //     copy (inlined per channel it overflowed the instruction cache);
