@@ -69,19 +69,44 @@ KV_DEV float Widen(uint32_t w, int j) {
   return BitsFloat(j == 0 ? w << 16 : w & 0xFFFF0000u);
 }
 
-// EncodeValue (grid.cuh) for finite x with finite params: the clamps as
+// EncodeValue (grid.cuh) for finite x with finite params, as one formula
+// for both grids: ((x - z) * inv + h) with (z, h) = (0, h) when symmetric
+// and (zero, 0) otherwise (x - 0 is x, and a product + 0 differs from the
+// product only for -0, which the clamp makes 0 either way); the clamps as
 // min/max, the rounding as an add of 1.5 * 2^23 (q is in [0, 255]).
-KV_DEV uint32_t CodeOf(float x, float zero, float inv, float h, float lm1, bool sym) {
-  float q = sym ? FAdd(FMul(x, inv), h) : FMul(FSub(x, zero), inv);
+KV_DEV uint32_t CodeOf(float x, float z, float inv, float h, float lm1) {
+  float q = FAdd(FMul(FSub(x, z), inv), h);
   q = fminf(fmaxf(q, 0.0f), lm1);
   return FloatBits(FAdd(q, 12582912.0f)) - 0x4B400000u;
 }
 
-// The grid search as a call: a kernel inlining it once per channel or row
-// overflows the instruction cache.
-__device__ __noinline__ uint32_t GridCall(int levels, bool sym, bool f16, float mn, float mx, float* scale,
-                                          float* zero) {
-  return GridParamsFor(levels, sym, f16, mn, mx, scale, zero);
+// The grid search as a call (a kernel inlining it once per channel or row
+// overflows the instruction cache), returned by value so that nothing goes
+// through local memory: the parameters and 1 / scale, or zeros and the
+// status (kDevNonFinite when min or max is not finite).
+struct GridOut {
+  float scale, zero, inv;
+  uint32_t status;
+};
+__device__ __noinline__ GridOut GridCall(int levels, bool sym, bool f16, float mn, float mx) {
+  GridOut o{0.0f, 0.0f, 0.0f, kDevNonFinite};
+  if (IsFiniteF(mn) && IsFiniteF(mx)) o.status = GridParamsFor(levels, sym, f16, mn, mx, &o.scale, &o.zero);
+  if (o.status != kDevOk) {
+    o.scale = 0.0f;
+    o.zero = 0.0f;
+  }
+  o.inv = InverseScale(o.scale);
+  return o;
+}
+
+// The f16 bits of v, a value f16 represents exactly (the grid search's f16
+// scales and zero points are): the exponent rebased, or for f16 subnormals
+// v * 2^24, without the general conversion's rounding branches.
+KV_DEV uint32_t ExactHalfBits(float v) {
+  const uint32_t x = FloatBits(v);
+  const uint32_t a = x & 0x7fffffffu;
+  const uint32_t sub = static_cast<uint32_t>(FMul(BitsFloat(a), 16777216.0f));
+  return ((x >> 16) & 0x8000u) | (a >= 0x38800000u ? (a >> 13) - 0x1C000u : sub);
 }
 
 // A warp's staging buffers: its codes and parameters go to the frame from
@@ -97,7 +122,7 @@ KV_DEV void StageParamBits(uint32_t* params, uint32_t index, float v, bool f32) 
   if (f32) {
     params[index] = FloatBits(v);
   } else {
-    reinterpret_cast<uint16_t*>(params)[index] = FloatToHalfBits(v);
+    reinterpret_cast<uint16_t*>(params)[index] = static_cast<uint16_t>(ExactHalfBits(v));
   }
 }
 
@@ -163,21 +188,16 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
     }
   }
   float zero[4], inv[4];
+  const float h = t.sym ? t.h : 0.0f;
   uint32_t bad = kDevOk;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    float scale = 0.0f, z = 0.0f;
-    uint32_t s = kDevNonFinite;
-    if (IsFiniteF(mn[j]) && IsFiniteF(mx[j])) s = GridCall(t.run.levels, t.sym, !t.f32, mn[j], mx[j], &scale, &z);
-    if (s != kDevOk) {
-      bad = s;
-      scale = 0.0f;
-      z = 0.0f;
-    }
-    StageParamBits(st.params, 4 * lane + j, scale, t.f32);
-    if (!t.sym) StageParamBits(st.params + kZerosAt / 4, 4 * lane + j, z, t.f32);
-    zero[j] = z;
-    inv[j] = InverseScale(scale);
+    const GridOut g = GridCall(t.run.levels, t.sym, !t.f32, mn[j], mx[j]);
+    if (g.status != kDevOk) bad = g.status;
+    StageParamBits(st.params, 4 * lane + j, g.scale, t.f32);
+    if (!t.sym) StageParamBits(st.params + kZerosAt / 4, 4 * lane + j, g.zero, t.f32);
+    zero[j] = g.zero;
+    inv[j] = g.inv;
   }
   if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 2);
   constexpr int kRowBytes = kD * B / 8;
@@ -187,7 +207,7 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
     const uint2 w = load(r);
     uint32_t c[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) c[j] = CodeOf(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], t.h, t.lm1, t.sym);
+    for (int j = 0; j < 4; ++j) c[j] = CodeOf(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], h, t.lm1);
     uint32_t v[1];
     PackBits<B, 4>(c, v);
     uint8_t* p = codes + r * kRowBytes;
@@ -211,28 +231,40 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
 
 // Token axis: groups of run.group (>= 16) channels within a row. Lane
 // (sub, part) holds channels [16 part, 16 part + 16) of rows 4 i + sub.
+// Codes and parameters collect in the stage over as many batches as it
+// holds (a whole 64-row tile for kivi-2's values) before they are stored.
 template <bool kF16, int B>
 KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
   const int lane = threadIdx.x & 31;
   const int sub = lane >> 3, part = lane & 7;
-  const int gc = t.run.group;
-  const int lanes_per_group = gc / 16;
-  const int gpr = kD / gc;
+  const int lpg_shift = t.run.group == 16 ? 0 : t.run.group == 32 ? 1 : t.run.group == 64 ? 2 : 3;
+  const int lanes_per_group = 1 << lpg_shift;
+  const int gpr = 8 >> lpg_shift;  // groups per row
   constexpr int kRowBytes = kD * B / 8;
+  // Rows the stage holds: codes in 4 KiB, each parameter array in 512 bytes.
+  constexpr int kCodeRows = kKeyRows * kD / kRowBytes / kEncodeBatch * kEncodeBatch;
+  const int param_rows = static_cast<int>(kZerosAt) / (gpr * t.ssz) / kEncodeBatch * kEncodeBatch;
+  const int stage_rows = kCodeRows < param_rows ? kCodeRows : param_rows;
+  const float h = t.sym ? t.h : 0.0f;
+  const uint8_t* row0 = a.src.data + TileRow(a, t, 0) * 2 + 32 * part;
+  const bool flat = a.src.page_base == nullptr;
+  const int64_t stride = a.src.token * 2;
   uint32_t bad = kDevOk;
+  int f0 = 0;  // first row of the stage
   for (int r0 = 0; r0 < t.rows; r0 += kEncodeBatch) {
     uint4 w[kEncodeBatch / 4][2];
 #pragma unroll
     for (int k = 0; k < kEncodeBatch / 4; ++k) {
       int r = r0 + 4 * k + sub;
       r = r < t.rows ? r : 0;
-      const uint4* p = reinterpret_cast<const uint4*>(a.src.data + TileRow(a, t, r) * 2) + 2 * part;
+      const uint4* p = reinterpret_cast<const uint4*>(flat ? row0 + r * stride : a.src.data + TileRow(a, t, r) * 2 + 32 * part);
       w[k][0] = p[0];
       w[k][1] = p[1];
     }
 #pragma unroll
     for (int k = 0; k < kEncodeBatch / 4; ++k) {
       const int rl = 4 * k + sub;  // row within the batch
+      const int rs = r0 - f0 + rl;  // ... within the stage
       const bool active = r0 + rl < t.rows;
       const uint32_t u[8] = {w[k][0].x, w[k][0].y, w[k][0].z, w[k][0].w, w[k][1].x, w[k][1].y, w[k][1].z, w[k][1].w};
       float v[16];
@@ -244,30 +276,26 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
         mn = MinNaN(mn, v[j]);
         mx = MaxNaN(mx, v[j]);
       }
-      for (int off = 1; off < lanes_per_group; off <<= 1) {
-        mn = MinNaN(mn, __shfl_xor_sync(0xffffffffu, mn, off));
-        mx = MaxNaN(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+#pragma unroll
+      for (int off = 1; off < 8; off <<= 1) {
+        if (off < lanes_per_group) {
+          mn = MinNaN(mn, __shfl_xor_sync(0xffffffffu, mn, off));
+          mx = MaxNaN(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        }
       }
-      float scale = 0.0f, zero = 0.0f;
-      uint32_t s = kDevNonFinite;
-      if (IsFiniteF(mn) && IsFiniteF(mx)) s = GridCall(t.run.levels, t.sym, !t.f32, mn, mx, &scale, &zero);
-      if (s != kDevOk) {
-        if (active) bad = s;
-        scale = 0.0f;
-        zero = 0.0f;
+      const GridOut g = GridCall(t.run.levels, t.sym, !t.f32, mn, mx);
+      if (g.status != kDevOk && active) bad = g.status;
+      if ((part & (lanes_per_group - 1)) == 0) {
+        const int gi = rs * gpr + (part >> lpg_shift);
+        StageParamBits(st.params, gi, g.scale, t.f32);
+        if (!t.sym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
       }
-      if (part % lanes_per_group == 0) {
-        const int g = rl * gpr + part / lanes_per_group;
-        StageParamBits(st.params, g, scale, t.f32);
-        if (!t.sym) StageParamBits(st.params + kZerosAt / 4, g, zero, t.f32);
-      }
-      const float inv = InverseScale(scale);
       uint32_t c[16];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) c[j] = CodeOf(v[j], zero, inv, t.h, t.lm1, t.sym);
+      for (int j = 0; j < 16; ++j) c[j] = CodeOf(v[j], g.zero, g.inv, h, t.lm1);
       uint32_t pw[B / 2 + 1];
       PackBits<B, 16>(c, pw);
-      uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rl * kRowBytes + part * 2 * B;
+      uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rs * kRowBytes + part * 2 * B;
       if (B % 2 == 0) {
 #pragma unroll
         for (int q = 0; q < B / 2; ++q) reinterpret_cast<uint32_t*>(p)[q] = pw[q];
@@ -276,13 +304,17 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
         for (int q = 0; q < B; ++q) reinterpret_cast<uint16_t*>(p)[q] = static_cast<uint16_t>(pw[q / 2] >> (16 * (q & 1)));
       }
     }
-    __syncwarp();
-    const int n = t.rows - r0 < kEncodeBatch ? t.rows - r0 : kEncodeBatch;
-    const int64_t g0 = static_cast<int64_t>(t.row_begin + r0) * gpr;
-    StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, n * gpr * t.ssz, lane, 32);
-    if (!t.sym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, n * gpr * t.ssz, lane, 32);
-    StoreFromSmem(t.codes + static_cast<int64_t>(t.row_begin + r0) * kRowBytes, st.codes, 0, n * kRowBytes, lane, 32);
-    __syncwarp();  // the stage is reused by the next batch
+    const int staged_end = r0 + kEncodeBatch < t.rows ? r0 + kEncodeBatch : t.rows;
+    if (staged_end == t.rows || staged_end - f0 + kEncodeBatch > stage_rows) {
+      __syncwarp();
+      const int n = staged_end - f0;
+      const int64_t g0 = static_cast<int64_t>(t.row_begin + f0) * gpr;
+      StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, n * gpr * t.ssz, lane, 32);
+      if (!t.sym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, n * gpr * t.ssz, lane, 32);
+      StoreFromSmem(t.codes + static_cast<int64_t>(t.row_begin + f0) * kRowBytes, st.codes, 0, n * kRowBytes, lane, 32);
+      __syncwarp();  // the stage is reused by the next batch
+      f0 = staged_end;
+    }
   }
   if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 1);
 }
