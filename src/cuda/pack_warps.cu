@@ -39,7 +39,6 @@ constexpr int kD = 128;           // head_dim of the warp kernel
 constexpr int kWarps = 8;         // warps (tiles) per block
 constexpr int kKeyRows = 32;      // channel-axis tile rows at most
 constexpr int kValueBatch = 16;   // token-axis rows a warp loads before computing (decode)
-constexpr int kEncodeBatch = 8;   // ... (encode, which needs more registers per row)
 
 // min / max that return NaN when either input is NaN (PTX min.NaN, max.NaN):
 // a group's min and max are then finite exactly when all its values are.
@@ -69,15 +68,66 @@ KV_DEV float Widen(uint32_t w, int j) {
   return BitsFloat(j == 0 ? w << 16 : w & 0xFFFF0000u);
 }
 
-// EncodeValue (grid.cuh) for finite x with finite params, as one formula
-// for both grids: ((x - z) * inv + h) with (z, h) = (0, h) when symmetric
-// and (zero, 0) otherwise (x - 0 is x, and a product + 0 differs from the
-// product only for -0, which the clamp makes 0 either way); the clamps as
-// min/max, the rounding as an add of 1.5 * 2^23 (q is in [0, 255]).
-KV_DEV uint32_t CodeOf(float x, float z, float inv, float h, float lm1) {
-  float q = FAdd(FMul(FSub(x, z), inv), h);
-  q = fminf(fmaxf(q, 0.0f), lm1);
-  return FloatBits(FAdd(q, 12582912.0f)) - 0x4B400000u;
+// Two 16-bit values per word, NaN-propagating minimum / maximum of each
+// half (PTX min.NaN / max.NaN on f16x2 or bf16x2): exact, so the widened
+// result is the minimum / maximum of the widened values, and NaN exactly
+// when an input was. The sign of a zero may differ from a float comparison;
+// the grid search adds 0 first, which makes both zeros +0.
+template <bool kF16>
+KV_DEV uint32_t Min2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t r;
+  if (kF16) {
+    asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+#else
+  uint32_t r = 0;
+  for (int j = 0; j < 2; ++j) {
+    const float x = Widen<kF16>(a, j), y = Widen<kF16>(b, j);
+    const uint32_t h = (x != x || y != y) ? 0x7fffu : ((y < x ? b : a) >> (16 * j)) & 0xffffu;
+    r |= h << (16 * j);
+  }
+  return r;
+#endif
+}
+template <bool kF16>
+KV_DEV uint32_t Max2(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  uint32_t r;
+  if (kF16) {
+    asm("max.NaN.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  } else {
+    asm("max.NaN.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+  }
+  return r;
+#else
+  uint32_t r = 0;
+  for (int j = 0; j < 2; ++j) {
+    const float x = Widen<kF16>(a, j), y = Widen<kF16>(b, j);
+    const uint32_t h = (x != x || y != y) ? 0x7fffu : ((x < y ? b : a) >> (16 * j)) & 0xffffu;
+    r |= h << (16 * j);
+  }
+  return r;
+#endif
+}
+
+// EncodeValue (grid.cuh) of a value x of the group whose parameters these
+// are, as the low B bits of the returned word. The clamps to [0, levels - 1]
+// are left out: they never bind for such x. The search starts from a scale
+// >= RN(range / lm1) (asymmetric; RN(amax / h) symmetric) and only raises
+// it, and 0 <= RN(x - zero) <= range (x >= min >= zero), so
+// q = RN(RN(x - zero) * inv) is in [0, lm1 (1 + 4 eps)] (symmetric:
+// q = RN(RN(x * inv) + h) in [-h 4 eps, lm1 + h 4 eps]), far from the
+// rounding boundaries -0.5 and lm1 + 0.5. The rounding is an add of
+// 1.5 * 2^23, whose result holds the code in its low bits; for the
+// asymmetric grid the CPU's formula has no "+ h" and none is done here.
+template <bool kSym>
+KV_DEV uint32_t CodeBits(float x, float zero, float inv, float h) {
+  const float q = kSym ? FAdd(FMul(x, inv), h) : FMul(FSub(x, zero), inv);
+  return FloatBits(FAdd(q, 12582912.0f));
 }
 
 // The grid search as a call (a kernel inlining it once per channel or row
@@ -148,134 +198,164 @@ struct TileCtx {
   uint8_t* zeros;
   uint8_t* codes;        // the segment's codes in the frame
   int ssz;
-  bool f32, sym;
-  float lm1, h;
+  bool f32;
+  float h;
   uint32_t* err;
 };
+
+// A warp's shared memory in the encode kernel: the source rows of its tile
+// (a whole key tile, or two 16-row chunks of a value tile), copied in with
+// cp.async so that every row of a chunk is in flight at once, then the
+// staging of its codes and parameters.
+constexpr int kSrcRows = 32;
+constexpr int kChunkRows = 16;  // value tiles: rows per cp.async chunk
+struct EncWarpSmem {
+  uint4 src[kSrcRows * kD * 2 / 16];
+  WarpStage st;
+};
+constexpr int kEncWarps = 4;  // warps (tiles) per encode block
+constexpr size_t kEncSmemBytes = sizeof(EncWarpSmem) * kEncWarps;
 
 // Element offset of row r (tile-relative) of the tile.
 KV_DEV int64_t TileRow(const EncArgs& a, const TileCtx& t, int r) {
   return RowElemOffset(a.src, t.rec.layer, t.rec.kind, t.head, t.rec.token_begin + t.run.begin + t.row_begin + r);
 }
 
-// Channel axis: the tile is one token group. Lane l holds channels
-// [4 l, 4 l + 4) of every row; B (even) bits per code.
-template <bool kF16, int B>
-KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
-  const int lane = threadIdx.x & 31;
-  // Two passes over the rows (the second from L1/L2): statistics, then
-  // codes. Holding the rows in registers instead halves the warps an SM runs.
-  const uint8_t* row0 = a.src.data + TileRow(a, t, 0) * 2 + 8 * lane;
+// Issues the cp.async copies of tile rows [r0, r0 + n) (n <= kMax) to dst
+// (row r0 + i at dst + 16 i), 16 bytes per lane and copy, and commits them
+// as one group (an empty one when n is 0).
+template <int kMax>
+KV_DEV void FetchRows(const EncArgs& a, const TileCtx& t, uint4* dst, int r0, int n, int lane) {
   const bool flat = a.src.page_base == nullptr;
+  const uint8_t* base = flat ? a.src.data + TileRow(a, t, r0) * 2 : nullptr;
   const int64_t stride = a.src.token * 2;
-  auto load = [&](int r) {
-    return *reinterpret_cast<const uint2*>(flat ? row0 + r * stride : a.src.data + TileRow(a, t, r) * 2 + 8 * lane);
-  };
-  float mn[4], mx[4];
-  {
-    const uint2 w0 = load(0);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) mn[j] = mx[j] = Widen<kF16>(j < 2 ? w0.x : w0.y, j & 1);
-  }
-#pragma unroll 8
-  for (int r = 1; r < t.rows; ++r) {
-    const uint2 w = load(r);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float x = Widen<kF16>(j < 2 ? w.x : w.y, j & 1);
-      mn[j] = MinNaN(mn[j], x);
-      mx[j] = MaxNaN(mx[j], x);
+  for (int k = 0; k < kMax / 2; ++k) {
+    const int c = lane + 32 * k;
+    const int i = c >> 4, piece = c & 15;
+    if (i < n) {
+      const uint8_t* row = flat ? base + i * stride : a.src.data + TileRow(a, t, r0 + i) * 2;
+      CpAsync16(dst + c, row + 16 * piece);
     }
   }
+  CpAsyncCommit();
+}
+
+// Channel axis: the tile is one token group of at most 32 rows, all in
+// shared memory before any is read. Lane l holds channels [4 l, 4 l + 4):
+// per-channel min/max on packed pairs, 4 grid searches, then the codes.
+template <bool kF16, bool kSym, int B>
+KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
+  const int lane = threadIdx.x & 31;
+  WarpStage& st = sm.st;
+  FetchRows<kSrcRows>(a, t, sm.src, 0, t.rows, lane);
+  CpAsyncWait<0>();
+  __syncwarp();
+  const uint2* rows = reinterpret_cast<const uint2*>(sm.src) + lane;  // row r at rows[32 r]
+  uint32_t mn0 = rows[0].x, mn1 = rows[0].y, mx0 = mn0, mx1 = mn1;
+#pragma unroll 8
+  for (int r = 1; r < t.rows; ++r) {
+    const uint2 w = rows[32 * r];
+    mn0 = Min2<kF16>(mn0, w.x);
+    mn1 = Min2<kF16>(mn1, w.y);
+    mx0 = Max2<kF16>(mx0, w.x);
+    mx1 = Max2<kF16>(mx1, w.y);
+  }
   float zero[4], inv[4];
-  const float h = t.sym ? t.h : 0.0f;
   uint32_t bad = kDevOk;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const GridOut g = GridCall(t.run.levels, t.sym, !t.f32, mn[j], mx[j]);
+    const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Widen<kF16>(j < 2 ? mn0 : mn1, j & 1),
+                               Widen<kF16>(j < 2 ? mx0 : mx1, j & 1));
     if (g.status != kDevOk) bad = g.status;
     StageParamBits(st.params, 4 * lane + j, g.scale, t.f32);
-    if (!t.sym) StageParamBits(st.params + kZerosAt / 4, 4 * lane + j, g.zero, t.f32);
+    if (!kSym) StageParamBits(st.params + kZerosAt / 4, 4 * lane + j, g.zero, t.f32);
     zero[j] = g.zero;
     inv[j] = g.inv;
   }
   if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 2);
   constexpr int kRowBytes = kD * B / 8;
+  constexpr uint32_t kMask = (1u << B) - 1u;
   uint8_t* codes = reinterpret_cast<uint8_t*>(st.codes) + lane * (B / 2);
 #pragma unroll 8
   for (int r = 0; r < t.rows; ++r) {
-    const uint2 w = load(r);
-    uint32_t c[4];
+    const uint2 w = rows[32 * r];
+    uint32_t v = 0;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) c[j] = CodeOf(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], h, t.lm1);
-    uint32_t v[1];
-    PackBits<B, 4>(c, v);
+    for (int j = 0; j < 4; ++j)
+      v |= (CodeBits<kSym>(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], t.h) & kMask) << (B * j);
     uint8_t* p = codes + r * kRowBytes;
     if (B == 2) {
-      *p = static_cast<uint8_t>(v[0]);
+      *p = static_cast<uint8_t>(v);
     } else if (B == 4) {
-      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v[0]);
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
     } else if (B == 8) {
-      *reinterpret_cast<uint32_t*>(p) = v[0];
+      *reinterpret_cast<uint32_t*>(p) = v;
     } else {
 #pragma unroll
-      for (int k = 0; k < B / 2; ++k) p[k] = static_cast<uint8_t>(v[0] >> (8 * k));
+      for (int k = 0; k < B / 2; ++k) p[k] = static_cast<uint8_t>(v >> (8 * k));
     }
   }
   __syncwarp();
   const int64_t g0 = static_cast<int64_t>(t.row_begin / t.run.group) * kD;
   StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, kD * t.ssz, lane, 32);
-  if (!t.sym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, kD * t.ssz, lane, 32);
+  if (!kSym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, kD * t.ssz, lane, 32);
   StoreFromSmem(t.codes + static_cast<int64_t>(t.row_begin) * kRowBytes, st.codes, 0, t.rows * kRowBytes, lane, 32);
 }
 
-// Token axis: groups of run.group (>= 16) channels within a row. Lane
-// (sub, part) holds channels [16 part, 16 part + 16) of rows 4 i + sub.
-// Codes and parameters collect in the stage over as many batches as it
-// holds (a whole 64-row tile for kivi-2's values) before they are stored.
-template <bool kF16, int B>
-KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
+// Token axis: groups of run.group (>= 16) channels within a row. The rows
+// come in 16-row chunks, two in flight (cp.async into alternating halves of
+// the source buffer). Lane (sub, part) holds channels [16 part, 16 part + 16)
+// of chunk rows 4 i + sub. Codes and parameters collect in the stage over as
+// many rows as it holds (a whole 64-row tile for kivi-2's values) before
+// they are stored.
+template <bool kF16, bool kSym, int B>
+KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   const int lane = threadIdx.x & 31;
   const int sub = lane >> 3, part = lane & 7;
+  WarpStage& st = sm.st;
   const int lpg_shift = t.run.group == 16 ? 0 : t.run.group == 32 ? 1 : t.run.group == 64 ? 2 : 3;
   const int lanes_per_group = 1 << lpg_shift;
   const int gpr = 8 >> lpg_shift;  // groups per row
   constexpr int kRowBytes = kD * B / 8;
+  constexpr uint32_t kMask = (1u << B) - 1u;
   // Rows the stage holds: codes in 4 KiB, each parameter array in 512 bytes.
-  constexpr int kCodeRows = kKeyRows * kD / kRowBytes / kEncodeBatch * kEncodeBatch;
-  const int param_rows = static_cast<int>(kZerosAt) / (gpr * t.ssz) / kEncodeBatch * kEncodeBatch;
+  constexpr int kCodeRows = kKeyRows * kD / kRowBytes / kChunkRows * kChunkRows;
+  const int param_rows = static_cast<int>(kZerosAt) / (gpr * t.ssz) / kChunkRows * kChunkRows;
   const int stage_rows = kCodeRows < param_rows ? kCodeRows : param_rows;
-  const float h = t.sym ? t.h : 0.0f;
-  const uint8_t* row0 = a.src.data + TileRow(a, t, 0) * 2 + 32 * part;
-  const bool flat = a.src.page_base == nullptr;
-  const int64_t stride = a.src.token * 2;
+  constexpr int kSlot = kChunkRows * kD * 2 / 16;  // uint4 per chunk
+  const int chunks = (t.rows + kChunkRows - 1) / kChunkRows;
+  auto fetch = [&](int c) {
+    const int r0 = c * kChunkRows;
+    const int n = c < chunks ? (t.rows - r0 < kChunkRows ? t.rows - r0 : kChunkRows) : 0;
+    FetchRows<kChunkRows>(a, t, sm.src + (c & 1) * kSlot, r0, n, lane);
+  };
+  fetch(0);
+  fetch(1);
   uint32_t bad = kDevOk;
   int f0 = 0;  // first row of the stage
-  for (int r0 = 0; r0 < t.rows; r0 += kEncodeBatch) {
-    uint4 w[kEncodeBatch / 4][2];
+  for (int c = 0; c < chunks; ++c) {
+    const int r0 = c * kChunkRows;
+    CpAsyncWait<1>();  // chunk c is in; c + 1 may still be in flight
+    __syncwarp();
+    const uint4* slot = sm.src + (c & 1) * kSlot;
 #pragma unroll
-    for (int k = 0; k < kEncodeBatch / 4; ++k) {
-      int r = r0 + 4 * k + sub;
-      r = r < t.rows ? r : 0;
-      const uint4* p = reinterpret_cast<const uint4*>(flat ? row0 + r * stride : a.src.data + TileRow(a, t, r) * 2 + 32 * part);
-      w[k][0] = p[0];
-      w[k][1] = p[1];
-    }
-#pragma unroll
-    for (int k = 0; k < kEncodeBatch / 4; ++k) {
-      const int rl = 4 * k + sub;  // row within the batch
-      const int rs = r0 - f0 + rl;  // ... within the stage
+    for (int i = 0; i < kChunkRows / 4; ++i) {
+      const int rl = 4 * i + sub;          // row within the chunk
+      const int rs = r0 - f0 + rl;         // ... within the stage
       const bool active = r0 + rl < t.rows;
-      const uint32_t u[8] = {w[k][0].x, w[k][0].y, w[k][0].z, w[k][0].w, w[k][1].x, w[k][1].y, w[k][1].z, w[k][1].w};
-      float v[16];
+      const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
+      const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+      uint32_t m[4], M[4];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = Widen<kF16>(u[j / 2], j & 1);
-      float mn = v[0], mx = v[0];
-#pragma unroll
-      for (int j = 1; j < 16; ++j) {
-        mn = MinNaN(mn, v[j]);
-        mx = MaxNaN(mx, v[j]);
+      for (int k = 0; k < 4; ++k) {
+        m[k] = Min2<kF16>(u[2 * k], u[2 * k + 1]);
+        M[k] = Max2<kF16>(u[2 * k], u[2 * k + 1]);
       }
+      const uint32_t m2 = Min2<kF16>(Min2<kF16>(m[0], m[1]), Min2<kF16>(m[2], m[3]));
+      const uint32_t M2 = Max2<kF16>(Max2<kF16>(M[0], M[1]), Max2<kF16>(M[2], M[3]));
+      float mn = MinNaN(Widen<kF16>(m2, 0), Widen<kF16>(m2, 1));
+      float mx = MaxNaN(Widen<kF16>(M2, 0), Widen<kF16>(M2, 1));
 #pragma unroll
       for (int off = 1; off < 8; off <<= 1) {
         if (off < lanes_per_group) {
@@ -283,18 +363,23 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
           mx = MaxNaN(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         }
       }
-      const GridOut g = GridCall(t.run.levels, t.sym, !t.f32, mn, mx);
+      const GridOut g = GridCall(t.run.levels, kSym, !t.f32, mn, mx);
       if (g.status != kDevOk && active) bad = g.status;
       if ((part & (lanes_per_group - 1)) == 0) {
         const int gi = rs * gpr + (part >> lpg_shift);
         StageParamBits(st.params, gi, g.scale, t.f32);
-        if (!t.sym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
+        if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
       }
-      uint32_t c[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) c[j] = CodeOf(v[j], g.zero, g.inv, h, t.lm1);
       uint32_t pw[B / 2 + 1];
-      PackBits<B, 16>(c, pw);
+#pragma unroll
+      for (int k = 0; k <= B / 2; ++k) pw[k] = 0;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), g.zero, g.inv, t.h) & kMask;
+        const int bit = j * B;
+        pw[bit / 32] |= code << (bit % 32);
+        if (bit % 32 + B > 32) pw[bit / 32 + 1] |= code >> (32 - bit % 32);
+      }
       uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rs * kRowBytes + part * 2 * B;
       if (B % 2 == 0) {
 #pragma unroll
@@ -304,25 +389,50 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, WarpStage& st) {
         for (int q = 0; q < B; ++q) reinterpret_cast<uint16_t*>(p)[q] = static_cast<uint16_t>(pw[q / 2] >> (16 * (q & 1)));
       }
     }
-    const int staged_end = r0 + kEncodeBatch < t.rows ? r0 + kEncodeBatch : t.rows;
-    if (staged_end == t.rows || staged_end - f0 + kEncodeBatch > stage_rows) {
-      __syncwarp();
+    __syncwarp();  // every lane is done with the chunk's slot
+    fetch(c + 2);
+    const int staged_end = r0 + kChunkRows < t.rows ? r0 + kChunkRows : t.rows;
+    if (staged_end == t.rows || staged_end - f0 + kChunkRows > stage_rows) {
       const int n = staged_end - f0;
       const int64_t g0 = static_cast<int64_t>(t.row_begin + f0) * gpr;
       StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, n * gpr * t.ssz, lane, 32);
-      if (!t.sym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, n * gpr * t.ssz, lane, 32);
+      if (!kSym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, n * gpr * t.ssz, lane, 32);
       StoreFromSmem(t.codes + static_cast<int64_t>(t.row_begin + f0) * kRowBytes, st.codes, 0, n * kRowBytes, lane, 32);
-      __syncwarp();  // the stage is reused by the next batch
+      __syncwarp();  // the stage is reused by the next chunk
       f0 = staged_end;
     }
   }
+  CpAsyncWait<0>();  // the (empty) groups past the last chunk
   if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 1);
 }
 
+template <bool kF16, bool kSym>
+KV_DEV void PackTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
+  if (t.run.axis != 0) {
+    switch (t.run.bits) {
+      case 2: PackKeyTile<kF16, kSym, 2>(a, t, sm); break;
+      case 4: PackKeyTile<kF16, kSym, 4>(a, t, sm); break;
+      case 6: PackKeyTile<kF16, kSym, 6>(a, t, sm); break;
+      default: PackKeyTile<kF16, kSym, 8>(a, t, sm); break;
+    }
+    return;
+  }
+  switch (t.run.bits) {
+    case 1: PackValueTile<kF16, kSym, 1>(a, t, sm); break;
+    case 2: PackValueTile<kF16, kSym, 2>(a, t, sm); break;
+    case 3: PackValueTile<kF16, kSym, 3>(a, t, sm); break;
+    case 4: PackValueTile<kF16, kSym, 4>(a, t, sm); break;
+    case 5: PackValueTile<kF16, kSym, 5>(a, t, sm); break;
+    case 6: PackValueTile<kF16, kSym, 6>(a, t, sm); break;
+    case 7: PackValueTile<kF16, kSym, 7>(a, t, sm); break;
+    default: PackValueTile<kF16, kSym, 8>(a, t, sm); break;
+  }
+}
+
 template <bool kF16>
-__global__ void __launch_bounds__(32 * kWarps, 3) PackWarpsKernel(EncArgs a, int64_t tile_begin, int64_t tile_end) {
-  __shared__ WarpStage stages[kWarps];
-  const int64_t ti = tile_begin + static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(32 * kEncWarps, 4) PackWarpsKernel(EncArgs a, int64_t tile_begin, int64_t tile_end) {
+  KV_DYNAMIC_SMEM(smem);
+  const int64_t ti = tile_begin + static_cast<int64_t>(blockIdx.x) * kEncWarps + (threadIdx.x >> 5);
   if (ti >= tile_end) return;
   const TileDesc tile = a.t.tiles[ti];
   TileCtx t;
@@ -333,33 +443,17 @@ __global__ void __launch_bounds__(32 * kWarps, 3) PackWarpsKernel(EncArgs a, int
   t.row_begin = tile.row_begin;
   t.rows = tile.row_end - tile.row_begin;
   t.f32 = a.c.scale_f32 != 0;
-  t.sym = a.c.symmetric != 0;
   t.ssz = t.f32 ? 4 : 2;
   t.scales = a.frame + t.rec.static_offset + 28 + t.rec.side_bytes + t.run.params_rel;
   t.zeros = t.scales + static_cast<int64_t>(t.run.ngroups) * t.ssz;
   t.codes = a.frame + a.t.segments[t.run.segment].static_coded_offset;
-  t.lm1 = static_cast<float>(t.run.levels - 1);
-  t.h = FMul(t.lm1, 0.5f);
+  t.h = FMul(static_cast<float>(t.run.levels - 1), 0.5f);
   t.err = ErrorBlock(a.ws, a.L);
-  WarpStage& st = stages[threadIdx.x >> 5];
-  if (t.run.axis != 0) {
-    switch (t.run.bits) {
-      case 2: PackKeyTile<kF16, 2>(a, t, st); break;
-      case 4: PackKeyTile<kF16, 4>(a, t, st); break;
-      case 6: PackKeyTile<kF16, 6>(a, t, st); break;
-      default: PackKeyTile<kF16, 8>(a, t, st); break;
-    }
-    return;
-  }
-  switch (t.run.bits) {
-    case 1: PackValueTile<kF16, 1>(a, t, st); break;
-    case 2: PackValueTile<kF16, 2>(a, t, st); break;
-    case 3: PackValueTile<kF16, 3>(a, t, st); break;
-    case 4: PackValueTile<kF16, 4>(a, t, st); break;
-    case 5: PackValueTile<kF16, 5>(a, t, st); break;
-    case 6: PackValueTile<kF16, 6>(a, t, st); break;
-    case 7: PackValueTile<kF16, 7>(a, t, st); break;
-    default: PackValueTile<kF16, 8>(a, t, st); break;
+  EncWarpSmem& sm = reinterpret_cast<EncWarpSmem*>(smem)[threadIdx.x >> 5];
+  if (a.c.symmetric != 0) {
+    PackTile<kF16, true>(a, t, sm);
+  } else {
+    PackTile<kF16, false>(a, t, sm);
   }
 }
 
@@ -596,11 +690,13 @@ Status LaunchPackWarps(const EncodeLaunch& e, const DeviceView& src, const PlanR
   const int64_t tiles = range.tile_end - range.tile_begin;
   if (tiles <= 0) return Status::Ok();
   const EncArgs a = MakeEncArgs(e, src);
-  const unsigned blocks = static_cast<unsigned>((tiles + kWarps - 1) / kWarps);
+  const unsigned blocks = static_cast<unsigned>((tiles + kEncWarps - 1) / kEncWarps);
   if (src.dtype == 1) {
-    KV_LAUNCH(PackWarpsKernel<true>, blocks, 32 * kWarps, 0, stream)(a, range.tile_begin, range.tile_end);
+    KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(PackWarpsKernel<true>, kEncSmemBytes));
+    KV_LAUNCH(PackWarpsKernel<true>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)(a, range.tile_begin, range.tile_end);
   } else {
-    KV_LAUNCH(PackWarpsKernel<false>, blocks, 32 * kWarps, 0, stream)(a, range.tile_begin, range.tile_end);
+    KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(PackWarpsKernel<false>, kEncSmemBytes));
+    KV_LAUNCH(PackWarpsKernel<false>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)(a, range.tile_begin, range.tile_end);
   }
   return LaunchStatus("encode: pack warps");
 }
