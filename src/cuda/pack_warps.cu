@@ -221,6 +221,14 @@ KV_DEV int64_t TileRow(const EncArgs& a, const TileCtx& t, int r) {
   return RowElemOffset(a.src, t.rec.layer, t.rec.kind, t.head, t.rec.token_begin + t.run.begin + t.row_begin + r);
 }
 
+// v[i] for a run-time i in [0, 4), by selects (an indexed register array
+// would go to local memory).
+KV_DEV float Pick4(const float v[4], int i) {
+  const float lo = (i & 1) ? v[1] : v[0];
+  const float hi = (i & 1) ? v[3] : v[2];
+  return (i & 2) ? hi : lo;
+}
+
 // Issues the cp.async copies of tile rows [r0, r0 + n) (n <= kMax) to dst
 // (row r0 + i at dst + 16 i), 16 bytes per lane and copy, and commits them
 // as one group (an empty one when n is 0).
@@ -339,43 +347,67 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
     CpAsyncWait<1>();  // chunk c is in; c + 1 may still be in flight
     __syncwarp();
     const uint4* slot = sm.src + (c & 1) * kSlot;
+    // Each row's group minimum and maximum, in every lane of the group.
+    float mn[4], mx[4];
 #pragma unroll
-    for (int i = 0; i < kChunkRows / 4; ++i) {
-      const int rl = 4 * i + sub;          // row within the chunk
-      const int rs = r0 - f0 + rl;         // ... within the stage
-      const bool active = r0 + rl < t.rows;
+    for (int i = 0; i < 4; ++i) {
+      const int rl = 4 * i + sub;
       const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
-      const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      uint32_t m[4], M[4];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        m[k] = Min2<kF16>(u[2 * k], u[2 * k + 1]);
-        M[k] = Max2<kF16>(u[2 * k], u[2 * k + 1]);
-      }
-      const uint32_t m2 = Min2<kF16>(Min2<kF16>(m[0], m[1]), Min2<kF16>(m[2], m[3]));
-      const uint32_t M2 = Max2<kF16>(Max2<kF16>(M[0], M[1]), Max2<kF16>(M[2], M[3]));
-      float mn = MinNaN(Widen<kF16>(m2, 0), Widen<kF16>(m2, 1));
-      float mx = MaxNaN(Widen<kF16>(M2, 0), Widen<kF16>(M2, 1));
+      const uint32_t m2 = Min2<kF16>(Min2<kF16>(Min2<kF16>(w0.x, w0.y), Min2<kF16>(w0.z, w0.w)),
+                                     Min2<kF16>(Min2<kF16>(w1.x, w1.y), Min2<kF16>(w1.z, w1.w)));
+      const uint32_t M2 = Max2<kF16>(Max2<kF16>(Max2<kF16>(w0.x, w0.y), Max2<kF16>(w0.z, w0.w)),
+                                     Max2<kF16>(Max2<kF16>(w1.x, w1.y), Max2<kF16>(w1.z, w1.w)));
+      mn[i] = MinNaN(Widen<kF16>(m2, 0), Widen<kF16>(m2, 1));
+      mx[i] = MaxNaN(Widen<kF16>(M2, 0), Widen<kF16>(M2, 1));
 #pragma unroll
       for (int off = 1; off < 8; off <<= 1) {
         if (off < lanes_per_group) {
-          mn = MinNaN(mn, __shfl_xor_sync(0xffffffffu, mn, off));
-          mx = MaxNaN(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+          mn[i] = MinNaN(mn[i], __shfl_xor_sync(0xffffffffu, mn[i], off));
+          mx[i] = MaxNaN(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
         }
       }
-      const GridOut g = GridCall(t.run.levels, kSym, !t.f32, mn, mx);
-      if (g.status != kDevOk && active) bad = g.status;
-      if ((part & (lanes_per_group - 1)) == 0) {
-        const int gi = rs * gpr + (part >> lpg_shift);
-        StageParamBits(st.params, gi, g.scale, t.f32);
-        if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
+    }
+    // The grid searches, each done once: lane q of a group searches row
+    // c * L + q in call c (L = lanes per group <= 4: 4 / L calls), or row
+    // q for q < 4 (L = 8: one call, lanes q >= 4 repeat it), and stages
+    // that row's parameters.
+    const int q = part & (lanes_per_group - 1);
+    const int calls = lpg_shift >= 2 ? 1 : 4 >> lpg_shift;
+    float zc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ic[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      if (k < calls) {
+        const int i = lpg_shift >= 2 ? (q & 3) : k * lanes_per_group + q;
+        const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
+        const int rl = 4 * i + sub;
+        if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
+        if (q < 4) {
+          const int gi = (r0 - f0 + rl) * gpr + (part >> lpg_shift);
+          StageParamBits(st.params, gi, g.scale, t.f32);
+          if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
+        }
+        zc[k] = g.zero;
+        ic[k] = g.inv;
       }
+    }
+    // The codes, each row with its group's parameters from the lane that
+    // searched them.
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = lpg_shift >= 2 ? 0 : i >> lpg_shift;
+      const int src = (lane & ~(lanes_per_group - 1)) | (lpg_shift >= 2 ? i : i & (lanes_per_group - 1));
+      const float zero = kSym ? 0.0f : __shfl_sync(0xffffffffu, Pick4(zc, k), src);
+      const float inv = __shfl_sync(0xffffffffu, Pick4(ic, k), src);
+      const int rl = 4 * i + sub;          // row within the chunk
+      const int rs = r0 - f0 + rl;         // ... within the stage
+      const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
+      const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
       uint32_t pw[B / 2 + 1];
 #pragma unroll
-      for (int k = 0; k <= B / 2; ++k) pw[k] = 0;
+      for (int k2 = 0; k2 <= B / 2; ++k2) pw[k2] = 0;
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), g.zero, g.inv, t.h) & kMask;
+        const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), zero, inv, t.h) & kMask;
         const int bit = j * B;
         pw[bit / 32] |= code << (bit % 32);
         if (bit % 32 + B > 32) pw[bit / 32 + 1] |= code >> (32 - bit % 32);
@@ -383,10 +415,10 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
       uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rs * kRowBytes + part * 2 * B;
       if (B % 2 == 0) {
 #pragma unroll
-        for (int q = 0; q < B / 2; ++q) reinterpret_cast<uint32_t*>(p)[q] = pw[q];
+        for (int q2 = 0; q2 < B / 2; ++q2) reinterpret_cast<uint32_t*>(p)[q2] = pw[q2];
       } else {
 #pragma unroll
-        for (int q = 0; q < B; ++q) reinterpret_cast<uint16_t*>(p)[q] = static_cast<uint16_t>(pw[q / 2] >> (16 * (q & 1)));
+        for (int q2 = 0; q2 < B; ++q2) reinterpret_cast<uint16_t*>(p)[q2] = static_cast<uint16_t>(pw[q2 / 2] >> (16 * (q2 & 1)));
       }
     }
     __syncwarp();  // every lane is done with the chunk's slot
