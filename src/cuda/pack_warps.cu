@@ -35,10 +35,10 @@
 namespace kvserve::cuda {
 namespace {
 
-constexpr int kD = 128;           // head_dim of the warp kernel
-constexpr int kWarps = 8;         // warps (tiles) per block
-constexpr int kKeyRows = 32;      // channel-axis tile rows at most
-constexpr int kValueBatch = 16;   // token-axis rows a warp loads before computing (decode)
+constexpr int kD = 128;          // head_dim of the warp kernel
+constexpr int kWarps = 8;        // warps (tiles) per block
+constexpr int kKeyRows = 32;     // channel-axis tile rows at most
+constexpr int kValueBatch = 16;  // token-axis rows a warp loads before computing (decode)
 
 // min / max that return NaN when either input is NaN (PTX min.NaN, max.NaN):
 // a group's min and max are then finite exactly when all its values are.
@@ -193,10 +193,10 @@ struct TileCtx {
   RunDesc run;
   RecordDesc rec;
   int head;
-  int row_begin, rows;   // run-relative
-  uint8_t* scales;       // the run's scales in the frame, then its zeros
+  int row_begin, rows;  // run-relative
+  uint8_t* scales;      // the run's scales in the frame, then its zeros
   uint8_t* zeros;
-  uint8_t* codes;        // the segment's codes in the frame
+  uint8_t* codes;  // the segment's codes in the frame
   int ssz;
   bool f32;
   float h;
@@ -261,7 +261,7 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   __syncwarp();
   const uint2* rows = reinterpret_cast<const uint2*>(sm.src) + lane;  // row r at rows[32 r]
   uint32_t mn0 = rows[0].x, mn1 = rows[0].y, mx0 = mn0, mx1 = mn1;
-#pragma unroll 8
+#pragma unroll 4
   for (int r = 1; r < t.rows; ++r) {
     const uint2 w = rows[32 * r];
     mn0 = Min2<kF16>(mn0, w.x);
@@ -285,7 +285,7 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   constexpr int kRowBytes = kD * B / 8;
   constexpr uint32_t kMask = (1u << B) - 1u;
   uint8_t* codes = reinterpret_cast<uint8_t*>(st.codes) + lane * (B / 2);
-#pragma unroll 8
+#pragma unroll 4
   for (int r = 0; r < t.rows; ++r) {
     const uint2 w = rows[32 * r];
     uint32_t v = 0;
@@ -338,91 +338,94 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
     const int n = c < chunks ? (t.rows - r0 < kChunkRows ? t.rows - r0 : kChunkRows) : 0;
     FetchRows<kChunkRows>(a, t, sm.src + (c & 1) * kSlot, r0, n, lane);
   };
-  fetch(0);
-  fetch(1);
   uint32_t bad = kDevOk;
   int f0 = 0;  // first row of the stage
-  for (int c = 0; c < chunks; ++c) {
+  // Iterations -2 and -1 only issue chunks 0 and 1 (one copy of the fetch).
+  for (int c = -2; c < chunks; ++c) {
     const int r0 = c * kChunkRows;
-    CpAsyncWait<1>();  // chunk c is in; c + 1 may still be in flight
-    __syncwarp();
-    const uint4* slot = sm.src + (c & 1) * kSlot;
-    // Each row's group minimum and maximum, in every lane of the group.
-    float mn[4], mx[4];
+    if (c >= 0) {
+      CpAsyncWait<1>();  // chunk c is in; c + 1 may still be in flight
+      __syncwarp();
+      const uint4* slot = sm.src + (c & 1) * kSlot;
+      // Each row's group minimum and maximum, in every lane of the group.
+      float mn[4], mx[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int rl = 4 * i + sub;
-      const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
-      const uint32_t m2 = Min2<kF16>(Min2<kF16>(Min2<kF16>(w0.x, w0.y), Min2<kF16>(w0.z, w0.w)),
-                                     Min2<kF16>(Min2<kF16>(w1.x, w1.y), Min2<kF16>(w1.z, w1.w)));
-      const uint32_t M2 = Max2<kF16>(Max2<kF16>(Max2<kF16>(w0.x, w0.y), Max2<kF16>(w0.z, w0.w)),
-                                     Max2<kF16>(Max2<kF16>(w1.x, w1.y), Max2<kF16>(w1.z, w1.w)));
-      mn[i] = MinNaN(Widen<kF16>(m2, 0), Widen<kF16>(m2, 1));
-      mx[i] = MaxNaN(Widen<kF16>(M2, 0), Widen<kF16>(M2, 1));
-#pragma unroll
-      for (int off = 1; off < 8; off <<= 1) {
-        if (off < lanes_per_group) {
-          mn[i] = MinNaN(mn[i], __shfl_xor_sync(0xffffffffu, mn[i], off));
-          mx[i] = MaxNaN(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
-        }
-      }
-    }
-    // The grid searches, each done once: lane q of a group searches row
-    // c * L + q in call c (L = lanes per group <= 4: 4 / L calls), or row
-    // q for q < 4 (L = 8: one call, lanes q >= 4 repeat it), and stages
-    // that row's parameters.
-    const int q = part & (lanes_per_group - 1);
-    const int calls = lpg_shift >= 2 ? 1 : 4 >> lpg_shift;
-    float zc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ic[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      if (k < calls) {
-        const int i = lpg_shift >= 2 ? (q & 3) : k * lanes_per_group + q;
-        const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
+      for (int i = 0; i < 4; ++i) {
         const int rl = 4 * i + sub;
-        if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
-        if (q < 4) {
-          const int gi = (r0 - f0 + rl) * gpr + (part >> lpg_shift);
-          StageParamBits(st.params, gi, g.scale, t.f32);
-          if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
+        const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
+        const uint32_t m2 = Min2<kF16>(Min2<kF16>(Min2<kF16>(w0.x, w0.y), Min2<kF16>(w0.z, w0.w)),
+                                       Min2<kF16>(Min2<kF16>(w1.x, w1.y), Min2<kF16>(w1.z, w1.w)));
+        const uint32_t M2 = Max2<kF16>(Max2<kF16>(Max2<kF16>(w0.x, w0.y), Max2<kF16>(w0.z, w0.w)),
+                                       Max2<kF16>(Max2<kF16>(w1.x, w1.y), Max2<kF16>(w1.z, w1.w)));
+        mn[i] = MinNaN(Widen<kF16>(m2, 0), Widen<kF16>(m2, 1));
+        mx[i] = MaxNaN(Widen<kF16>(M2, 0), Widen<kF16>(M2, 1));
+#pragma unroll
+        for (int off = 1; off < 8; off <<= 1) {
+          if (off < lanes_per_group) {
+            mn[i] = MinNaN(mn[i], __shfl_xor_sync(0xffffffffu, mn[i], off));
+            mx[i] = MaxNaN(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], off));
+          }
         }
-        zc[k] = g.zero;
-        ic[k] = g.inv;
       }
+      // The grid searches, each done once: lane q of a group searches row
+      // c * L + q in call c (L = lanes per group <= 4: 4 / L calls), or row
+      // q for q < 4 (L = 8: one call, lanes q >= 4 repeat it), and stages
+      // that row's parameters.
+      const int q = part & (lanes_per_group - 1);
+      const int calls = lpg_shift >= 2 ? 1 : 4 >> lpg_shift;
+      float zc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ic[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        if (k < calls) {
+          const int i = lpg_shift >= 2 ? (q & 3) : k * lanes_per_group + q;
+          const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
+          const int rl = 4 * i + sub;
+          if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
+          if (q < 4) {
+            const int gi = (r0 - f0 + rl) * gpr + (part >> lpg_shift);
+            StageParamBits(st.params, gi, g.scale, t.f32);
+            if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
+          }
+          zc[k] = g.zero;
+          ic[k] = g.inv;
+        }
+      }
+      // The codes, each row with its group's parameters from the lane that
+      // searched them (one copy of the loop body: the instruction cache).
+#pragma unroll 1
+      for (int i = 0; i < 4; ++i) {
+        const int k = lpg_shift >= 2 ? 0 : i >> lpg_shift;
+        const int src = (lane & ~(lanes_per_group - 1)) | (lpg_shift >= 2 ? i : i & (lanes_per_group - 1));
+        const float zero = kSym ? 0.0f : __shfl_sync(0xffffffffu, Pick4(zc, k), src);
+        const float inv = __shfl_sync(0xffffffffu, Pick4(ic, k), src);
+        const int rl = 4 * i + sub;   // row within the chunk
+        const int rs = r0 - f0 + rl;  // ... within the stage
+        const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
+        const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+        uint32_t pw[B / 2 + 1];
+#pragma unroll
+        for (int k2 = 0; k2 <= B / 2; ++k2) pw[k2] = 0;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), zero, inv, t.h) & kMask;
+          const int bit = j * B;
+          pw[bit / 32] |= code << (bit % 32);
+          if (bit % 32 + B > 32) pw[bit / 32 + 1] |= code >> (32 - bit % 32);
+        }
+        uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rs * kRowBytes + part * 2 * B;
+        if (B % 2 == 0) {
+#pragma unroll
+          for (int q2 = 0; q2 < B / 2; ++q2) reinterpret_cast<uint32_t*>(p)[q2] = pw[q2];
+        } else {
+#pragma unroll
+          for (int q2 = 0; q2 < B; ++q2)
+            reinterpret_cast<uint16_t*>(p)[q2] = static_cast<uint16_t>(pw[q2 / 2] >> (16 * (q2 & 1)));
+        }
+      }
+      __syncwarp();  // every lane is done with the chunk's slot
     }
-    // The codes, each row with its group's parameters from the lane that
-    // searched them.
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int k = lpg_shift >= 2 ? 0 : i >> lpg_shift;
-      const int src = (lane & ~(lanes_per_group - 1)) | (lpg_shift >= 2 ? i : i & (lanes_per_group - 1));
-      const float zero = kSym ? 0.0f : __shfl_sync(0xffffffffu, Pick4(zc, k), src);
-      const float inv = __shfl_sync(0xffffffffu, Pick4(ic, k), src);
-      const int rl = 4 * i + sub;          // row within the chunk
-      const int rs = r0 - f0 + rl;         // ... within the stage
-      const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
-      const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-      uint32_t pw[B / 2 + 1];
-#pragma unroll
-      for (int k2 = 0; k2 <= B / 2; ++k2) pw[k2] = 0;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), zero, inv, t.h) & kMask;
-        const int bit = j * B;
-        pw[bit / 32] |= code << (bit % 32);
-        if (bit % 32 + B > 32) pw[bit / 32 + 1] |= code >> (32 - bit % 32);
-      }
-      uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rs * kRowBytes + part * 2 * B;
-      if (B % 2 == 0) {
-#pragma unroll
-        for (int q2 = 0; q2 < B / 2; ++q2) reinterpret_cast<uint32_t*>(p)[q2] = pw[q2];
-      } else {
-#pragma unroll
-        for (int q2 = 0; q2 < B; ++q2) reinterpret_cast<uint16_t*>(p)[q2] = static_cast<uint16_t>(pw[q2 / 2] >> (16 * (q2 & 1)));
-      }
-    }
-    __syncwarp();  // every lane is done with the chunk's slot
     fetch(c + 2);
+    if (c < 0) continue;
     const int staged_end = r0 + kChunkRows < t.rows ? r0 + kChunkRows : t.rows;
     if (staged_end == t.rows || staged_end - f0 + kChunkRows > stage_rows) {
       const int n = staged_end - f0;
@@ -442,22 +445,46 @@ template <bool kF16, bool kSym>
 KV_DEV void PackTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   if (t.run.axis != 0) {
     switch (t.run.bits) {
-      case 2: PackKeyTile<kF16, kSym, 2>(a, t, sm); break;
-      case 4: PackKeyTile<kF16, kSym, 4>(a, t, sm); break;
-      case 6: PackKeyTile<kF16, kSym, 6>(a, t, sm); break;
-      default: PackKeyTile<kF16, kSym, 8>(a, t, sm); break;
+      case 2:
+        PackKeyTile<kF16, kSym, 2>(a, t, sm);
+        break;
+      case 4:
+        PackKeyTile<kF16, kSym, 4>(a, t, sm);
+        break;
+      case 6:
+        PackKeyTile<kF16, kSym, 6>(a, t, sm);
+        break;
+      default:
+        PackKeyTile<kF16, kSym, 8>(a, t, sm);
+        break;
     }
     return;
   }
   switch (t.run.bits) {
-    case 1: PackValueTile<kF16, kSym, 1>(a, t, sm); break;
-    case 2: PackValueTile<kF16, kSym, 2>(a, t, sm); break;
-    case 3: PackValueTile<kF16, kSym, 3>(a, t, sm); break;
-    case 4: PackValueTile<kF16, kSym, 4>(a, t, sm); break;
-    case 5: PackValueTile<kF16, kSym, 5>(a, t, sm); break;
-    case 6: PackValueTile<kF16, kSym, 6>(a, t, sm); break;
-    case 7: PackValueTile<kF16, kSym, 7>(a, t, sm); break;
-    default: PackValueTile<kF16, kSym, 8>(a, t, sm); break;
+    case 1:
+      PackValueTile<kF16, kSym, 1>(a, t, sm);
+      break;
+    case 2:
+      PackValueTile<kF16, kSym, 2>(a, t, sm);
+      break;
+    case 3:
+      PackValueTile<kF16, kSym, 3>(a, t, sm);
+      break;
+    case 4:
+      PackValueTile<kF16, kSym, 4>(a, t, sm);
+      break;
+    case 5:
+      PackValueTile<kF16, kSym, 5>(a, t, sm);
+      break;
+    case 6:
+      PackValueTile<kF16, kSym, 6>(a, t, sm);
+      break;
+    case 7:
+      PackValueTile<kF16, kSym, 7>(a, t, sm);
+      break;
+    default:
+      PackValueTile<kF16, kSym, 8>(a, t, sm);
+      break;
   }
 }
 
@@ -591,7 +618,8 @@ KV_DEV void UnpackKeyTile(const DecArgs& a, const DecTileCtx& t, WarpStage& st) 
       if (check_codes) ok = ok && c < static_cast<uint32_t>(t.run.levels);
       x[j] = ValueOf(c, scale[j], zero[j], t.h, t.sym);
     }
-    *reinterpret_cast<uint2*>(OutRow(a, t, r) + 8 * lane) = make_uint2(Narrow<kF16>(x[0], x[1]), Narrow<kF16>(x[2], x[3]));
+    *reinterpret_cast<uint2*>(OutRow(a, t, r) + 8 * lane) =
+        make_uint2(Narrow<kF16>(x[0], x[1]), Narrow<kF16>(x[2], x[3]));
     if (lane == 0) KeepRow(a, t, r, 1);
   }
   if (!ok) RecordError(t.err, kDevCorrupt, static_cast<uint32_t>(t.run.record), kCorCode);
@@ -635,13 +663,15 @@ KV_DEV void UnpackValueTile(const DecArgs& a, const DecTileCtx& t, WarpStage& st
 #pragma unroll
         for (int q = 0; q <= B / 2; ++q) w[q] = 0;
 #pragma unroll
-        for (int q = 0; q < B; ++q) w[q / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(p)[q]) << (16 * (q & 1));
+        for (int q = 0; q < B; ++q)
+          w[q / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(p)[q]) << (16 * (q & 1));
       }
       uint32_t out[8];
 #pragma unroll
       for (int j = 0; j < 16; j += 2) {
         const uint32_t c0 = CodeAt<B>(w, j), c1 = CodeAt<B>(w, j + 1);
-        if (check_codes) ok = ok && c0 < static_cast<uint32_t>(t.run.levels) && c1 < static_cast<uint32_t>(t.run.levels);
+        if (check_codes)
+          ok = ok && c0 < static_cast<uint32_t>(t.run.levels) && c1 < static_cast<uint32_t>(t.run.levels);
         out[j / 2] = Narrow<kF16>(ValueOf(c0, scale, zero, t.h, t.sym), ValueOf(c1, scale, zero, t.h, t.sym));
       }
       uint4* dst = reinterpret_cast<uint4*>(OutRow(a, t, r0 + rl)) + 2 * part;
@@ -693,22 +723,46 @@ __global__ void __launch_bounds__(32 * kWarps, 3) UnpackWarpsKernel(DecArgs a, i
   WarpStage& st = stages[threadIdx.x >> 5];
   if (t.run.axis != 0) {
     switch (t.run.bits) {
-      case 2: UnpackKeyTile<kF16, 2>(a, t, st); break;
-      case 4: UnpackKeyTile<kF16, 4>(a, t, st); break;
-      case 6: UnpackKeyTile<kF16, 6>(a, t, st); break;
-      default: UnpackKeyTile<kF16, 8>(a, t, st); break;
+      case 2:
+        UnpackKeyTile<kF16, 2>(a, t, st);
+        break;
+      case 4:
+        UnpackKeyTile<kF16, 4>(a, t, st);
+        break;
+      case 6:
+        UnpackKeyTile<kF16, 6>(a, t, st);
+        break;
+      default:
+        UnpackKeyTile<kF16, 8>(a, t, st);
+        break;
     }
     return;
   }
   switch (t.run.bits) {
-    case 1: UnpackValueTile<kF16, 1>(a, t, st); break;
-    case 2: UnpackValueTile<kF16, 2>(a, t, st); break;
-    case 3: UnpackValueTile<kF16, 3>(a, t, st); break;
-    case 4: UnpackValueTile<kF16, 4>(a, t, st); break;
-    case 5: UnpackValueTile<kF16, 5>(a, t, st); break;
-    case 6: UnpackValueTile<kF16, 6>(a, t, st); break;
-    case 7: UnpackValueTile<kF16, 7>(a, t, st); break;
-    default: UnpackValueTile<kF16, 8>(a, t, st); break;
+    case 1:
+      UnpackValueTile<kF16, 1>(a, t, st);
+      break;
+    case 2:
+      UnpackValueTile<kF16, 2>(a, t, st);
+      break;
+    case 3:
+      UnpackValueTile<kF16, 3>(a, t, st);
+      break;
+    case 4:
+      UnpackValueTile<kF16, 4>(a, t, st);
+      break;
+    case 5:
+      UnpackValueTile<kF16, 5>(a, t, st);
+      break;
+    case 6:
+      UnpackValueTile<kF16, 6>(a, t, st);
+      break;
+    case 7:
+      UnpackValueTile<kF16, 7>(a, t, st);
+      break;
+    default:
+      UnpackValueTile<kF16, 8>(a, t, st);
+      break;
   }
 }
 
@@ -725,10 +779,12 @@ Status LaunchPackWarps(const EncodeLaunch& e, const DeviceView& src, const PlanR
   const unsigned blocks = static_cast<unsigned>((tiles + kEncWarps - 1) / kEncWarps);
   if (src.dtype == 1) {
     KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(PackWarpsKernel<true>, kEncSmemBytes));
-    KV_LAUNCH(PackWarpsKernel<true>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)(a, range.tile_begin, range.tile_end);
+    KV_LAUNCH(PackWarpsKernel<true>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)
+    (a, range.tile_begin, range.tile_end);
   } else {
     KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(PackWarpsKernel<false>, kEncSmemBytes));
-    KV_LAUNCH(PackWarpsKernel<false>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)(a, range.tile_begin, range.tile_end);
+    KV_LAUNCH(PackWarpsKernel<false>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)
+    (a, range.tile_begin, range.tile_end);
   }
   return LaunchStatus("encode: pack warps");
 }
@@ -743,9 +799,11 @@ Status LaunchUnpackWarps(const DecodeLaunch& d, const DecArgs& a, CUstream_st* s
   if (tiles <= 0) return Status::Ok();
   const unsigned blocks = static_cast<unsigned>((tiles + kWarps - 1) / kWarps);
   if (a.out.dtype == 1) {
-    KV_LAUNCH(UnpackWarpsKernel<true>, blocks, 32 * kWarps, 0, stream)(a, d.range.tile_begin, d.range.tile_end);
+    KV_LAUNCH(UnpackWarpsKernel<true>, blocks, 32 * kWarps, 0, stream)
+    (a, d.range.tile_begin, d.range.tile_end);
   } else {
-    KV_LAUNCH(UnpackWarpsKernel<false>, blocks, 32 * kWarps, 0, stream)(a, d.range.tile_begin, d.range.tile_end);
+    KV_LAUNCH(UnpackWarpsKernel<false>, blocks, 32 * kWarps, 0, stream)
+    (a, d.range.tile_begin, d.range.tile_end);
   }
   return LaunchStatus("decode: unpack warps");
 }

@@ -343,6 +343,20 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
       plan.pack_warps = run.group == 16 || run.group == 32 || run.group == 64 || run.group == 128;
     }
   }
+  if (plan.pack_warps) {
+    // The warp kernels run one code path per (axis, bits): tiles grouped by
+    // it within each layer keep the blocks an SM holds at once on few paths
+    // (the instruction cache). Every tile writes its own bytes, so the
+    // order changes nothing else.
+    for (int l = 0; l + 1 < static_cast<int>(plan.layer_tiles.size()); ++l) {
+      std::stable_sort(plan.tiles.begin() + plan.layer_tiles[l], plan.tiles.begin() + plan.layer_tiles[l + 1],
+                       [&plan](const TileDesc& x, const TileDesc& y) {
+                         const RunDesc& a = plan.runs[x.run];
+                         const RunDesc& b = plan.runs[y.run];
+                         return a.axis != b.axis ? a.axis > b.axis : a.bits < b.bits;
+                       });
+    }
+  }
   plan.static_frame_bytes = offset;
   plan.max_frame_bytes = rans ? max_offset : offset;
 
