@@ -176,6 +176,11 @@ KV_DEV void StageParamBits(uint32_t* params, uint32_t index, float v, bool f32) 
   }
 }
 
+// Parameter `index` of a staged range.
+KV_DEV float StagedParam(const uint32_t* params, int index, bool f32) {
+  return f32 ? BitsFloat(params[index]) : HalfBitsToFloat(reinterpret_cast<const uint16_t*>(params)[index]);
+}
+
 // N codes of B bits, code j at bit j * B, as ceil(N B / 32) words.
 template <int B, int N>
 KV_DEV void PackBits(const uint32_t codes[N], uint32_t w[(N * B + 31) / 32]) {
@@ -212,6 +217,7 @@ constexpr int kChunkRows = 16;  // value tiles: rows per cp.async chunk
 struct EncWarpSmem {
   uint4 src[kSrcRows * kD * 2 / 16];
   WarpStage st;
+  float inv[kChunkRows * 8];  // value tiles: 1 / scale of each (chunk row, group)
 };
 constexpr int kEncWarps = 4;  // warps (tiles) per encode block
 constexpr size_t kEncSmemBytes = sizeof(EncWarpSmem) * kEncWarps;
@@ -367,39 +373,34 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
           }
         }
       }
-      // The grid searches, each done once: lane q of a group searches row
-      // c * L + q in call c (L = lanes per group <= 4: 4 / L calls), or row
-      // q for q < 4 (L = 8: one call, lanes q >= 4 repeat it), and stages
-      // that row's parameters.
+      // The grid searches, each done once: lane q of a group searches rows
+      // q, q + L, ... (L = lanes per group; rows 0-3 by lanes 0-3 when
+      // L = 8) and stages their parameters; the codes read them back.
       const int q = part & (lanes_per_group - 1);
       const int calls = lpg_shift >= 2 ? 1 : 4 >> lpg_shift;
-      float zc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ic[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if (k < calls) {
-          const int i = lpg_shift >= 2 ? (q & 3) : k * lanes_per_group + q;
-          const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
-          const int rl = 4 * i + sub;
-          if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
-          if (q < 4) {
-            const int gi = (r0 - f0 + rl) * gpr + (part >> lpg_shift);
-            StageParamBits(st.params, gi, g.scale, t.f32);
-            if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
-          }
-          zc[k] = g.zero;
-          ic[k] = g.inv;
+      const int step = lpg_shift >= 2 ? 4 : lanes_per_group;
+#pragma unroll 1
+      for (int k = 0; k < calls; ++k) {
+        const int i = (q & 3) + k * step;
+        const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
+        const int rl = 4 * i + sub;
+        if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
+        if (q < 4) {
+          const int gi = (r0 - f0 + rl) * gpr + (part >> lpg_shift);
+          StageParamBits(st.params, gi, g.scale, t.f32);
+          if (!kSym) StageParamBits(st.params + kZerosAt / 4, gi, g.zero, t.f32);
+          sm.inv[rl * gpr + (part >> lpg_shift)] = g.inv;
         }
       }
-      // The codes, each row with its group's parameters from the lane that
-      // searched them (one copy of the loop body: the instruction cache).
+      __syncwarp();
+      // The codes, each row with its group's parameters (one copy of the
+      // loop body: the instruction cache).
 #pragma unroll 1
       for (int i = 0; i < 4; ++i) {
-        const int k = lpg_shift >= 2 ? 0 : i >> lpg_shift;
-        const int src = (lane & ~(lanes_per_group - 1)) | (lpg_shift >= 2 ? i : i & (lanes_per_group - 1));
-        const float zero = kSym ? 0.0f : __shfl_sync(0xffffffffu, Pick4(zc, k), src);
-        const float inv = __shfl_sync(0xffffffffu, Pick4(ic, k), src);
         const int rl = 4 * i + sub;   // row within the chunk
         const int rs = r0 - f0 + rl;  // ... within the stage
+        const float zero = kSym ? 0.0f : StagedParam(st.params + kZerosAt / 4, rs * gpr + (part >> lpg_shift), t.f32);
+        const float inv = sm.inv[rl * gpr + (part >> lpg_shift)];
         const uint4 w0 = slot[rl * 16 + 2 * part], w1 = slot[rl * 16 + 2 * part + 1];
         const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
         uint32_t pw[B / 2 + 1];
@@ -569,10 +570,6 @@ KV_DEV void KeepRow(const DecArgs& a, const DecTileCtx& t, int r, uint8_t v) {
 }
 // Non-finite or negative scales, non-finite zero points: Corruption.
 KV_DEV bool ParamsOk(float scale, float zero) { return IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero); }
-// Parameter `index` of a staged range.
-KV_DEV float StagedParam(const uint32_t* params, int index, bool f32) {
-  return f32 ? BitsFloat(params[index]) : HalfBitsToFloat(reinterpret_cast<const uint16_t*>(params)[index]);
-}
 
 // Channel axis: lane l writes channels [4 l, 4 l + 4) of every row.
 template <bool kF16, int B>
