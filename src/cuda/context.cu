@@ -46,6 +46,7 @@ class PlanTables {
     cudaFree(raw_records_);
     cudaFree(sign_words_);
     cudaFree(header_);
+    cudaFree(pack_jobs_);
   }
   Status Init(const Plan& plan) {
     KVSERVE_RETURN_IF_ERROR(Upload(plan.records, &records_));
@@ -55,10 +56,11 @@ class PlanTables {
     KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_spans, &raw_spans_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_records, &raw_records_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.header, &header_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.pack_jobs, &pack_jobs_));
     return Upload(plan.sign_words, &sign_words_);
   }
   DeviceTables tables() const {
-    return DeviceTables{records_, runs_, segments_, tiles_, raw_spans_, raw_records_, sign_words_, header_};
+    return DeviceTables{records_, runs_, segments_, tiles_, raw_spans_, raw_records_, sign_words_, header_, pack_jobs_};
   }
 
  private:
@@ -70,6 +72,7 @@ class PlanTables {
   int32_t* raw_records_ = nullptr;
   uint64_t* sign_words_ = nullptr;
   uint8_t* header_ = nullptr;
+  PackJob* pack_jobs_ = nullptr;
 };
 
 // A device view of `data` with `strides`; vec16 when every lane's 16

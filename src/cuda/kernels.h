@@ -27,6 +27,7 @@ struct DeviceTables {
   const int32_t* raw_records = nullptr;
   const uint64_t* sign_words = nullptr;
   const uint8_t* header = nullptr;  // the serialized frame header
+  const PackJob* pack_jobs = nullptr;  // pack_warps encoders: one per tile
 };
 
 // A contiguous slice of the plan (one layer, or the whole frame).

@@ -130,6 +130,17 @@ KV_DEV uint32_t CodeBits(float x, float zero, float inv, float h) {
   return FloatBits(FAdd(q, 12582912.0f));
 }
 
+// The sum over n codes of 0x4B400000 << (B j) (mod 2^32): CodeBits' words
+// are 0x4B400000 + code, so n of them shifted into place and added, minus
+// this, are the n codes packed (nothing carries: each code < 2^B). One
+// shift-add per code instead of a mask, shift and or.
+template <int B, int N>
+KV_HD constexpr uint32_t RoundingBias() {
+  uint32_t b = 0;
+  for (int j = 0; j < N; ++j) b += 0x4B400000u << (B * j);
+  return b;
+}
+
 // The grid search as a call (a kernel inlining it once per channel or row
 // overflows the instruction cache), returned by value so that nothing goes
 // through local memory: the parameters and 1 / scale, or zeros and the
@@ -194,14 +205,14 @@ KV_DEV void PackBits(const uint32_t codes[N], uint32_t w[(N * B + 31) / 32]) {
   }
 }
 
+// A tile being encoded: its PackJob (plan.h), with the frame offsets made
+// pointers.
 struct TileCtx {
-  RunDesc run;
-  RecordDesc rec;
-  int head;
-  int row_begin, rows;  // run-relative
-  uint8_t* scales;      // the run's scales in the frame, then its zeros
-  uint8_t* zeros;
-  uint8_t* codes;  // the segment's codes in the frame
+  PackJob job;
+  int rows;
+  uint8_t* scales;  // the tile's first scale in the frame
+  uint8_t* zeros;   // ... first zero point
+  uint8_t* codes;   // ... first code byte
   int ssz;
   bool f32;
   float h;
@@ -224,7 +235,7 @@ constexpr size_t kEncSmemBytes = sizeof(EncWarpSmem) * kEncWarps;
 
 // Element offset of row r (tile-relative) of the tile.
 KV_DEV int64_t TileRow(const EncArgs& a, const TileCtx& t, int r) {
-  return RowElemOffset(a.src, t.rec.layer, t.rec.kind, t.head, t.rec.token_begin + t.run.begin + t.row_begin + r);
+  return RowElemOffset(a.src, t.job.layer, t.job.kind, t.job.head, t.job.token + r);
 }
 
 // v[i] for a run-time i in [0, 4), by selects (an indexed register array
@@ -279,7 +290,7 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   uint32_t bad = kDevOk;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Widen<kF16>(j < 2 ? mn0 : mn1, j & 1),
+    const GridOut g = GridCall(t.job.levels, kSym, !t.f32, Widen<kF16>(j < 2 ? mn0 : mn1, j & 1),
                                Widen<kF16>(j < 2 ? mx0 : mx1, j & 1));
     if (g.status != kDevOk) bad = g.status;
     StageParamBits(st.params, 4 * lane + j, g.scale, t.f32);
@@ -287,17 +298,16 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
     zero[j] = g.zero;
     inv[j] = g.inv;
   }
-  if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 2);
+  if (bad != kDevOk) RecordError(t.err, bad, t.job.record, bad == kDevNonFinite ? 0 : 2);
   constexpr int kRowBytes = kD * B / 8;
-  constexpr uint32_t kMask = (1u << B) - 1u;
   uint8_t* codes = reinterpret_cast<uint8_t*>(st.codes) + lane * (B / 2);
 #pragma unroll 4
   for (int r = 0; r < t.rows; ++r) {
     const uint2 w = rows[32 * r];
-    uint32_t v = 0;
+    uint32_t v = 0u - RoundingBias<B, 4>();
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-      v |= (CodeBits<kSym>(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], t.h) & kMask) << (B * j);
+      v += CodeBits<kSym>(Widen<kF16>(j < 2 ? w.x : w.y, j & 1), zero[j], inv[j], t.h) << (B * j);
     uint8_t* p = codes + r * kRowBytes;
     if (B == 2) {
       *p = static_cast<uint8_t>(v);
@@ -311,10 +321,9 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
     }
   }
   __syncwarp();
-  const int64_t g0 = static_cast<int64_t>(t.row_begin / t.run.group) * kD;
-  StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, kD * t.ssz, lane, 32);
-  if (!kSym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, kD * t.ssz, lane, 32);
-  StoreFromSmem(t.codes + static_cast<int64_t>(t.row_begin) * kRowBytes, st.codes, 0, t.rows * kRowBytes, lane, 32);
+  StoreFromSmem(t.scales, st.params, 0, kD * t.ssz, lane, 32);
+  if (!kSym) StoreFromSmem(t.zeros, st.params, kZerosAt, kD * t.ssz, lane, 32);
+  StoreFromSmem(t.codes, st.codes, 0, t.rows * kRowBytes, lane, 32);
 }
 
 // Token axis: groups of run.group (>= 16) channels within a row. The rows
@@ -328,7 +337,7 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   const int lane = threadIdx.x & 31;
   const int sub = lane >> 3, part = lane & 7;
   WarpStage& st = sm.st;
-  const int lpg_shift = t.run.group == 16 ? 0 : t.run.group == 32 ? 1 : t.run.group == 64 ? 2 : 3;
+  const int lpg_shift = t.job.group == 16 ? 0 : t.job.group == 32 ? 1 : t.job.group == 64 ? 2 : 3;
   const int lanes_per_group = 1 << lpg_shift;
   const int gpr = 8 >> lpg_shift;  // groups per row
   constexpr int kRowBytes = kD * B / 8;
@@ -382,7 +391,7 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
 #pragma unroll 1
       for (int k = 0; k < calls; ++k) {
         const int i = (q & 3) + k * step;
-        const GridOut g = GridCall(t.run.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
+        const GridOut g = GridCall(t.job.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
         const int rl = 4 * i + sub;
         if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
         if (q < 4) {
@@ -405,13 +414,23 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
         const uint32_t u[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
         uint32_t pw[B / 2 + 1];
 #pragma unroll
-        for (int k2 = 0; k2 <= B / 2; ++k2) pw[k2] = 0;
+        if (32 % B == 0) {  // no code straddles two words: pack by adding (RoundingBias)
+          constexpr int kPerWord = 32 / B;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), zero, inv, t.h) & kMask;
-          const int bit = j * B;
-          pw[bit / 32] |= code << (bit % 32);
-          if (bit % 32 + B > 32) pw[bit / 32 + 1] |= code >> (32 - bit % 32);
+          for (int k2 = 0; k2 <= B / 2; ++k2) pw[k2] = 0u - RoundingBias<B, kPerWord>();
+#pragma unroll
+          for (int j = 0; j < 16; ++j)
+            pw[j / kPerWord] += CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), zero, inv, t.h) << (B * (j % kPerWord));
+        } else {
+#pragma unroll
+          for (int k2 = 0; k2 <= B / 2; ++k2) pw[k2] = 0;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const uint32_t code = CodeBits<kSym>(Widen<kF16>(u[j / 2], j & 1), zero, inv, t.h) & kMask;
+            const int bit = j * B;
+            pw[bit / 32] |= code << (bit % 32);
+            if (bit % 32 + B > 32) pw[bit / 32 + 1] |= code >> (32 - bit % 32);
+          }
         }
         uint8_t* p = reinterpret_cast<uint8_t*>(st.codes) + rs * kRowBytes + part * 2 * B;
         if (B % 2 == 0) {
@@ -430,62 +449,38 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
     const int staged_end = r0 + kChunkRows < t.rows ? r0 + kChunkRows : t.rows;
     if (staged_end == t.rows || staged_end - f0 + kChunkRows > stage_rows) {
       const int n = staged_end - f0;
-      const int64_t g0 = static_cast<int64_t>(t.row_begin + f0) * gpr;
+      const int64_t g0 = static_cast<int64_t>(f0) * gpr;
       StoreFromSmem(t.scales + g0 * t.ssz, st.params, 0, n * gpr * t.ssz, lane, 32);
       if (!kSym) StoreFromSmem(t.zeros + g0 * t.ssz, st.params, kZerosAt, n * gpr * t.ssz, lane, 32);
-      StoreFromSmem(t.codes + static_cast<int64_t>(t.row_begin + f0) * kRowBytes, st.codes, 0, n * kRowBytes, lane, 32);
+      StoreFromSmem(t.codes + static_cast<int64_t>(f0) * kRowBytes, st.codes, 0, n * kRowBytes, lane, 32);
       __syncwarp();  // the stage is reused by the next chunk
       f0 = staged_end;
     }
   }
   CpAsyncWait<0>();  // the (empty) groups past the last chunk
-  if (bad != kDevOk) RecordError(t.err, bad, t.run.record, bad == kDevNonFinite ? 0 : 1);
+  if (bad != kDevOk) RecordError(t.err, bad, t.job.record, bad == kDevNonFinite ? 0 : 1);
 }
 
 template <bool kF16, bool kSym>
 KV_DEV void PackTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
-  if (t.run.axis != 0) {
-    switch (t.run.bits) {
-      case 2:
-        PackKeyTile<kF16, kSym, 2>(a, t, sm);
-        break;
-      case 4:
-        PackKeyTile<kF16, kSym, 4>(a, t, sm);
-        break;
-      case 6:
-        PackKeyTile<kF16, kSym, 6>(a, t, sm);
-        break;
-      default:
-        PackKeyTile<kF16, kSym, 8>(a, t, sm);
-        break;
+  if (t.job.axis != 0) {
+    switch (t.job.bits) {
+      case 2: PackKeyTile<kF16, kSym, 2>(a, t, sm); break;
+      case 4: PackKeyTile<kF16, kSym, 4>(a, t, sm); break;
+      case 6: PackKeyTile<kF16, kSym, 6>(a, t, sm); break;
+      default: PackKeyTile<kF16, kSym, 8>(a, t, sm); break;
     }
     return;
   }
-  switch (t.run.bits) {
-    case 1:
-      PackValueTile<kF16, kSym, 1>(a, t, sm);
-      break;
-    case 2:
-      PackValueTile<kF16, kSym, 2>(a, t, sm);
-      break;
-    case 3:
-      PackValueTile<kF16, kSym, 3>(a, t, sm);
-      break;
-    case 4:
-      PackValueTile<kF16, kSym, 4>(a, t, sm);
-      break;
-    case 5:
-      PackValueTile<kF16, kSym, 5>(a, t, sm);
-      break;
-    case 6:
-      PackValueTile<kF16, kSym, 6>(a, t, sm);
-      break;
-    case 7:
-      PackValueTile<kF16, kSym, 7>(a, t, sm);
-      break;
-    default:
-      PackValueTile<kF16, kSym, 8>(a, t, sm);
-      break;
+  switch (t.job.bits) {
+    case 1: PackValueTile<kF16, kSym, 1>(a, t, sm); break;
+    case 2: PackValueTile<kF16, kSym, 2>(a, t, sm); break;
+    case 3: PackValueTile<kF16, kSym, 3>(a, t, sm); break;
+    case 4: PackValueTile<kF16, kSym, 4>(a, t, sm); break;
+    case 5: PackValueTile<kF16, kSym, 5>(a, t, sm); break;
+    case 6: PackValueTile<kF16, kSym, 6>(a, t, sm); break;
+    case 7: PackValueTile<kF16, kSym, 7>(a, t, sm); break;
+    default: PackValueTile<kF16, kSym, 8>(a, t, sm); break;
   }
 }
 
@@ -494,20 +489,16 @@ __global__ void __launch_bounds__(32 * kEncWarps, 4) PackWarpsKernel(EncArgs a, 
   KV_DYNAMIC_SMEM(smem);
   const int64_t ti = tile_begin + static_cast<int64_t>(blockIdx.x) * kEncWarps + (threadIdx.x >> 5);
   if (ti >= tile_end) return;
-  const TileDesc tile = a.t.tiles[ti];
   TileCtx t;
-  t.run = a.t.runs[tile.run];
-  if (t.run.levels == 0) return;  // pruned
-  t.rec = a.t.records[t.run.record];
-  t.head = tile.head;
-  t.row_begin = tile.row_begin;
-  t.rows = tile.row_end - tile.row_begin;
+  t.job = a.t.pack_jobs[ti];
+  if (t.job.levels == 0) return;  // pruned
+  t.rows = t.job.rows;
   t.f32 = a.c.scale_f32 != 0;
   t.ssz = t.f32 ? 4 : 2;
-  t.scales = a.frame + t.rec.static_offset + 28 + t.rec.side_bytes + t.run.params_rel;
-  t.zeros = t.scales + static_cast<int64_t>(t.run.ngroups) * t.ssz;
-  t.codes = a.frame + a.t.segments[t.run.segment].static_coded_offset;
-  t.h = FMul(static_cast<float>(t.run.levels - 1), 0.5f);
+  t.scales = a.frame + t.job.scales;
+  t.zeros = a.frame + t.job.zeros;
+  t.codes = a.frame + t.job.codes;
+  t.h = FMul(static_cast<float>(t.job.levels - 1), 0.5f);
   t.err = ErrorBlock(a.ws, a.L);
   EncWarpSmem& sm = reinterpret_cast<EncWarpSmem*>(smem)[threadIdx.x >> 5];
   if (a.c.symmetric != 0) {
@@ -720,46 +711,22 @@ __global__ void __launch_bounds__(32 * kWarps, 3) UnpackWarpsKernel(DecArgs a, i
   WarpStage& st = stages[threadIdx.x >> 5];
   if (t.run.axis != 0) {
     switch (t.run.bits) {
-      case 2:
-        UnpackKeyTile<kF16, 2>(a, t, st);
-        break;
-      case 4:
-        UnpackKeyTile<kF16, 4>(a, t, st);
-        break;
-      case 6:
-        UnpackKeyTile<kF16, 6>(a, t, st);
-        break;
-      default:
-        UnpackKeyTile<kF16, 8>(a, t, st);
-        break;
+      case 2: UnpackKeyTile<kF16, 2>(a, t, st); break;
+      case 4: UnpackKeyTile<kF16, 4>(a, t, st); break;
+      case 6: UnpackKeyTile<kF16, 6>(a, t, st); break;
+      default: UnpackKeyTile<kF16, 8>(a, t, st); break;
     }
     return;
   }
   switch (t.run.bits) {
-    case 1:
-      UnpackValueTile<kF16, 1>(a, t, st);
-      break;
-    case 2:
-      UnpackValueTile<kF16, 2>(a, t, st);
-      break;
-    case 3:
-      UnpackValueTile<kF16, 3>(a, t, st);
-      break;
-    case 4:
-      UnpackValueTile<kF16, 4>(a, t, st);
-      break;
-    case 5:
-      UnpackValueTile<kF16, 5>(a, t, st);
-      break;
-    case 6:
-      UnpackValueTile<kF16, 6>(a, t, st);
-      break;
-    case 7:
-      UnpackValueTile<kF16, 7>(a, t, st);
-      break;
-    default:
-      UnpackValueTile<kF16, 8>(a, t, st);
-      break;
+    case 1: UnpackValueTile<kF16, 1>(a, t, st); break;
+    case 2: UnpackValueTile<kF16, 2>(a, t, st); break;
+    case 3: UnpackValueTile<kF16, 3>(a, t, st); break;
+    case 4: UnpackValueTile<kF16, 4>(a, t, st); break;
+    case 5: UnpackValueTile<kF16, 5>(a, t, st); break;
+    case 6: UnpackValueTile<kF16, 6>(a, t, st); break;
+    case 7: UnpackValueTile<kF16, 7>(a, t, st); break;
+    default: UnpackValueTile<kF16, 8>(a, t, st); break;
   }
 }
 

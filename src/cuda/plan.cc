@@ -357,6 +357,35 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
                        });
     }
   }
+  if (plan.pack_warps && !for_decode) {
+    const uint64_t ssz = f32_scale ? 4 : 2;
+    plan.pack_jobs.reserve(plan.tiles.size());
+    for (const TileDesc& tile : plan.tiles) {
+      const RunDesc& run = plan.runs[tile.run];
+      const RecordDesc& rec = plan.records[run.record];
+      PackJob j{};
+      j.layer = rec.layer;
+      j.kind = rec.kind;
+      j.head = tile.head;
+      j.token = rec.token_begin + run.begin + tile.row_begin;
+      j.rows = tile.row_end - tile.row_begin;
+      j.record = run.record;
+      j.levels = run.levels;
+      j.bits = static_cast<int16_t>(run.bits);
+      j.group = static_cast<int16_t>(run.group);
+      j.axis = run.axis;
+      if (run.levels > 0) {
+        // The record's params start after its 28-byte head and side bytes.
+        const uint64_t groups_before = run.axis != 0 ? static_cast<uint64_t>(tile.row_begin / run.group) * D
+                                                     : static_cast<uint64_t>(tile.row_begin) * (D / run.group);
+        j.scales = rec.static_offset + 28 + rec.side_bytes + run.params_rel + groups_before * ssz;
+        j.zeros = j.scales + static_cast<uint64_t>(run.ngroups) * ssz;
+        j.codes = plan.segments[run.segment].static_coded_offset +
+                  static_cast<uint64_t>(tile.row_begin) * D * static_cast<uint64_t>(run.bits) / 8;
+      }
+      plan.pack_jobs.push_back(j);
+    }
+  }
   plan.static_frame_bytes = offset;
   plan.max_frame_bytes = rans ? max_offset : offset;
 

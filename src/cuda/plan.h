@@ -86,6 +86,25 @@ struct alignas(16) TileDesc {
   int32_t row_end;
 };
 
+// One tile of a pack_warps plan as the encode warp kernel needs it, flat,
+// so that a warp's first step is one load of its own row (not tile -> run ->
+// record and segment): the frame offsets of the tile's first scale, zero
+// point and code byte, and its first source row.
+struct alignas(16) PackJob {
+  uint64_t scales;
+  uint64_t zeros;           // asymmetric grids; scales otherwise
+  uint64_t codes;
+  int32_t layer, kind, head, token;
+  int32_t rows;
+  int32_t record;           // errors name it
+  int32_t levels;           // 0 = pruned
+  int16_t bits;
+  int16_t group;            // the run's group (tokens on the channel axis, channels on the token axis)
+  int32_t axis;             // QuantAxis: 0 token, 1 channel
+  int32_t pad0;
+};
+static_assert(sizeof(PackJob) == 64);
+
 // A block's share of a raw record: windows [first_window, first_window +
 // windows) of kWindowBytes each. Pack frames: windows of the record's bytes
 // (header included); rans frames: windows of its data bytes.
@@ -143,6 +162,7 @@ struct Plan {
   std::vector<RunDesc> runs;
   std::vector<SegmentDesc> segments;
   std::vector<TileDesc> tiles;          // coded tiles, incl. pruned runs
+  std::vector<PackJob> pack_jobs;       // encoder of a pack_warps plan: one per tile, same order
   std::vector<RawSpan> raw_spans;
   std::vector<int32_t> raw_records;     // indices of the raw records
   std::vector<uint64_t> sign_words;     // [layer][kind][head][word]
