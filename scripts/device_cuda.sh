@@ -84,7 +84,7 @@ PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/bench/torch_kivi_reference.py" --t
 
 if [ -n "${KVSERVE_NCU:-}" ]; then
   echo "== Nsight Compute: one encode and one decode of ${KVSERVE_NCU} at 8K tokens"
-  timeout 300 ncu --clock-control none --kernel-name regex:'Tiles|RawSpans|Rans|Record' --print-details all \
+  timeout 300 ncu --clock-control none --kernel-name regex:'Tiles|Warps|RawSpans|RawWindows|Rans|Record' --print-details all \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     --section InstructionStats --section MemoryWorkloadAnalysis_Tables \
     "$BIN/kvserve_cuda_bench" --tokens 8192 --repeats 0 --presets "$KVSERVE_NCU" --no-verify --no-stages \

@@ -35,10 +35,9 @@
 namespace kvserve::cuda {
 namespace {
 
-constexpr int kD = 128;          // head_dim of the warp kernel
-constexpr int kWarps = 8;        // warps (tiles) per block
-constexpr int kKeyRows = 32;     // channel-axis tile rows at most
-constexpr int kValueBatch = 16;  // token-axis rows a warp loads before computing (decode)
+constexpr int kD = 128;       // head_dim of the warp kernel
+constexpr int kWarps = 8;     // warps (tiles) per block
+constexpr int kKeyRows = 32;  // channel-axis tile rows at most
 
 // min / max that return NaN when either input is NaN (PTX min.NaN, max.NaN):
 // a group's min and max are then finite exactly when all its values are.
@@ -562,43 +561,62 @@ KV_DEV void KeepRow(const DecArgs& a, const DecTileCtx& t, int r, uint8_t v) {
 // Non-finite or negative scales, non-finite zero points: Corruption.
 KV_DEV bool ParamsOk(float scale, float zero) { return IsFiniteF(scale) && !(scale < 0.0f) && IsFiniteF(zero); }
 
-// Channel axis: lane l writes channels [4 l, 4 l + 4) of every row.
-template <bool kF16, int B>
-KV_DEV void UnpackKeyTile(const DecArgs& a, const DecTileCtx& t, WarpStage& st) {
-  const int lane = threadIdx.x & 31;
-  constexpr int kRowBytes = kD * B / 8;
+// A decode warp's staging: a tile's codes, scales and zero points copied
+// in with cp.async (every chunk of a batch in flight at once) from their
+// frame offsets, whatever their alignment: byte k of each range is at the
+// returned offset + k (StageAsync). 32 bytes of slack each.
+struct DecStage {
+  uint32_t codes[(kKeyRows * kD + 48) / 4];  // 32 rows of 8-bit codes at most
+  uint32_t scales[(512 + 48) / 4];
+  uint32_t zeros[(512 + 48) / 4];
+};
+struct DecStaged {
+  uint32_t codes, scales, zeros;  // offsets of the ranges' first bytes
+};
+
+// Stages `rows` rows of codes from `codes` and `groups` parameters from
+// `scales` / `zeros`, and waits for them.
+KV_DEV DecStaged StageTile(const DecArgs& a, const DecTileCtx& t, DecStage& st, const uint8_t* codes, int code_bytes,
+                           const uint8_t* scales, const uint8_t* zeros, int groups, int lane) {
   const uint8_t* lo = a.bytes;
   const uint8_t* hi = a.bytes + a.bytes_len;
-  const int64_t g0 = static_cast<int64_t>(t.row_begin / t.run.group) * kD;
-  LoadToSmem(st.codes, t.codes + static_cast<int64_t>(t.row_begin) * kRowBytes, t.rows * kRowBytes, lo, hi, lane, 32);
-  LoadToSmem(st.params, t.scales + g0 * t.ssz, kD * t.ssz, lo, hi, lane, 32);
-  if (!t.sym) LoadToSmem(st.params + kZerosAt / 4, t.zeros + g0 * t.ssz, kD * t.ssz, lo, hi, lane, 32);
+  DecStaged o;
+  o.codes = StageAsync(st.codes, codes, code_bytes, lo, hi, lane, 32);
+  o.scales = StageAsync(st.scales, scales, groups * t.ssz, lo, hi, lane, 32);
+  o.zeros = t.sym ? 0 : StageAsync(st.zeros, zeros, groups * t.ssz, lo, hi, lane, 32);
+  CpAsyncCommit();
+  CpAsyncWait<0>();
   __syncwarp();
+  return o;
+}
+
+// Parameter `index` of a range staged at byte offset `off`.
+KV_DEV float StagedParamAt(const uint32_t* smem, uint32_t off, int index, bool f32) {
+  return f32 ? BitsFloat(WordAt(smem, off + 4 * index))
+             : HalfBitsToFloat(static_cast<uint16_t>(WordAt(smem, off + 2 * index)));
+}
+
+// Channel axis: lane l writes channels [4 l, 4 l + 4) of every row.
+template <bool kF16, int B>
+KV_DEV void UnpackKeyTile(const DecArgs& a, const DecTileCtx& t, DecStage& st) {
+  const int lane = threadIdx.x & 31;
+  constexpr int kRowBytes = kD * B / 8;
+  const int64_t g0 = static_cast<int64_t>(t.row_begin / t.run.group) * kD;
+  const DecStaged o = StageTile(a, t, st, t.codes + static_cast<int64_t>(t.row_begin) * kRowBytes, t.rows * kRowBytes,
+                                t.scales + g0 * t.ssz, t.zeros + g0 * t.ssz, kD, lane);
   float scale[4], zero[4];
   bool ok = true;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    scale[j] = StagedParam(st.params, 4 * lane + j, t.f32);
-    zero[j] = t.sym ? 0.0f : StagedParam(st.params + kZerosAt / 4, 4 * lane + j, t.f32);
+    scale[j] = StagedParamAt(st.scales, o.scales, 4 * lane + j, t.f32);
+    zero[j] = t.sym ? 0.0f : StagedParamAt(st.zeros, o.zeros, 4 * lane + j, t.f32);
     ok = ok && ParamsOk(scale[j], zero[j]);
   }
   const bool check_codes = t.run.levels != (1 << B);
-  const uint8_t* codes = reinterpret_cast<const uint8_t*>(st.codes) + lane * (B / 2);
+  constexpr uint32_t kLaneMask = B == 8 ? 0xffffffffu : (1u << (4 * B)) - 1u;  // the lane's B / 2 bytes
 #pragma unroll 4
   for (int r = 0; r < t.rows; ++r) {
-    const uint8_t* p = codes + r * kRowBytes;
-    uint32_t w[1];
-    if (B == 2) {
-      w[0] = *p;
-    } else if (B == 4) {
-      w[0] = *reinterpret_cast<const uint16_t*>(p);
-    } else if (B == 8) {
-      w[0] = *reinterpret_cast<const uint32_t*>(p);
-    } else {
-      w[0] = 0;
-#pragma unroll
-      for (int k = 0; k < B / 2; ++k) w[0] |= static_cast<uint32_t>(p[k]) << (8 * k);
-    }
+    uint32_t w[1] = {WordAt(st.codes, o.codes + r * kRowBytes + lane * (B / 2)) & kLaneMask};
     float x[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -616,43 +634,41 @@ KV_DEV void UnpackKeyTile(const DecArgs& a, const DecTileCtx& t, WarpStage& st) 
 // Token axis: lane (sub, part) writes channels [16 part, 16 part + 16) of
 // rows 4 i + sub.
 template <bool kF16, int B>
-KV_DEV void UnpackValueTile(const DecArgs& a, const DecTileCtx& t, WarpStage& st) {
+KV_DEV void UnpackValueTile(const DecArgs& a, const DecTileCtx& t, DecStage& st) {
   const int lane = threadIdx.x & 31;
   const int sub = lane >> 3, part = lane & 7;
   constexpr int kRowBytes = kD * B / 8;
   const int lanes_per_group = t.run.group / 16;
   const int gpr = kD / t.run.group;
   const bool check_codes = t.run.levels != (1 << B);
-  const uint8_t* lo = a.bytes;
-  const uint8_t* hi = a.bytes + a.bytes_len;
+  // Rows per batch: as many as the stage holds (a whole 64-row tile for
+  // kivi's and mixhq's values).
+  constexpr int kCodeRows = kKeyRows * kD / kRowBytes / 4 * 4;
+  const int param_rows = 512 / (gpr * t.ssz) / 4 * 4;
+  const int batch = kCodeRows < param_rows ? kCodeRows : param_rows;
   bool ok = true;
-  for (int r0 = 0; r0 < t.rows; r0 += kValueBatch) {
-    const int n = t.rows - r0 < kValueBatch ? t.rows - r0 : kValueBatch;
+  for (int r0 = 0; r0 < t.rows; r0 += batch) {
+    const int n = t.rows - r0 < batch ? t.rows - r0 : batch;
     const int64_t g0 = static_cast<int64_t>(t.row_begin + r0) * gpr;
     __syncwarp();  // the previous batch is done with the stage
-    LoadToSmem(st.codes, t.codes + static_cast<int64_t>(t.row_begin + r0) * kRowBytes, n * kRowBytes, lo, hi, lane, 32);
-    LoadToSmem(st.params, t.scales + g0 * t.ssz, n * gpr * t.ssz, lo, hi, lane, 32);
-    if (!t.sym) LoadToSmem(st.params + kZerosAt / 4, t.zeros + g0 * t.ssz, n * gpr * t.ssz, lo, hi, lane, 32);
-    __syncwarp();
-#pragma unroll
-    for (int k = 0; k < kValueBatch / 4; ++k) {
-      const int rl = 4 * k + sub;
-      if (rl >= n) continue;
+    const DecStaged o = StageTile(a, t, st, t.codes + static_cast<int64_t>(t.row_begin + r0) * kRowBytes, n * kRowBytes,
+                                  t.scales + g0 * t.ssz, t.zeros + g0 * t.ssz, n * gpr, lane);
+#pragma unroll 4
+    for (int rl = sub; rl < n; rl += 4) {
       const int g = rl * gpr + part / lanes_per_group;
-      const float scale = StagedParam(st.params, g, t.f32);
-      const float zero = t.sym ? 0.0f : StagedParam(st.params + kZerosAt / 4, g, t.f32);
+      const float scale = StagedParamAt(st.scales, o.scales, g, t.f32);
+      const float zero = t.sym ? 0.0f : StagedParamAt(st.zeros, o.zeros, g, t.f32);
       ok = ok && ParamsOk(scale, zero);
-      const uint8_t* p = reinterpret_cast<const uint8_t*>(st.codes) + rl * kRowBytes + part * 2 * B;
+      const uint32_t at = o.codes + rl * kRowBytes + part * 2 * B;
       uint32_t w[B / 2 + 1];
       if (B % 2 == 0) {
 #pragma unroll
-        for (int q = 0; q < B / 2; ++q) w[q] = reinterpret_cast<const uint32_t*>(p)[q];
+        for (int q = 0; q < B / 2; ++q) w[q] = WordAt(st.codes, at + 4 * q);
       } else {
 #pragma unroll
         for (int q = 0; q <= B / 2; ++q) w[q] = 0;
 #pragma unroll
-        for (int q = 0; q < B; ++q)
-          w[q / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(p)[q]) << (16 * (q & 1));
+        for (int q = 0; q < B; ++q) w[q / 2] |= (WordAt(st.codes, at + 2 * q) & 0xffffu) << (16 * (q & 1));
       }
       uint32_t out[8];
 #pragma unroll
@@ -685,7 +701,7 @@ KV_DEV void ZeroTile(const DecArgs& a, const DecTileCtx& t) {
 
 template <bool kF16>
 __global__ void __launch_bounds__(32 * kWarps, 3) UnpackWarpsKernel(DecArgs a, int64_t tile_begin, int64_t tile_end) {
-  __shared__ WarpStage stages[kWarps];
+  __shared__ DecStage stages[kWarps];
   if (Failed(a.ws, a.L)) return;
   const int64_t ti = tile_begin + static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (ti >= tile_end) return;
@@ -708,7 +724,7 @@ __global__ void __launch_bounds__(32 * kWarps, 3) UnpackWarpsKernel(DecArgs a, i
   t.codes = a.bytes + SegOff(a.ws, a.L)[t.run.segment];
   t.h = FMul(static_cast<float>(t.run.levels - 1), 0.5f);
   t.err = ErrorBlock(a.ws, a.L);
-  WarpStage& st = stages[threadIdx.x >> 5];
+  DecStage& st = stages[threadIdx.x >> 5];
   if (t.run.axis != 0) {
     switch (t.run.bits) {
       case 2: UnpackKeyTile<kF16, 2>(a, t, st); break;
