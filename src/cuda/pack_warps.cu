@@ -143,20 +143,27 @@ KV_HD constexpr uint32_t RoundingBias() {
 // The grid search as a call (a kernel inlining it once per channel or row
 // overflows the instruction cache), returned by value so that nothing goes
 // through local memory: the parameters and 1 / scale, or zeros and the
-// status (kDevNonFinite when min or max is not finite).
+// status (kDevNonFinite when min or max is not finite). One copy per grid
+// (symmetric or not) and parameter type (f16 or f32): their branches are
+// resolved at compile time.
 struct GridOut {
   float scale, zero, inv;
   uint32_t status;
 };
-__device__ __noinline__ GridOut GridCall(int levels, bool sym, bool f16, float mn, float mx) {
+template <bool kSym, bool kF16Params>
+__device__ __noinline__ GridOut GridCallOf(int levels, float mn, float mx) {
   GridOut o{0.0f, 0.0f, 0.0f, kDevNonFinite};
-  if (IsFiniteF(mn) && IsFiniteF(mx)) o.status = GridParamsFor(levels, sym, f16, mn, mx, &o.scale, &o.zero);
+  if (IsFiniteF(mn) && IsFiniteF(mx)) o.status = GridParamsFor(levels, kSym, kF16Params, mn, mx, &o.scale, &o.zero);
   if (o.status != kDevOk) {
     o.scale = 0.0f;
     o.zero = 0.0f;
   }
   o.inv = InverseScale(o.scale);
   return o;
+}
+template <bool kSym>
+KV_DEV GridOut GridCall(int levels, bool f16, float mn, float mx) {
+  return f16 ? GridCallOf<kSym, true>(levels, mn, mx) : GridCallOf<kSym, false>(levels, mn, mx);
 }
 
 // The f16 bits of v, a value f16 represents exactly (the grid search's f16
@@ -289,8 +296,8 @@ KV_DEV void PackKeyTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   uint32_t bad = kDevOk;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const GridOut g = GridCall(t.job.levels, kSym, !t.f32, Widen<kF16>(j < 2 ? mn0 : mn1, j & 1),
-                               Widen<kF16>(j < 2 ? mx0 : mx1, j & 1));
+    const GridOut g = GridCall<kSym>(t.job.levels, !t.f32, Widen<kF16>(j < 2 ? mn0 : mn1, j & 1),
+                                     Widen<kF16>(j < 2 ? mx0 : mx1, j & 1));
     if (g.status != kDevOk) bad = g.status;
     StageParamBits(st.params, 4 * lane + j, g.scale, t.f32);
     if (!kSym) StageParamBits(st.params + kZerosAt / 4, 4 * lane + j, g.zero, t.f32);
@@ -390,7 +397,7 @@ KV_DEV void PackValueTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
 #pragma unroll 1
       for (int k = 0; k < calls; ++k) {
         const int i = (q & 3) + k * step;
-        const GridOut g = GridCall(t.job.levels, kSym, !t.f32, Pick4(mn, i), Pick4(mx, i));
+        const GridOut g = GridCall<kSym>(t.job.levels, !t.f32, Pick4(mn, i), Pick4(mx, i));
         const int rl = 4 * i + sub;
         if (g.status != kDevOk && r0 + rl < t.rows) bad = g.status;
         if (q < 4) {
