@@ -296,6 +296,7 @@ class EncoderImpl final : public Encoder {
     e.direct = plan_.direct;
     e.static_sizes = plan_.static_sizes;
     e.pack_warps = plan_.pack_warps;
+    e.plan = &plan_;
     e.timing = timing_;
     return e;
   }
@@ -450,7 +451,8 @@ PlanRange LayerOfPlan(const Plan& plan, int layer) {
                    plan.layer_segments[layer],    plan.layer_segments[layer + 1],
                    plan.layer_tiles[layer],       plan.layer_tiles[layer + 1],
                    plan.layer_raw_spans[layer],   plan.layer_raw_spans[layer + 1],
-                   plan.layer_raw_records[layer], plan.layer_raw_records[layer + 1]};
+                   plan.layer_raw_records[layer], plan.layer_raw_records[layer + 1],
+                   layer};
 }
 
 void SetStageTiming(Encoder* encoder, StageEvents* timing) {

@@ -587,10 +587,13 @@ TEST(CudaDevice, LayerAtATimeEqualsWholeFrame) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(3);
   const HostCache cache = MakeCache(rng, KvShape{4, 2, 333, 128}, DType::kBF16, 1);
-  for (const char* spec : {"kivi-2", "kvserve-h2r", "cachegen"}) {
+  // mixhq: 2- and 4-bit heads in one layer, so a layer's warp-kernel jobs
+  // come from several code paths.
+  const HeadScores scores = SynthesizeHeadScores(cache.shape.layers, cache.shape.kv_heads, 3);
+  for (const char* spec : {"kivi-2", "mixhq", "kvserve-h2r", "cachegen"}) {
     const Profile p = *Profile::Parse(spec);
-    const GpuFrame whole = GpuEncode(p, cache, nullptr);
-    const GpuFrame layered = GpuEncode(p, cache, nullptr, /*by_layer=*/true);
+    const GpuFrame whole = GpuEncode(p, cache, &scores);
+    const GpuFrame layered = GpuEncode(p, cache, &scores, /*by_layer=*/true);
     ASSERT_TRUE(whole.status.ok() && layered.status.ok()) << spec;
     EXPECT_EQ(whole.bytes, layered.bytes) << spec;
   }

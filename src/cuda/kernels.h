@@ -37,6 +37,7 @@ struct PlanRange {
   int64_t tile_begin, tile_end;
   int64_t raw_span_begin, raw_span_end;
   int64_t raw_record_begin, raw_record_end;
+  int layer = -1;  // LayerOfPlan's layer; -1 for the whole plan
 };
 
 // The whole plan, or one layer of it.
@@ -64,6 +65,7 @@ struct EncodeLaunch {
   bool direct;                    // pack: codes, params, side straight into the frame
   bool static_sizes;
   bool pack_warps = false;        // the plan's pack_warps (pack_warps.cu)
+  const Plan* plan = nullptr;     // host: its pack_job_starts (pack_warps.cu)
   StageEvents* timing = nullptr;
 };
 

@@ -490,11 +490,23 @@ KV_DEV void PackTile(const EncArgs& a, const TileCtx& t, EncWarpSmem& sm) {
   }
 }
 
+// Job ranges of one launch: segment k is jobs [begin[k], begin[k] + (prefix[k + 1]
+// - prefix[k])), warps prefix[k].. of the grid.
+constexpr int kMaxPaths = 16;  // (axis, bits) code paths
+struct JobSegments {
+  int64_t begin[kMaxPaths];
+  int64_t prefix[kMaxPaths + 1];
+  int n;
+};
+
 template <bool kF16>
-__global__ void __launch_bounds__(32 * kEncWarps, 4) PackWarpsKernel(EncArgs a, int64_t tile_begin, int64_t tile_end) {
+__global__ void __launch_bounds__(32 * kEncWarps, 4) PackWarpsKernel(EncArgs a, JobSegments segs) {
   KV_DYNAMIC_SMEM(smem);
-  const int64_t ti = tile_begin + static_cast<int64_t>(blockIdx.x) * kEncWarps + (threadIdx.x >> 5);
-  if (ti >= tile_end) return;
+  const int64_t w = static_cast<int64_t>(blockIdx.x) * kEncWarps + (threadIdx.x >> 5);
+  if (w >= segs.prefix[segs.n]) return;
+  int k = 0;
+  while (w >= segs.prefix[k + 1]) ++k;
+  const int64_t ti = segs.begin[k] + (w - segs.prefix[k]);
   TileCtx t;
   t.job = a.t.pack_jobs[ti];
   if (t.job.levels == 0) return;  // pruned
@@ -760,18 +772,34 @@ bool PackWarpsApply(const EncodeLaunch& e, const DeviceView& src) {
 }
 
 Status LaunchPackWarps(const EncodeLaunch& e, const DeviceView& src, const PlanRange& range, CUstream_st* stream) {
-  const int64_t tiles = range.tile_end - range.tile_begin;
-  if (tiles <= 0) return Status::Ok();
+  if (e.plan == nullptr) return Status::Internal("encode: pack warps without the plan");
+  const Plan& p = *e.plan;
+  // The whole plan: every job, path after path; one layer: its jobs of each path.
+  JobSegments segs{};
+  if (range.layer < 0) {
+    segs.n = 1;
+    segs.begin[0] = 0;
+    segs.prefix[1] = static_cast<int64_t>(p.pack_jobs.size());
+  } else {
+    if (p.pack_paths > kMaxPaths) return Status::Internal("encode: more pack paths than JobSegments holds");
+    const int64_t* starts = p.pack_job_starts.data() + range.layer;
+    for (int c = 0; c < p.pack_paths; ++c) {
+      const int64_t b = starts[c * (p.shape.layers + 1)], end = starts[c * (p.shape.layers + 1) + 1];
+      segs.begin[c] = b;
+      segs.prefix[c + 1] = segs.prefix[c] + (end - b);
+    }
+    segs.n = p.pack_paths;
+  }
+  const int64_t warps = segs.prefix[segs.n];
+  if (warps <= 0) return Status::Ok();
   const EncArgs a = MakeEncArgs(e, src);
-  const unsigned blocks = static_cast<unsigned>((tiles + kEncWarps - 1) / kEncWarps);
+  const unsigned blocks = static_cast<unsigned>((warps + kEncWarps - 1) / kEncWarps);
   if (src.dtype == 1) {
     KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(PackWarpsKernel<true>, kEncSmemBytes));
-    KV_LAUNCH(PackWarpsKernel<true>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)
-    (a, range.tile_begin, range.tile_end);
+    KV_LAUNCH(PackWarpsKernel<true>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)(a, segs);
   } else {
     KVSERVE_RETURN_IF_ERROR(AllowDynamicSmem(PackWarpsKernel<false>, kEncSmemBytes));
-    KV_LAUNCH(PackWarpsKernel<false>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)
-    (a, range.tile_begin, range.tile_end);
+    KV_LAUNCH(PackWarpsKernel<false>, blocks, 32 * kEncWarps, kEncSmemBytes, stream)(a, segs);
   }
   return LaunchStatus("encode: pack warps");
 }

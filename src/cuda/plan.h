@@ -162,7 +162,14 @@ struct Plan {
   std::vector<RunDesc> runs;
   std::vector<SegmentDesc> segments;
   std::vector<TileDesc> tiles;          // coded tiles, incl. pruned runs
-  std::vector<PackJob> pack_jobs;       // encoder of a pack_warps plan: one per tile, same order
+  // Encoder of a pack_warps plan: one PackJob per coded tile, ordered by
+  // code path (channel axis first, then bits) and within a path by layer, so
+  // a whole-frame launch runs one path after another (the instruction
+  // cache); path c's jobs of layer l start at pack_job_starts[c * (layers +
+  // 1) + l] and end where those of layer l + 1 start.
+  std::vector<PackJob> pack_jobs;
+  std::vector<int64_t> pack_job_starts;
+  int pack_paths = 0;
   std::vector<RawSpan> raw_spans;
   std::vector<int32_t> raw_records;     // indices of the raw records
   std::vector<uint64_t> sign_words;     // [layer][kind][head][word]
