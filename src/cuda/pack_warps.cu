@@ -6,20 +6,23 @@
 // decode.cu) cover everything; these do the same arithmetic (grid.cuh,
 // operation for operation, so frames and decoded values are the same) with
 // fewer instructions:
-//   * source rows go from global memory straight to registers, and no block
-//     barrier is ever taken (a warp's staging buffer is its own);
-//   * a key tile (channel axis) is one warp, 4 channels per lane over the
-//     tile's rows: per-channel min/max in the lane without shuffles, the 4
-//     grid searches in the lane, then the codes from a second read of the
-//     rows (L1/L2), which keeps the kernel at 3 blocks per SM;
-//   * a value tile (token axis) is 8 lanes per row, 16 channels per lane, 4
-//     rows per warp instruction, 8 (encode) or 16 (decode) rows in flight
-//     per warp;
+//   * a warp's shared memory is its own, so no block barrier is ever taken;
+//   * encode: a warp starts from its tile's flat PackJob (plan.h; jobs are
+//     ordered by code path, so a launch runs one path after another) and
+//     copies the tile's rows into its shared memory with cp.async: a key
+//     tile's (channel axis, at most 32 rows) all at once, a value tile's
+//     (token axis) in 16-row chunks, two in flight;
+//   * a key tile is 4 channels per lane: per-channel min/max on packed
+//     bf16x2/f16x2 pairs in the lane, 4 grid searches, then the codes; a
+//     value tile is 8 lanes per row, 16 channels per lane, 4 rows per warp
+//     instruction, each group's grid search done by one lane;
 //   * the bit width is a template parameter (one switch per tile), so the
-//     packing is constant shifts, and the grid search is one out-of-line
-//     copy (inlined per channel it overflowed the instruction cache);
+//     packing is constant shifts (encode: shift-adds, RoundingBias), and the
+//     grid search is one out-of-line copy per grid and parameter type
+//     (inlined per channel it overflowed the instruction cache);
 //   * codes and parameters pass through the warp's shared-memory stage, so
-//     the frame gets aligned 16-byte stores at any frame offset;
+//     the frame gets aligned 16-byte stores at any frame offset; decode
+//     stages a tile's codes and parameters with cp.async at their offsets;
 //   * NaN-propagating min/max carry non-finite detection; codes are
 //     rounded, and widened on decode, with one float add each (exact below
 //     2^22); bf16 outputs are narrowed two at a time (cvt.rn.bf16x2.f32).
@@ -36,7 +39,7 @@ namespace kvserve::cuda {
 namespace {
 
 constexpr int kD = 128;       // head_dim of the warp kernel
-constexpr int kWarps = 8;     // warps (tiles) per block
+constexpr int kWarps = 8;     // warps (tiles) per decode block
 constexpr int kKeyRows = 32;  // channel-axis tile rows at most
 
 // min / max that return NaN when either input is NaN (PTX min.NaN, max.NaN):
