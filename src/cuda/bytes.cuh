@@ -102,18 +102,6 @@ KV_DEV void StoreFromSmem(uint8_t* dst, const uint32_t* src, uint32_t k0, uint32
   for (uint32_t i = tail + t; i < n; i += nt) dst[i] = static_cast<uint8_t>(ByteAt(src, k0 + i));
 }
 
-// smem bytes [0, round_up(n, 16)) = src[0, ...) (src any alignment; global
-// reads restricted to [lo, hi)), cooperatively. dst is 16-byte aligned.
-KV_DEV void LoadToSmem(uint32_t* dst, const uint8_t* src, uint32_t n, const uint8_t* lo, const uint8_t* hi,
-                       int t, int nt) {
-  const uint32_t chunks = (n + 15) / 16;
-  for (uint32_t c = t; c < chunks; c += nt) {
-    uint32_t w[4];
-    LoadUnaligned<4>(src + 16 * c, lo, hi, w);
-    *reinterpret_cast<uint4*>(dst + 4 * c) = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-}
-
 // dst[0, n) = src[0, n), both global and at any alignment, cooperatively;
 // src reads restricted to [lo, hi).
 KV_DEV void CopyBytes(uint8_t* dst, const uint8_t* src, uint64_t n, const uint8_t* lo, const uint8_t* hi,
