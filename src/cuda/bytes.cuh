@@ -188,8 +188,11 @@ KV_DEV uint32_t StageAsync(uint32_t* smem, const uint8_t* src, uint32_t n, const
 // slots of 1 KiB in shared memory hold consecutive 1 KiB pieces of the
 // range (aligned to 16 bytes at `base`), filled with cp.async two pieces
 // ahead of the reader. The warp calls Start once, then, before each read
-// step, Ensure(g) with the furthest byte the step reads (the reader moves at
-// most 64 bytes a step); Byte(g) reads the byte at global address g. Bytes
+// step (or group of steps), Ensure(g) with the furthest byte it reads; g's
+// piece moves at most one piece per call, and the reader reads nothing
+// before the piece preceding g's. Byte(g) reads the byte at global address
+// g; piece n sits in slot n mod kSlots, so a forward ring's byte at offset
+// o from `base` is slots[o mod (kSlots * kSlotBytes)]. Bytes
 // outside [lo, hi) read as 0. Backward (kForward false) rings serve readers
 // that move towards lower addresses from `base`.
 template <bool kForward>

@@ -312,6 +312,11 @@ struct Decoded {
   Status status;
   std::vector<uint8_t> values;  // contiguous
   std::vector<uint8_t> mask;
+  // The workspace error block's flags word after Decode, before Check
+  // resets it (decode.cu's kErrFlags; the block is at workspace offset 0):
+  // 0 when the parallel record location found every record; otherwise the
+  // sequential walk ran.
+  uint32_t locate_flags = 0;
 };
 
 Decoded GpuDecode(const std::vector<uint8_t>& frame, const KvShape& shape, DType dtype) {
@@ -329,6 +334,9 @@ Decoded GpuDecode(const std::vector<uint8_t>& frame, const KvShape& shape, DType
   (void)cudaMemset(mask.ptr, 7, mask_bytes);
   MutableKvView view{out.ptr, dtype, shape, KvStrides::Contiguous(shape)};
   r.status = (*dec)->Decode(f.ptr, frame.size(), view, mask.ptr, ws.ptr, nullptr);
+  uint32_t error_block[4] = {};  // read before Check, which resets it
+  (void)cudaMemcpy(error_block, ws.ptr, sizeof(error_block), cudaMemcpyDeviceToHost);
+  r.locate_flags = error_block[3];
   if (r.status.ok()) r.status = (*dec)->Check(ws.ptr, nullptr);
   if (!r.status.ok()) return r;
   r.values.resize(out_bytes);
@@ -370,6 +378,7 @@ void CheckConsistent(const Profile& p, const HostCache& cache, const std::string
   ASSERT_EQ(diff, SIZE_MAX) << "frames differ at byte " << diff;
   const Decoded on_gpu = GpuDecode(cpu, cache.shape, cache.dtype);
   ASSERT_TRUE(on_gpu.status.ok()) << on_gpu.status.ToString();
+  EXPECT_EQ(on_gpu.locate_flags, 0u) << "the parallel record location missed a record";
   const Decoded on_cpu = CpuDecode(gpu.bytes, cache.shape, cache.dtype);
   ASSERT_TRUE(on_cpu.status.ok()) << on_cpu.status.ToString();
   const size_t vdiff = FirstDifference(on_gpu.values, on_cpu.values);
@@ -880,6 +889,12 @@ TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {
     ASSERT_TRUE(g.status.ok());
     const Decoded ref = CpuDecode(g.bytes, cache.shape, cache.dtype);
     ASSERT_TRUE(ref.status.ok());
+    // In plan order the parallel location finds every record (the
+    // sequential walk does not run).
+    const Decoded plain = GpuDecode(g.bytes, cache.shape, cache.dtype);
+    ASSERT_TRUE(plain.status.ok()) << plain.status.ToString();
+    EXPECT_EQ(plain.values, ref.values) << spec;
+    EXPECT_EQ(plain.locate_flags, 0u) << spec;
     // Swap the first two records: still a valid frame.
     auto info = InspectFrame(g.bytes);
     ASSERT_TRUE(info.ok());
@@ -891,6 +906,7 @@ TEST(CudaDevice, RecordsInAnyOrderAndCorruptionIsDetected) {
     const Decoded d = GpuDecode(swapped, cache.shape, cache.dtype);
     ASSERT_TRUE(d.status.ok()) << d.status.ToString();
     EXPECT_EQ(d.values, ref.values) << spec;
+    EXPECT_NE(d.locate_flags, 0u) << spec << ": out of order, the sequential walk runs";
     // Any flipped byte after the header is caught (checksums) without a crash.
     const size_t header = g.bytes.size() - std::accumulate(info->chunks.begin(), info->chunks.end(), size_t{0},
                                                            [](size_t s, const ChunkEntry& c) { return s + c.size; });

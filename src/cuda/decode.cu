@@ -114,20 +114,40 @@ __global__ void LocateStaticKernel(DecArgs a) {
   if (!ok) atomicOr(&Err(a)[kErrFlags], 2u);
 }
 
+// Every byte position of the frame that holds a record header of the range
+// (MatchHeader) claims its slot's offset; two claims of one slot flag the
+// frame for the sequential walk. A thread tests the 16 positions of one
+// aligned 16-byte chunk (aligned in memory, not in the frame), the 3 bytes
+// after it from the next lane's chunk.
 __global__ void LocateScanKernel(DecArgs a) {
-  const uint64_t nwords = a.bytes_len / 4;
-  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i <= nwords;
-       i += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
-    const uint64_t p0 = 4 * i;
-    uint32_t w[2];
-    LoadUnaligned<2>(a.bytes + p0, a.bytes, a.bytes + a.bytes_len, w);
-    for (int j = 0; j < 4; ++j) {
-      const uint64_t p = p0 + j;
-      if (p < a.records_start) continue;
-      const uint32_t x = __funnelshift_r(w[0], w[1], 8 * j);
+  const uint8_t* lo = a.bytes;
+  const uint8_t* hi = a.bytes + a.bytes_len;
+  const uint8_t* first = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(lo) & ~uintptr_t{15});
+  const uint64_t chunks = static_cast<uint64_t>(hi - first + 15) / 16;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  const int lane = threadIdx.x & 31;
+  // Whole warps iterate together (the shuffle below).
+  for (uint64_t base = blockIdx.x * static_cast<uint64_t>(blockDim.x) + (threadIdx.x & ~31u); base < chunks;
+       base += stride) {
+    const uint64_t c = base + lane;
+    uint32_t w[5];
+    Load16Guarded(first + 16 * c, lo, hi, w);
+    w[4] = __shfl_down_sync(0xffffffffu, w[0], 1);
+    if (lane == 31) {
+      uint32_t next[4];
+      Load16Guarded(first + 16 * (c + 1), lo, hi, next);
+      w[4] = next[0];
+    }
+    if (c >= chunks) continue;
+    const int64_t p0 = (first + 16 * c) - lo;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t x = __funnelshift_r(w[j / 4], w[j / 4 + 1], 8 * (j % 4));
       const uint32_t type = x & 3u;
       if ((x & 0xFFFFFEFCu) != 0 || type == 0 || type == 3) continue;
-      const int64_t idx = MatchHeader(a, p);
+      const int64_t p = p0 + j;
+      if (p < static_cast<int64_t>(a.records_start)) continue;
+      const int64_t idx = MatchHeader(a, static_cast<uint64_t>(p));
       if (idx < 0) continue;
       const unsigned long long prev = atomicCAS(reinterpret_cast<unsigned long long*>(&RecOff(a.ws, a.L)[idx]),
                                                 static_cast<unsigned long long>(kNoRecord),
@@ -730,8 +750,8 @@ Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* s
   } else {
     if (cudaMemsetAsync(a.ws + a.L.rec_off + 8 * a.rb, 0xFF, 8 * R, stream) != cudaSuccess)
       return LaunchStatus("decode: reset offsets");
-    const uint64_t words = d.bytes_len / 4 + 1;
-    const unsigned scan_blocks = static_cast<unsigned>(std::min<uint64_t>((words + 255) / 256, 132 * 8));
+    const uint64_t chunks = d.bytes_len / 16 + 2;  // aligned 16-byte chunks (at most)
+    const unsigned scan_blocks = static_cast<unsigned>(std::min<uint64_t>((chunks + 255) / 256, 132 * 8));
     KV_LAUNCH(LocateScanKernel, scan_blocks, 256, 0, stream)(a);
     KV_LAUNCH(LocateChainKernel, Blocks(R, 256), 256, 0, stream)(a);
   }

@@ -25,6 +25,107 @@ KV_DEV int FindSymbol(const uint32_t* cum, int levels, uint32_t slot) {
   return lo;
 }
 
+// The symbol of a slot with its frequency and cumulative frequency packed
+// as f | cum << 16: kind 2 from registers (at most 4 symbols: three
+// compares and a balanced select), kind 1 from the byte-per-slot table,
+// kind 0 by binary search.
+struct SymbolLookup {
+  const uint8_t* symtab;
+  const uint32_t* fc;   // f | cum << 16 per symbol
+  const uint32_t* cum;
+  int levels;
+  uint32_t r[4];        // kind 2: f | cum << 16 of symbols 0..3
+  uint32_t c1, c2, c3;  // kind 2: cum of symbols 1..3 (all ones past levels)
+  template <int kKind>
+  KV_DEV uint32_t Find(uint32_t slot, uint32_t* fcv) const {
+    if constexpr (kKind == 2) {
+      const bool g1 = slot >= c1, g2 = slot >= c2, g3 = slot >= c3;  // g3 => g2 => g1
+      *fcv = g2 ? (g3 ? r[3] : r[2]) : (g1 ? r[1] : r[0]);
+      return (g1 ? 1u : 0u) + (g2 ? 1u : 0u) + (g3 ? 1u : 0u);
+    } else {
+      const uint32_t s = kKind == 1 ? symtab[slot] : static_cast<uint32_t>(FindSymbol(cum, levels, slot));
+      *fcv = fc[s];
+      return s;
+    }
+  }
+};
+
+struct RansDecodeState {
+  uint32_t x;       // this lane's state
+  uint32_t wofs;    // offset of the next word from the ring's base
+  uint32_t n;       // table bits
+  uint32_t lt;      // lanes below this one
+};
+
+// The 16-bit word at ring offset o (even when !kOdd), wrapping at the
+// ring's 4 KiB.
+template <bool kOdd>
+KV_DEV uint32_t RingWord(const uint8_t* ring, uint32_t o) {
+  const uint16_t* r16 = reinterpret_cast<const uint16_t*>(ring);
+  if constexpr (kOdd) {
+    return (r16[(o >> 1) & 2047u] >> 8) | ((r16[((o >> 1) + 1) & 2047u] & 0xFFu) << 8);
+  } else {
+    return r16[(o >> 1) & 2047u];
+  }
+}
+
+// One decode step of a lane's symbol `out`: the symbol out of the state,
+// the state update, and a renormalisation word (kChecked: only inside the
+// stream). Every lane reads a word, the lanes that need one keep it (no
+// branch). Returns false when a lane would read past the stream's end.
+template <int kKind, bool kChecked, bool kOdd>
+KV_DEV bool DecodeStep(RansDecodeState& st, const SymbolLookup& look, const uint8_t* ring, uint32_t wend,
+                       uint8_t* out, bool active) {
+  bool need = false;
+  if (active) {
+    const uint32_t slot = st.x & ((1u << st.n) - 1u);
+    uint32_t fcv;
+    const uint32_t s = look.Find<kKind>(slot, &fcv);
+    st.x = (fcv & 0xFFFFu) * (st.x >> st.n) + slot - (fcv >> 16);
+    *out = static_cast<uint8_t>(s);
+    need = st.x < (1u << 16);
+  }
+  const uint32_t mask = __ballot_sync(0xffffffffu, need);
+  const uint32_t o = st.wofs + 2 * __popc(mask & st.lt);
+  if (kChecked && need && o + 2 > wend) return false;
+  const uint32_t word = RingWord<kOdd>(ring, o);
+  st.x = need ? (st.x << 16) | word : st.x;
+  st.wofs += 2 * __popc(mask);
+  return true;
+}
+
+// Decodes a segment's `count` symbols into out[0, count): groups of 8 full
+// steps without bounds checks while the stream has 512 bytes left (8 steps
+// read at most 8 * 32 words), then checked steps.
+template <int kKind, bool kOdd>
+KV_DEV bool DecodeSymbols(RansDecodeState& st, const SymbolLookup& look, WarpRing<true>& ring,
+                          const uint8_t* ring_base, uint32_t wend, uint8_t* out, uint64_t count) {
+  const int lane = threadIdx.x & 31;
+  static_assert(WarpRing<true>::kSlots * WarpRing<true>::kSlotBytes == 4096, "ring offsets wrap at 4 KiB");
+  const uint64_t full_steps = count / 32, steps = (count + 31) / 32;
+  uint64_t step = 0;
+  uint8_t* o = out + lane;
+  for (; step + 8 <= full_steps && st.wofs + 512 <= wend; step += 8, o += 256) {
+    ring.Ensure(ring_base + st.wofs + 511);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) DecodeStep<kKind, false, kOdd>(st, look, ring.slots, wend, o + 32 * t, true);
+  }
+  bool ok = true;
+  for (; step < steps; ++step, o += 32) {
+    ring.Ensure(ring_base + st.wofs + 63);
+    ok = DecodeStep<kKind, true, kOdd>(st, look, ring.slots, wend, o, step * 32 + lane < count);
+    if (__any_sync(0xffffffffu, !ok)) return false;
+  }
+  return true;
+}
+
+template <int kKind>
+KV_DEV bool DecodeSymbols(RansDecodeState& st, const SymbolLookup& look, WarpRing<true>& ring,
+                          const uint8_t* ring_base, uint32_t wend, uint8_t* out, uint64_t count) {
+  return (st.wofs & 1u) ? DecodeSymbols<kKind, true>(st, look, ring, ring_base, wend, out, count)
+                        : DecodeSymbols<kKind, false>(st, look, ring, ring_base, wend, out, count);
+}
+
 constexpr size_t kRingBytes = WarpRing<true>::kSlots * WarpRing<true>::kSlotBytes;
 
 // Shared-memory bytes per warp for a table capacity of `cap_bits`: a byte of
@@ -124,69 +225,43 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, i
   // 2: at most 4 symbols, searched in registers; 1: byte symbol table;
   // 0: binary search (a table wider than the profile's).
   const int table_kind = levels <= 4 ? 2 : n <= static_cast<uint32_t>(cap_bits) ? 1 : 0;
-  uint8_t* symtab = mine;
+  SymbolLookup look{};
+  look.symtab = mine;
+  look.fc = freq;
+  look.cum = cum;
+  look.levels = levels;
   if (table_kind == 1) {
-    for (uint32_t j = lane; j < M; j += 32) symtab[j] = static_cast<uint8_t>(FindSymbol(cum, levels, j));
-    __syncwarp();
+    for (uint32_t j = lane; j < M; j += 32) mine[j] = static_cast<uint8_t>(FindSymbol(cum, levels, j));
   }
-  uint32_t c1 = 0xFFFFFFFFu, c2 = 0xFFFFFFFFu, c3 = 0xFFFFFFFFu, f0 = 0, f1 = 0, f2 = 0, f3 = 0;
   if (table_kind == 2) {
-    f0 = freq[0];
-    f1 = levels > 1 ? freq[1] : 0;
-    f2 = levels > 2 ? freq[2] : 0;
-    f3 = levels > 3 ? freq[3] : 0;
-    c1 = levels > 1 ? cum[1] : 0xFFFFFFFFu;
-    c2 = levels > 2 ? cum[2] : 0xFFFFFFFFu;
-    c3 = levels > 3 ? cum[3] : 0xFFFFFFFFu;
+    for (int s = 0; s < 4; ++s) look.r[s] = s < levels ? (freq[s] | cum[s] << 16) : 0u;
+    look.c1 = levels > 1 ? cum[1] : 0xFFFFFFFFu;
+    look.c2 = levels > 2 ? cum[2] : 0xFFFFFFFFu;
+    look.c3 = levels > 3 ? cum[3] : 0xFFFFFFFFu;
   }
-  uint64_t wp = header_end + 4u * K;
-  const uint64_t wend = len;
-  const uint32_t lt_mask = (1u << lane) - 1u;
-  const uint64_t steps = (count + 31) / 32;
-  // The renormalisation words come through the shared-memory ring.
+  __syncwarp();
+  // freq[s] becomes f | cum << 16 (f <= M <= 2^15), one load per symbol.
+  for (int s = lane; s < levels; s += 32) freq[s] |= cum[s] << 16;
+  __syncwarp();
+  const uint64_t wp0 = header_end + 4u * K;
+  // The renormalisation words come through the shared-memory ring; offsets
+  // below count from its base (a segment is below 4 GiB).
+  const uint8_t* ring_base =
+      reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(in + wp0) & ~uintptr_t{15});
   WarpRing<true> ring{ring_slots};
-  ring.Start(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(in + wp) & ~uintptr_t{15}), a.bytes, in + len);
-  for (uint64_t step = 0; step < steps; ++step) {
-    ring.Ensure(in + wp + 63);
-    const uint64_t i = step * 32 + lane;
-    const bool active = i < count;
-    bool need = false;
-    if (active) {
-      const uint32_t slot = x & (M - 1);
-      uint32_t s, f, bias;
-      if (table_kind == 2) {
-        const bool g1 = slot >= c1, g2 = slot >= c2, g3 = slot >= c3;
-        s = static_cast<uint32_t>(g1) + g2 + g3;
-        f = g3 ? f3 : g2 ? f2 : g1 ? f1 : f0;
-        bias = slot - (g3 ? c3 : g2 ? c2 : g1 ? c1 : 0u);
-      } else {
-        s = table_kind == 1 ? symtab[slot] : static_cast<uint32_t>(FindSymbol(cum, levels, slot));
-        f = freq[s];
-        bias = slot - cum[s];
-      }
-      x = f * (x >> n) + bias;
-      out[i] = static_cast<uint8_t>(s);
-      need = x < (1u << 16);
-    }
-    const uint32_t mask = __ballot_sync(0xffffffffu, need);
-    bool overrun = false;
-    if (need) {
-      const uint64_t o = wp + 2 * __popc(mask & lt_mask);
-      if (o + 2 > wend) {
-        overrun = true;
-      } else {
-        x = (x << 16) | ring.Byte(in + o) | (ring.Byte(in + o + 1) << 8);
-      }
-    }
-    if (__any_sync(0xffffffffu, overrun)) {
-      CpAsyncWait<0>();
-      return fail(kCorRansStream);
-    }
-    wp += 2 * __popc(mask);
+  ring.Start(ring_base, a.bytes, in + len);
+  RansDecodeState st{x, static_cast<uint32_t>(in + wp0 - ring_base), n, (1u << lane) - 1u};
+  const uint32_t wend = static_cast<uint32_t>(in + len - ring_base);
+  bool ok = true;
+  switch (table_kind) {
+    case 2: ok = DecodeSymbols<2>(st, look, ring, ring_base, wend, out, count); break;
+    case 1: ok = DecodeSymbols<1>(st, look, ring, ring_base, wend, out, count); break;
+    default: ok = DecodeSymbols<0>(st, look, ring, ring_base, wend, out, count); break;
   }
   CpAsyncWait<0>();
-  const bool final_ok = lane >= K || x == (1u << 16);
-  if (wp != wend || !__all_sync(0xffffffffu, final_ok)) fail(kCorRansStream);
+  if (!ok) return fail(kCorRansStream);
+  const bool final_ok = lane >= K || st.x == (1u << 16);
+  if (st.wofs != wend || !__all_sync(0xffffffffu, final_ok)) fail(kCorRansStream);
 }
 
 }  // namespace

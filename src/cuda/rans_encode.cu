@@ -3,11 +3,12 @@
 // lanes. The symbol counts come from the kernel that produced the symbols
 // (encode.cu), so this kernel reads each symbol once: normalise the counts
 // (NormalizeFrequencies of src/codecs/rans.cc), build a shared-memory table
-// of (frequency, cumulative, reciprocal, shift) per symbol, and code in
-// reverse with division by multiplication (q = (umulhi(x, m) + x) >> s, exact
-// for every 32-bit x), 8 steps of symbols loaded ahead, and the 16-bit words
-// stored as aligned u16 backwards from the end of the segment's slot (the
-// plan aligns slot ends to 16 bytes).
+// of coding entries per symbol (MakeEncodeEntry), and code in reverse with
+// division by multiplication (q = (umulhi(x, m) + x) >> s, exact for every
+// 32-bit x). The symbols come through a shared-memory ring a 1 KiB piece (32
+// steps) at a time, so the step itself is 32-bit arithmetic on a table entry
+// and a state; the 16-bit words are stored as aligned u16 backwards from the
+// end of the segment's slot (the plan aligns slot ends to 16 bytes).
 #include "cuda/bytes.cuh"
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
@@ -49,6 +50,27 @@ KV_DEV int WarpLargest(const uint32_t* freq, int levels) {
     }
   }
   return best_s;
+}
+
+// A symbol's coding entry: x.x = the largest state that codes without
+// emitting a word first (f * 2^(32 - n) - 1, all ones when f = M), x.y / the
+// shift in w's low byte = f's reciprocal (rans_magic.cuh), z = cum, w >> 8 =
+// M - f.
+KV_DEV uint4 MakeEncodeEntry(uint32_t f, uint32_t cum, int n) {
+  const RansDivisor dv = MakeRansDivisor(f == 0 ? 1u : f);
+  const uint64_t limit = static_cast<uint64_t>(f) << (32 - n);
+  const uint32_t xmax = limit == 0 ? 0u : limit > 0xFFFFFFFFull ? 0xFFFFFFFFu : static_cast<uint32_t>(limit - 1);
+  return make_uint4(xmax, dv.magic, cum, dv.shift | (((1u << n) - f) << 8));
+}
+
+// One rANS coding step on a renormalised state x (x <= e.x):
+// floor(x / f) * M + x mod f + cum, computed as x + q (M - f) + cum with
+// q = floor(x / f) = (umulhi(x, magic) + x) >> shift (33-bit sum; the
+// funnel shift takes the shift modulo 32, so w's upper bits do not reach it).
+KV_DEV uint32_t EncodeState(uint32_t x, uint4 e) {
+  const uint64_t sum = static_cast<uint64_t>(__umulhi(x, e.y)) + x;
+  const uint32_t q = __funnelshift_r(static_cast<uint32_t>(sum), static_cast<uint32_t>(sum >> 32), e.w);
+  return x + q * (e.w >> 8) + e.z;
 }
 
 struct RansEncSmem {
@@ -119,8 +141,7 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
       if (lane >= off) incl += o;
     }
     if (s < levels) {
-      const RansDivisor dv = MakeRansDivisor(f == 0 ? 1u : f);
-      table[s] = make_uint4(f, carry + incl - f, dv.magic, dv.shift);
+      table[s] = MakeEncodeEntry(f, carry + incl - f, n);
     }
     carry += __shfl_sync(0xffffffffu, incl, 31);
   }
@@ -129,32 +150,44 @@ __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, i
   // Encode in reverse; lane l codes symbols k = 32 * step + l. The CPU
   // emits words for k descending, so within a step higher lanes go first;
   // the stream is the reverse of the emission order, so emission e lands at
-  // slot[cap - 2 (e + 1)] and the stream ends at the slot's end.
+  // word capw - 1 - e of `wlo` (slot byte cap - 2 (e + 1)) and the stream
+  // ends at the slot's end (16-byte aligned: the plan's SlotStart).
   uint32_t x = 1u << 16;
   uint32_t words = 0;  // segments hold < 2^32 symbols
-  const int64_t steps = static_cast<int64_t>((count + 31) / 32);
   const uint32_t above = lane == 31 ? 0u : ~0u << (lane + 1);
-  // The symbols come through a backward shared-memory ring from the end.
+  const uint32_t capw = static_cast<uint32_t>(cap / 2);
+  uint16_t* const wlo = reinterpret_cast<uint16_t*>(slot + cap) - capw;
+  auto step = [&](uint32_t s, bool active) {
+    const uint4 e = table[s];
+    const bool emit = active && x > e.x;
+    const uint32_t mask = __ballot_sync(0xffffffffu, emit);
+    if (emit) {
+      const uint32_t idx = words + __popc(mask & above);
+      if (idx < capw) wlo[capw - 1 - idx] = static_cast<uint16_t>(x);
+      x >>= 16;
+    }
+    words += __popc(mask);
+    if (active) x = EncodeState(x, e);
+  };
+  // The symbols come through a backward shared-memory ring of 1 KiB pieces
+  // from the end: piece j holds symbols [k0, k0 + 1024), k0 = 1024 (P - 1 - j),
+  // 32 steps; only the first piece has inactive lanes.
+  const uint64_t pieces = (count + 1023) / 1024;
   WarpRing<false> ring{sm.ring[warp]};
-  ring.Start(sym + (count + 15) / 16 * 16, sym, sym + count);
-  {
-    for (int64_t step = steps - 1; step >= 0; --step) {
-      ring.Ensure(sym + static_cast<uint64_t>(step) * 32);
-      const uint64_t k = static_cast<uint64_t>(step) * 32 + lane;
-      const bool active = k < count;
-      const uint4 e = table[active ? ring.Byte(sym + k) : 0u];
-      const bool emit = active && static_cast<uint64_t>(x) >= (static_cast<uint64_t>(e.x) << (32 - n));
-      const uint32_t mask = __ballot_sync(0xffffffffu, emit);
-      if (emit) {
-        const uint32_t idx = words + __popc(mask & above);
-        if (2 * (idx + 1) <= cap) *reinterpret_cast<uint16_t*>(slot + (cap - 2 * (idx + 1))) = static_cast<uint16_t>(x);
-        x >>= 16;
+  ring.Start(sym + pieces * 1024, sym, sym + count);
+  for (uint64_t j = 0; j < pieces; ++j) {
+    const uint64_t k0 = (pieces - 1 - j) * 1024;
+    ring.Ensure(sym + k0);
+    const uint8_t* pb = ring.slots + (j & 3) * WarpRing<false>::kSlotBytes + lane;
+    if (j == 0) {
+      const uint32_t live = static_cast<uint32_t>(count - k0);  // symbols in this piece, 1..1024
+      for (int t = static_cast<int>((live - 1) / 32); t >= 0; --t) {
+        const bool active = 32u * t + lane < live;
+        step(active ? pb[32 * t] : 0u, active);
       }
-      words += __popc(mask);
-      if (active) {
-        const uint32_t q = RansDivide(x, RansDivisor{e.z, e.w});
-        x = (q << n) + (x - q * e.x) + e.y;
-      }
+    } else {
+#pragma unroll 8
+      for (int t = 31; t >= 0; --t) step(pb[32 * t], true);
     }
   }
   CpAsyncWait<0>();
