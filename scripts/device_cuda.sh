@@ -16,7 +16,9 @@
 #
 # Knobs: KVSERVE_BENCH_TOKENS (1024,8192,32768), KVSERVE_BENCH_REPEATS (20),
 # KVSERVE_SANITIZER=0 skips memcheck, KVSERVE_DUMP_DIR (/tmp/kvserve-dump)
-# receives the 8K-token cache and its kivi-2 rANS symbols, and
+# receives the 8K-token cache (cache-8k.bf16) and the rANS input symbols of
+# KVSERVE_DUMP_PROFILE (kvserve-htok, the best rANS profile) for it
+# (rans-symbols-8k.u8, with a .sizes file of u32 segment lengths), and
 # KVSERVE_EXTRA_BENCH, if set, is run last with that directory as its
 # argument (another codec measured on the same bytes; docs/cuda.md).
 # KVSERVE_NCU=PRESETS profiles one encode and decode of those presets
@@ -74,9 +76,10 @@ grep -E "^\[  (PASSED|FAILED|SKIPPED) |random profiles tested|Failure|differ|err
 
 echo "== benchmark"
 "$BIN/kvserve_cuda_bench" --tokens "${KVSERVE_BENCH_TOKENS:-1024,8192,32768}" --repeats "${KVSERVE_BENCH_REPEATS:-20}" \
-  --dump-cache "$DUMP/cache-8k.bf16" --dump-symbols "$DUMP/kivi2-rans-symbols-8k.u8" \
+  --dump-cache "$DUMP/cache-8k.bf16" --dump-symbols "$DUMP/rans-symbols-8k.u8" \
+  --dump-profile "${KVSERVE_DUMP_PROFILE:-kvserve-htok}" \
   --out "$OUT/bench.md" 2> "$OUT/bench_progress.txt" || status=1
-grep -E "^\| (d2d-copy|none|kivi-2|kvserve-h2r|identity\+kivi\(k=2,v=2,residual=128\)\+rans) \|" "$OUT/bench.md" | head -20
+grep -E "^\| (d2d-copy|none|kivi-2|kivi-4|duo|mixhq|kvserve-htok|kvserve-h2r) \|" "$OUT/bench.md" | head -30
 
 echo "== torch.compile reference (bench/torch_kivi_reference.py)"
 PYTHONUNBUFFERED=1 timeout 300 python3 "$ROOT/bench/torch_kivi_reference.py" --tokens "${KVSERVE_BENCH_TOKENS:-1024,8192,32768}" \

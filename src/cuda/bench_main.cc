@@ -3,10 +3,11 @@
 //
 //   kvserve_cuda_bench [--tokens 1024,8192,32768] [--repeats 20]
 //                      [--presets kivi-2,kvserve-h2r] [--no-verify] [--no-stages]
-//                      [--dump-cache FILE] [--dump-symbols FILE] [--out FILE]
-// --dump-cache / --dump-symbols write the 8K-token cache and its
-// identity+kivi(k=2,v=2,residual=128)+rans symbols, for measuring other
-// codecs on the same bytes (docs/cuda.md).
+//                      [--dump-cache FILE] [--dump-symbols FILE]
+//                      [--dump-profile SPEC] [--out FILE]
+// --dump-cache / --dump-symbols write the 8K-token cache and the rANS input
+// symbols of --dump-profile (default identity+kivi(k=2,v=2,residual=128)+rans)
+// for it, for measuring other codecs on the same bytes (docs/cuda.md).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,12 +60,14 @@ int main(int argc, char** argv) {
       options.dump_cache = argv[++i];
     } else if (arg == "--dump-symbols" && has_value) {
       options.dump_symbols = argv[++i];
+    } else if (arg == "--dump-profile" && has_value) {
+      options.dump_profile = argv[++i];
     } else if (arg == "--out" && has_value) {
       out_path = argv[++i];
     } else {
       std::fprintf(stderr,
                    "usage: %s [--tokens N,..] [--repeats N] [--presets a,b] [--no-verify] [--no-stages]\n"
-                   "          [--dump-cache FILE] [--dump-symbols FILE] [--out FILE]\n",
+                   "          [--dump-cache FILE] [--dump-symbols FILE] [--dump-profile SPEC] [--out FILE]\n",
                    argv[0]);
       return 2;
     }
