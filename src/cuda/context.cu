@@ -47,6 +47,7 @@ class PlanTables {
     cudaFree(sign_words_);
     cudaFree(header_);
     cudaFree(pack_jobs_);
+    cudaFree(segment_order_);
   }
   Status Init(const Plan& plan) {
     KVSERVE_RETURN_IF_ERROR(Upload(plan.records, &records_));
@@ -57,10 +58,12 @@ class PlanTables {
     KVSERVE_RETURN_IF_ERROR(Upload(plan.raw_records, &raw_records_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.header, &header_));
     KVSERVE_RETURN_IF_ERROR(Upload(plan.pack_jobs, &pack_jobs_));
+    KVSERVE_RETURN_IF_ERROR(Upload(plan.segment_order, &segment_order_));
     return Upload(plan.sign_words, &sign_words_);
   }
   DeviceTables tables() const {
-    return DeviceTables{records_, runs_, segments_, tiles_, raw_spans_, raw_records_, sign_words_, header_, pack_jobs_};
+    return DeviceTables{records_,     runs_,   segments_,  tiles_,         raw_spans_,
+                        raw_records_, sign_words_, header_, pack_jobs_, segment_order_};
   }
 
  private:
@@ -73,6 +76,7 @@ class PlanTables {
   uint64_t* sign_words_ = nullptr;
   uint8_t* header_ = nullptr;
   PackJob* pack_jobs_ = nullptr;
+  int32_t* segment_order_ = nullptr;
 };
 
 // A device view of `data` with `strides`; vec16 when every lane's 16

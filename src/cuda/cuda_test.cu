@@ -167,6 +167,29 @@ TEST(CudaHost, UnsupportedProfilesAreReported) {
   EXPECT_TRUE(CheckSupported(*Profile::Parse("kvserve-h2r"), shape).ok());
 }
 
+// The rANS kernels' segment order: within each layer, and over the whole
+// frame, a permutation of the segments with the longest first.
+TEST(CudaHost, RansSegmentOrderIsLongestFirstPerLayerAndWhole) {
+  const KvShape shape{3, 2, 700, 64};  // residual (raw) records, 3 chunks per kind
+  auto plan = BuildPlan(*Profile::Parse("kvserve-h2r"), shape, DType::kBF16, {}, false);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const int64_t S = static_cast<int64_t>(plan->segments.size());
+  ASSERT_EQ(static_cast<int64_t>(plan->segment_order.size()), 2 * S);
+  auto check = [&](int64_t at, int64_t begin, int64_t end) {
+    std::vector<int32_t> got(plan->segment_order.begin() + at, plan->segment_order.begin() + at + (end - begin));
+    for (size_t k = 1; k < got.size(); ++k)
+      EXPECT_GE(plan->segments[got[k - 1]].count, plan->segments[got[k]].count) << "position " << k;
+    std::sort(got.begin(), got.end());
+    for (int64_t k = 0; k < end - begin; ++k) ASSERT_EQ(got[k], begin + k) << "not a permutation";
+  };
+  for (int l = 0; l < shape.layers; ++l)
+    check(plan->layer_segments[l], plan->layer_segments[l], plan->layer_segments[l + 1]);
+  check(S, 0, S);
+  // The raw records' single segments (the longest) come first.
+  EXPECT_EQ(plan->segments[plan->segment_order[S]].run, -1);
+  EXPECT_TRUE(BuildPlan(*Profile::Parse("kivi-2"), shape, DType::kBF16, {}, false)->segment_order.empty());
+}
+
 // ------------------------------------------------------------ GPU helpers
 
 template <typename T = uint8_t>

@@ -28,6 +28,7 @@ struct DeviceTables {
   const uint64_t* sign_words = nullptr;
   const uint8_t* header = nullptr;  // the serialized frame header
   const PackJob* pack_jobs = nullptr;  // pack_warps encoders: one per tile
+  const int32_t* segment_order = nullptr;  // rans: Plan::segment_order
 };
 
 // A contiguous slice of the plan (one layer, or the whole frame).

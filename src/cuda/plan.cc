@@ -4,6 +4,7 @@
 #include "cuda/plan.h"
 
 #include <algorithm>
+#include <numeric>
 #include <string>
 
 #include "pipeline/frame_format.h"
@@ -20,6 +21,23 @@ uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // that the rANS words, which the encoder writes backwards from the slot's
 // end, are aligned u16 stores.
 uint64_t SlotStart(uint64_t at, uint64_t len) { return AlignUp(at + len, 16) - len; }
+
+// Plan::segment_order: each layer's segment indices by symbol count,
+// largest first (ties in plan order), then all of them the same way.
+std::vector<int32_t> LongestFirst(const std::vector<SegmentDesc>& segments,
+                                  const std::vector<int64_t>& layer_segments) {
+  const int64_t S = static_cast<int64_t>(segments.size());
+  std::vector<int32_t> order(2 * S);
+  auto sort_range = [&](int32_t* first, int64_t begin, int64_t end) {
+    std::iota(first, first + (end - begin), static_cast<int32_t>(begin));
+    std::stable_sort(first, first + (end - begin),
+                     [&](int32_t a, int32_t b) { return segments[a].count > segments[b].count; });
+  };
+  for (size_t l = 0; l + 1 < layer_segments.size(); ++l)
+    sort_range(order.data() + layer_segments[l], layer_segments[l], layer_segments[l + 1]);
+  sort_range(order.data() + S, 0, S);
+  return order;
+}
 
 struct RunSpec {
   int begin, end, levels;
@@ -332,6 +350,7 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
   plan.layer_raw_spans.push_back(static_cast<int64_t>(plan.raw_spans.size()));
   plan.layer_raw_records.push_back(static_cast<int64_t>(plan.raw_records.size()));
+  if (rans) plan.segment_order = LongestFirst(plan.segments, plan.layer_segments);
   plan.static_sizes = !rans;
   plan.direct = !rans;
   plan.pack_warps = !rans && D == 128 && profile.transform() == TransformType::kIdentity;

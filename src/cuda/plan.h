@@ -170,6 +170,13 @@ struct Plan {
   std::vector<PackJob> pack_jobs;
   std::vector<int64_t> pack_job_starts;
   int pack_paths = 0;
+  // rANS frames: the order the rANS kernels take segments in, longest first
+  // (a segment is one warp's serial walk, so the long ones -- raw records'
+  // single segments -- start with the first wave instead of last). Entries
+  // [layer_segments[l], layer_segments[l + 1]) are layer l's segments (for
+  // layer-at-a-time launches); entries [S, 2 S) are all S segments (for
+  // whole-frame launches). Empty for pack frames.
+  std::vector<int32_t> segment_order;
   std::vector<RawSpan> raw_spans;
   std::vector<int32_t> raw_records;     // indices of the raw records
   std::vector<uint64_t> sign_words;     // [layer][kind][head][word]

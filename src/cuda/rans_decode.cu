@@ -132,11 +132,14 @@ constexpr size_t kRingBytes = WarpRing<true>::kSlots * WarpRing<true>::kSlotByte
 // symbol per slot, frequencies and cumulatives, the stream ring.
 KV_HD size_t WarpSmemBytes(int cap_bits) { return (size_t{1} << cap_bits) + 2048 + kRingBytes; }
 
-__global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, int cap_bits) {
+// Warp i of the launch decodes segment segment_order[order_base + a.sb + i]
+// (Plan::segment_order: longest first).
+__global__ void __launch_bounds__(32 * kRansWarps) RansDecodeKernel(DecArgs a, int cap_bits, int64_t order_base) {
   KV_DYNAMIC_SMEM(smem);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t si = a.sb + static_cast<int64_t>(blockIdx.x) * kRansWarps + warp;
-  if (si >= a.se || Failed(a.ws, a.L)) return;
+  const int64_t i = a.sb + static_cast<int64_t>(blockIdx.x) * kRansWarps + warp;
+  if (i >= a.se || Failed(a.ws, a.L)) return;
+  const int64_t si = a.t.segment_order[order_base + i];
   uint32_t* err = ErrorBlock(a.ws, a.L);
   uint8_t* mine = smem + static_cast<size_t>(warp) * WarpSmemBytes(cap_bits);
   uint32_t* freq = reinterpret_cast<uint32_t*>(mine + (WarpSmemBytes(cap_bits) - 2048 - kRingBytes));
@@ -287,8 +290,9 @@ Status LaunchRansDecode(const DecodeLaunch& d, CUstream_st* stream) {
       cudaFuncSetAttribute(RansDecodeKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) !=
           cudaSuccess)
     return LaunchStatus("decode: rans smem");
+  const int64_t order_base = d.range.layer < 0 ? a.se : 0;  // whole frame: entries [S, 2 S)
   KV_LAUNCH(RansDecodeKernel, static_cast<unsigned>((S + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, smem, stream)(
-      a, cap_bits);
+      a, cap_bits, order_base);
   return LaunchStatus("decode: rans");
 }
 

@@ -79,12 +79,15 @@ struct RansEncSmem {
   __align__(16) uint8_t ring[kRansWarps][WarpRing<false>::kSlots * WarpRing<false>::kSlotBytes];
 };
 
+// Warp i of the launch codes segment segment_order[order_base + seg_begin + i]
+// (Plan::segment_order: longest first).
 __global__ void __launch_bounds__(32 * kRansWarps) RansEncodeKernel(EncArgs a, int64_t seg_begin,
-                                                                    int64_t seg_end) {
+                                                                    int64_t seg_end, int64_t order_base) {
   __shared__ RansEncSmem sm;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t si = seg_begin + static_cast<int64_t>(blockIdx.x) * kRansWarps + warp;
-  if (si >= seg_end) return;
+  const int64_t i = seg_begin + static_cast<int64_t>(blockIdx.x) * kRansWarps + warp;
+  if (i >= seg_end) return;
+  const int64_t si = a.t.segment_order[order_base + i];
   const SegmentDesc seg = a.t.segments[si];
   const uint64_t count = seg.count;
   const int levels = seg.levels, b = seg.bits, n = a.c.table_bits;
@@ -252,7 +255,9 @@ Status LaunchRansEncode(const EncodeLaunch& e, const PlanRange& range, CUstream_
   a.direct = 0;
   const int64_t segments = range.segment_end - range.segment_begin;
   if (segments <= 0) return Status::Ok();
-  KV_LAUNCH(RansEncodeKernel, static_cast<unsigned>((segments + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, 0, stream)(a, range.segment_begin, range.segment_end);
+  const int64_t order_base = range.layer < 0 ? range.segment_end : 0;  // whole frame: entries [S, 2 S)
+  KV_LAUNCH(RansEncodeKernel, static_cast<unsigned>((segments + kRansWarps - 1) / kRansWarps), 32 * kRansWarps, 0,
+            stream)(a, range.segment_begin, range.segment_end, order_base);
   return LaunchStatus("encode: rans");
 }
 
