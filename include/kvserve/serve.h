@@ -253,7 +253,9 @@ class ServeClient {
   ~ServeClient();
   // Submits `request` and returns the response (jct_seconds filled in).
   // The returned Result fails only for a bad request (InvalidArgument); a
-  // request that could not be served has a non-OK response status.
+  // request that could not be served has a non-OK response status: the last
+  // submission's error, with every earlier submission's after "earlier:"
+  // (dial failures say "connecting").
   Result<ServeResponse> Submit(const ServeRequest& request);
 
  private:

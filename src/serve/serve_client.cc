@@ -22,6 +22,15 @@ Result<ServeResponse> ServeClient::Submit(const ServeRequest& request) {
   if (request.prompt.empty()) return Status::InvalidArgument("request has an empty prompt");
   const std::vector<uint8_t> payload = serve::EncodeRequest(request);
   Status last = Status::Unavailable("no attempt made");
+  // Every failed submission's status, so a request that gives up says what
+  // each attempt ran into (connecting, or the exchange), not only the last.
+  std::string earlier;
+  bool failed_before = false;
+  auto failed_attempt = [&](Status s) {
+    if (failed_before) earlier += (earlier.empty() ? "" : "; ") + last.ToString();
+    failed_before = true;
+    last = std::move(s);
+  };
   const int attempts = std::max(1, options_.max_attempts);
   int tried = 0;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
@@ -31,7 +40,7 @@ Result<ServeResponse> ServeClient::Submit(const ServeRequest& request) {
     if (!connection_) {
       auto c = Connection::Dial(*transport_, address, options_.connection);
       if (!c.ok()) {
-        last = c.status().WithContext("prefill worker " + address);
+        failed_attempt(c.status().WithContext("prefill worker " + address + ", connecting"));
         ++next_address_;
         if (c.status().code() == StatusCode::kPermissionDenied) break;
         continue;
@@ -41,7 +50,7 @@ Result<ServeResponse> ServeClient::Submit(const ServeRequest& request) {
     const double start = MonotonicSeconds();
     auto response = serve::Exchange(*connection_, payload, options_.response_timeout_seconds);
     if (!response.ok()) {
-      last = response.status().WithContext("prefill worker " + address);
+      failed_attempt(response.status().WithContext("prefill worker " + address));
       connection_->Close();
       connection_.reset();
       ++next_address_;
@@ -49,7 +58,7 @@ Result<ServeResponse> ServeClient::Submit(const ServeRequest& request) {
     }
     response->timings.jct_seconds = MonotonicSeconds() - start;
     if (response->status.code() == StatusCode::kUnavailable && attempt < attempts) {
-      last = response->status;
+      failed_attempt(response->status);
       ++next_address_;
       connection_->Close();
       connection_.reset();
@@ -60,7 +69,8 @@ Result<ServeResponse> ServeClient::Submit(const ServeRequest& request) {
   ServeResponse failed;
   failed.id = request.id;
   failed.status = last.WithContext("request " + std::to_string(request.id) + " gave up after " +
-                                   std::to_string(tried) + " submission(s)");
+                                   std::to_string(tried) + " submission(s)" +
+                                   (earlier.empty() ? "" : " (earlier: " + earlier + ")"));
   return failed;
 }
 

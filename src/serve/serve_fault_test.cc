@@ -181,6 +181,28 @@ TEST_P(ServeFaultTest, NoDecodeWorkerFailsClearly) {
       << response->status.ToString();
 }
 
+// A client that cannot reach its prefill worker gives up with what every
+// submission ran into, not only the last.
+TEST_P(ServeFaultTest, UnreachablePrefillWorkerFailsNamingEveryAttempt) {
+  auto transport = transporttest::MakeTransport(GetParam());
+  ServeClientOptions co;
+  co.prefill_addresses = {"127.0.0.1:1"};  // nothing listens there
+  co.connection = servetest::Options("client-secret", "router");
+  co.max_attempts = 3;
+  ServeClient client(transport.get(), co);
+  std::mt19937_64 rng(18);
+  auto response = client.Submit(LosslessRequest(rng, 6));
+  ASSERT_TRUE(response.ok());
+  const std::string m = response->status.ToString();
+  EXPECT_FALSE(response->status.ok());
+  EXPECT_NE(m.find("gave up after 3 submission(s)"), std::string::npos) << m;
+  int connecting = 0;
+  for (size_t at = m.find("127.0.0.1:1, connecting"); at != std::string::npos;
+       at = m.find("127.0.0.1:1, connecting", at + 1))
+    ++connecting;
+  EXPECT_EQ(connecting, 3) << m;
+}
+
 TEST_P(ServeFaultTest, LostPrefillWorkerIsRePrefilledElsewhere) {
   auto first = servetest::StartCluster(servetest::Over(GetParam()));
   auto second = servetest::StartCluster(servetest::Over(GetParam()));
