@@ -190,9 +190,10 @@ KV_DEV uint32_t StageAsync(uint32_t* smem, const uint8_t* src, uint32_t n, const
 // ahead of the reader. The warp calls Start once, then, before each read
 // step (or group of steps), Ensure(g) with the furthest byte it reads; g's
 // piece moves at most one piece per call, and the reader reads nothing
-// before the piece preceding g's. Byte(g) reads the byte at global address
-// g; piece n sits in slot n mod kSlots, so a forward ring's byte at offset
-// o from `base` is slots[o mod (kSlots * kSlotBytes)]. Bytes
+// before the piece preceding g's. Piece n sits in slot n mod kSlots at its
+// natural byte order, so a forward ring's byte at offset o from `base` is
+// slots[o mod (kSlots * kSlotBytes)] and a backward ring's piece n is slot
+// n mod kSlots (the readers index `slots` directly). Bytes
 // outside [lo, hi) read as 0. Backward (kForward false) rings serve readers
 // that move towards lower addresses from `base`.
 template <bool kForward>
@@ -246,13 +247,6 @@ struct WarpRing {
     __syncwarp();
     ready = issued - 1;
     Issue();
-  }
-  // (Ranges are below 4 GiB: 32-bit offsets, shifts and masks.)
-  KV_DEV uint32_t Byte(const uint8_t* g) const {
-    static_assert(kSlotBytes == 1024 && kSlots == 4, "Byte's shifts assume 4 slots of 1 KiB");
-    const uint32_t off = static_cast<uint32_t>(kForward ? g - base : (base - 1) - g);
-    const uint32_t in_piece = kForward ? (off & 1023u) : 1023u - (off & 1023u);
-    return slots[((off >> 10) & 3u) * kSlotBytes + in_piece];
   }
 };
 

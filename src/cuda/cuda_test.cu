@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/common.cuh"
 #include "cuda/grid.cuh"
 #include "cuda/plan.h"
 #include "cuda/rows.cuh"
@@ -168,26 +169,38 @@ TEST(CudaHost, UnsupportedProfilesAreReported) {
 }
 
 // The rANS kernels' segment order: within each layer, and over the whole
-// frame, a permutation of the segments with the longest first.
+// frame, a permutation of the segments with the longest first; for the
+// stateless rANS presets and a uniform rANS profile on seeded random shapes
+// (with and without raw residual records), and none for pack frames.
 TEST(CudaHost, RansSegmentOrderIsLongestFirstPerLayerAndWhole) {
-  const KvShape shape{3, 2, 700, 64};  // residual (raw) records, 3 chunks per kind
-  auto plan = BuildPlan(*Profile::Parse("kvserve-h2r"), shape, DType::kBF16, {}, false);
-  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  const int64_t S = static_cast<int64_t>(plan->segments.size());
-  ASSERT_EQ(static_cast<int64_t>(plan->segment_order.size()), 2 * S);
-  auto check = [&](int64_t at, int64_t begin, int64_t end) {
-    std::vector<int32_t> got(plan->segment_order.begin() + at, plan->segment_order.begin() + at + (end - begin));
-    for (size_t k = 1; k < got.size(); ++k)
-      EXPECT_GE(plan->segments[got[k - 1]].count, plan->segments[got[k]].count) << "position " << k;
-    std::sort(got.begin(), got.end());
-    for (int64_t k = 0; k < end - begin; ++k) ASSERT_EQ(got[k], begin + k) << "not a permutation";
-  };
-  for (int l = 0; l < shape.layers; ++l)
-    check(plan->layer_segments[l], plan->layer_segments[l], plan->layer_segments[l + 1]);
-  check(S, 0, S);
-  // The raw records' single segments (the longest) come first.
-  EXPECT_EQ(plan->segments[plan->segment_order[S]].run, -1);
-  EXPECT_TRUE(BuildPlan(*Profile::Parse("kivi-2"), shape, DType::kBF16, {}, false)->segment_order.empty());
+  std::mt19937 rng(31);
+  int with_raw = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    const KvShape shape{1 + static_cast<int>(rng() % 4), 1 + static_cast<int>(rng() % 4),
+                        1 + static_cast<int>(rng() % 1200), 64 << (rng() % 2)};
+    // Quantizers without state (mixhq's and duo's depend on head scores).
+    for (const char* spec : {"kvserve-h2r", "kvserve-htok", "cachegen", "identity+uniform(k=3,v=5)+rans"}) {
+      SCOPED_TRACE(std::string(spec) + " tokens " + std::to_string(shape.tokens));
+      auto plan = BuildPlan(*Profile::Parse(spec), shape, DType::kBF16, {}, false);
+      ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+      const int64_t S = static_cast<int64_t>(plan->segments.size());
+      ASSERT_EQ(static_cast<int64_t>(plan->segment_order.size()), 2 * S);
+      auto check = [&](int64_t at, int64_t begin, int64_t end) {
+        std::vector<int32_t> got(plan->segment_order.begin() + at, plan->segment_order.begin() + at + (end - begin));
+        for (size_t k = 1; k < got.size(); ++k)
+          EXPECT_GE(plan->segments[got[k - 1]].count, plan->segments[got[k]].count) << "position " << k;
+        std::sort(got.begin(), got.end());
+        for (int64_t k = 0; k < end - begin; ++k) ASSERT_EQ(got[k], begin + k) << "not a permutation";
+      };
+      for (int l = 0; l < shape.layers; ++l)
+        check(plan->layer_segments[l], plan->layer_segments[l], plan->layer_segments[l + 1]);
+      check(S, 0, S);
+      if (!plan->raw_records.empty()) ++with_raw;  // raw residual segments take part
+    }
+  }
+  EXPECT_GT(with_raw, 0) << "no shape had raw residual records";
+  EXPECT_TRUE(BuildPlan(*Profile::Parse("kivi-2"), KvShape{2, 2, 300, 128}, DType::kBF16, {}, false)
+                  ->segment_order.empty());
 }
 
 // ------------------------------------------------------------ GPU helpers
@@ -359,7 +372,7 @@ Decoded GpuDecode(const std::vector<uint8_t>& frame, const KvShape& shape, DType
   r.status = (*dec)->Decode(f.ptr, frame.size(), view, mask.ptr, ws.ptr, nullptr);
   uint32_t error_block[4] = {};  // read before Check, which resets it
   (void)cudaMemcpy(error_block, ws.ptr, sizeof(error_block), cudaMemcpyDeviceToHost);
-  r.locate_flags = error_block[3];
+  r.locate_flags = error_block[kErrFlags];
   if (r.status.ok()) r.status = (*dec)->Check(ws.ptr, nullptr);
   if (!r.status.ok()) return r;
   r.values.resize(out_bytes);

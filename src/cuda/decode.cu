@@ -751,7 +751,8 @@ Status LaunchDecode(const DecodeLaunch& d, const DeviceView& out, CUstream_st* s
     if (cudaMemsetAsync(a.ws + a.L.rec_off + 8 * a.rb, 0xFF, 8 * R, stream) != cudaSuccess)
       return LaunchStatus("decode: reset offsets");
     const uint64_t chunks = d.bytes_len / 16 + 2;  // aligned 16-byte chunks (at most)
-    const unsigned scan_blocks = static_cast<unsigned>(std::min<uint64_t>((chunks + 255) / 256, 132 * 8));
+    const unsigned scan_blocks = static_cast<unsigned>(
+        std::min<uint64_t>((chunks + 255) / 256, uint64_t{8} * MultiprocessorCount()));
     KV_LAUNCH(LocateScanKernel, scan_blocks, 256, 0, stream)(a);
     KV_LAUNCH(LocateChainKernel, Blocks(R, 256), 256, 0, stream)(a);
   }

@@ -408,19 +408,17 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
     auto path_key = [](const PackJob& j) { return (j.axis != 0 ? 0 : 16) + j.bits; };
     std::stable_sort(plan.pack_jobs.begin(), plan.pack_jobs.end(),
                      [&](const PackJob& x, const PackJob& y) { return path_key(x) < path_key(y); });
-    const int L = shape.layers;
-    for (size_t i = 0; i < plan.pack_jobs.size(); ++i) {
-      const bool new_path = i == 0 || path_key(plan.pack_jobs[i]) != path_key(plan.pack_jobs[i - 1]);
-      if (new_path) {
-        if (i > 0) plan.pack_job_starts.resize(static_cast<size_t>(plan.pack_paths) * (L + 1), static_cast<int64_t>(i));
-        ++plan.pack_paths;
+    // pack_job_starts: for each path, where each layer's jobs start (the
+    // first job of the path at that layer or later), then the path's end.
+    const std::vector<PackJob>& jobs = plan.pack_jobs;
+    const int64_t n = static_cast<int64_t>(jobs.size());
+    for (int64_t i = 0; i < n; ++plan.pack_paths) {
+      const int key = path_key(jobs[i]);
+      for (int l = 0; l <= shape.layers; ++l) {
+        while (i < n && path_key(jobs[i]) == key && jobs[i].layer < l) ++i;
+        plan.pack_job_starts.push_back(i);
       }
-      // Layers up to this job's start here (layers with no job of this path are empty).
-      while (static_cast<int>(plan.pack_job_starts.size()) <= (plan.pack_paths - 1) * (L + 1) + plan.pack_jobs[i].layer)
-        plan.pack_job_starts.push_back(static_cast<int64_t>(i));
     }
-    plan.pack_job_starts.resize(static_cast<size_t>(plan.pack_paths) * (L + 1),
-                                static_cast<int64_t>(plan.pack_jobs.size()));
   }
   plan.static_frame_bytes = offset;
   plan.max_frame_bytes = rans ? max_offset : offset;

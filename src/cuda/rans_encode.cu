@@ -52,10 +52,10 @@ KV_DEV int WarpLargest(const uint32_t* freq, int levels) {
   return best_s;
 }
 
-// A symbol's coding entry: x.x = the largest state that codes without
-// emitting a word first (f * 2^(32 - n) - 1, all ones when f = M), x.y / the
-// shift in w's low byte = f's reciprocal (rans_magic.cuh), z = cum, w >> 8 =
-// M - f.
+// A symbol's coding entry: x = the largest state that codes without
+// emitting a word first (f * 2^(32 - n) - 1, all ones when f = M); y and w's
+// low byte = the multiplier and shift of f's reciprocal (rans_magic.cuh);
+// z = cum; w >> 8 = M - f.
 KV_DEV uint4 MakeEncodeEntry(uint32_t f, uint32_t cum, int n) {
   const RansDivisor dv = MakeRansDivisor(f == 0 ? 1u : f);
   const uint64_t limit = static_cast<uint64_t>(f) << (32 - n);
