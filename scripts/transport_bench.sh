@@ -8,20 +8,27 @@
 #   2. Shaped links: two network namespaces joined by a veth pair whose
 #      egress is shaped with tc tbf at each of RATES_MBIT; TCP vs UCX over its
 #      tcp transport on the veth (shared memory would bypass the link).
-# Each cell is the median over ROUNDS rounds of the median over COUNT frames
-# of `kvserve transport bench` against a `kvserve transport serve` in
+# Each cell is the median over the rounds of the median over the frames of a
+# round (loopback: LOOPBACK_ROUNDS x LOOPBACK_COUNT; shaped links: ROUNDS x
+# COUNT) of `kvserve transport bench` against a `kvserve transport serve` in
 # another process (frame bytes over Begin-to-acknowledgement seconds, records
 # of 1 MiB), after WARMUP unmeasured frames of each size on the same
 # connection: the goodput of a kept connection, as between serving workers
 # (the first frames of a new connection are slow over either transport). The
 # transports alternate round by round so that they share the machine's load.
 #   scripts/transport_bench.sh [path/to/kvserve]     (needs root for part 2)
-# Env: SIZES_MB (1,2,4,8,16,32,64), ROUNDS (7), COUNT (5), WARMUP (2),
-# RATES_MBIT ("1000 4000"), OUT (docs/transport_bench.md).
+# Loopback gets more rounds and frames: its cells swing with the load of a
+# shared machine by more than the transports differ (docs/transport.md §9),
+# where a shaped link's rate holds every cell at the link's.
+# Env: SIZES_MB (1,2,4,8,16,32,64), LOOPBACK_ROUNDS (15), LOOPBACK_COUNT (20),
+# ROUNDS (7), COUNT (5), WARMUP (2), RATES_MBIT ("1000 4000"),
+# OUT (docs/transport_bench.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KVSERVE=$(realpath "${1:-build/release/tools/kvserve/kvserve}")
 SIZES_MB=${SIZES_MB:-1,2,4,8,16,32,64}
+LOOPBACK_ROUNDS=${LOOPBACK_ROUNDS:-15}
+LOOPBACK_COUNT=${LOOPBACK_COUNT:-20}
 ROUNDS=${ROUNDS:-7}
 COUNT=${COUNT:-5}
 WARMUP=${WARMUP:-2}
@@ -65,16 +72,18 @@ stop_all() {
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; done
   PIDS=()
 }
-# rounds "LABEL|PREFIX|FLAGS" ...: ROUNDS rounds, each sending WARMUP + COUNT
+# rounds N C "LABEL|PREFIX|FLAGS" ...: N rounds, each sending WARMUP + C
 # frames of every size over one connection per transport, the transports in
 # turn, so that all of them see the same load of this shared machine.
 rounds() {
-  for round in $(seq 1 "$ROUNDS"); do
+  local n=$1 c=$2
+  shift 2
+  for round in $(seq 1 "$n"); do
     for spec in "$@"; do
       IFS='|' read -r label prefix flags <<<"$spec"
       # shellcheck disable=SC2086
       $prefix "$KVSERVE" transport bench --server "${ADDRESS[$label]}" --sizes-mb "$SIZES_MB" \
-        --count "$COUNT" --warmup "$WARMUP" --json $flags | sed "s|^{|{\"label\":\"$label\",\"round\":$round,|" \
+        --count "$c" --warmup "$WARMUP" --json $flags | sed "s|^{|{\"label\":\"$label\",\"round\":$round,|" \
         >>"$DIR/results.jsonl"
     done
   done
@@ -108,7 +117,7 @@ echo "[bench] unshaped loopback" >&2
 start "loopback/tcp" "" 127.0.0.1:0 "--transport tcp"
 start "loopback/ucx" "" 127.0.0.1:0 "--transport ucx"
 start "loopback/ucx-tcp" "" 127.0.0.1:0 "--transport ucx --ucx-tls tcp"
-rounds "loopback/tcp||--transport tcp" "loopback/ucx||--transport ucx" \
+rounds "$LOOPBACK_ROUNDS" "$LOOPBACK_COUNT" "loopback/tcp||--transport tcp" "loopback/ucx||--transport ucx" \
   "loopback/ucx-tcp||--transport ucx --ucx-tls tcp"
 stop_all
 perftest "loopback/perftest-tcp" "" "" 127.0.0.1 "UCX_TLS=tcp"
@@ -123,7 +132,7 @@ if [ "$(id -u)" -eq 0 ] && netns_pair "$NS_S" "$NS_C" "$VETH_S" "$VETH_C" "$ADDR
     start "tbf${rate}/tcp" "ip netns exec $NS_S" "$ADDR_S:7500" "--transport tcp"
     start "tbf${rate}/ucx-tcp" "ip netns exec $NS_S" "$ADDR_S:7501" \
       "--transport ucx --ucx-tls tcp --ucx-devices $VETH_S"
-    rounds "tbf${rate}/tcp|ip netns exec $NS_C|--transport tcp" \
+    rounds "$ROUNDS" "$COUNT" "tbf${rate}/tcp|ip netns exec $NS_C|--transport tcp" \
       "tbf${rate}/ucx-tcp|ip netns exec $NS_C|--transport ucx --ucx-tls tcp --ucx-devices $VETH_C"
     stop_all
   done
@@ -133,9 +142,10 @@ fi
 
 LOAD_END=$(cut -d" " -f1-3 /proc/loadavg)
 MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores (load average $LOAD_START at the start, $LOAD_END at the end: the host is shared), $(free -g | awk '/Mem:/{print $2}') GiB RAM, Linux $(uname -r), UCX $(ucx_info -v | sed -n 's/^# Version //p')"
-python3 - "$DIR/results.jsonl" "$OUT" "$MACHINE" "$ROUNDS" "$RATES_MBIT" "$SHAPED" "$COUNT" "$WARMUP" <<'PY'
+python3 - "$DIR/results.jsonl" "$OUT" "$MACHINE" "$ROUNDS" "$RATES_MBIT" "$SHAPED" "$COUNT" "$WARMUP" \
+  "$LOOPBACK_ROUNDS" "$LOOPBACK_COUNT" <<'PY'
 import json, statistics, sys
-path, out, machine, rounds, rates, shaped, count, warmup = sys.argv[1:]
+path, out, machine, rounds, rates, shaped, count, warmup, lrounds, lcount = sys.argv[1:]
 rows = [json.loads(l) for l in open(path)]
 samples = {}
 for r in rows:
@@ -159,9 +169,10 @@ def table(title, columns, ratio, note):
 lines = ["# Transport goodput: UCX vs our TCP", "",
          "Generated by `scripts/transport_bench.sh` (do not edit by hand). One run on " + machine + ".",
          "Goodput = frame bytes / (FrameSender::Begin to the receiver's acknowledgement), Gbps",
-         f"(1e9 bit/s): the median over {rounds} rounds of the median over {count} frames; in each",
-         f"round every transport in turn sends, per size, {warmup} unmeasured and then {count} measured",
-         "frames over one connection (the goodput of a kept connection, as between serving",
+         "(1e9 bit/s): the median over the rounds of the median over the frames of a round",
+         f"(loopback: {lrounds} rounds of {lcount} frames; shaped links: {rounds} rounds of {count}",
+         f"frames); in each round every transport in turn sends, per size, {warmup} unmeasured and",
+         "then the measured frames over one connection (the goodput of a kept connection, as between serving",
          "workers), so the transports share the load of this shared machine; records of 1 MiB;",
          "sender and receiver are separate `kvserve transport` processes. ucx_perftest runs after",
          "the rounds.", ""]
