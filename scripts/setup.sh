@@ -17,6 +17,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-numpy python3-torch libdlpack-dev
   python3-sentencepiece r-cran-janeaustenr   # scripts/data/build_all.sh: tokenizer and corpora for the eval sets
+  python3-distutils python3-lib2to3 python3.11-venv   # ... and the stdlib packages its code corpus reads
   python3-matplotlib                  # scripts/plots.py draws the docs' plots from JSON
 
 )

