@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -193,9 +194,8 @@ Result<SearchOutcome> SearchFeasible(const ProfileRunOptions& a, std::vector<Can
   return outcome;
 }
 
-}  // namespace
-
-Result<GroundTruth> GenerateGroundTruthRun(const ProfileRunOptions& a, const Progress& progress) {
+// GenerateGroundTruthRun on synthetic or KV-file caches (proxy quality).
+Result<GroundTruth> ProxyGroundTruth(const ProfileRunOptions& a, const Progress& progress) {
   auto space = StrategySpace::Load(a.space);
   if (!space.ok()) return space.status();
   auto source = LoadKvSource(a, a.workload);
@@ -219,8 +219,6 @@ Result<GroundTruth> GenerateGroundTruthRun(const ProfileRunOptions& a, const Pro
        best >= 0 ? truth->rows[best].codec.compression_ratio : 0.0);
   return std::move(*truth);
 }
-
-namespace {
 
 // --- Task mode: --model is a model directory and --workload an eval set (or
 // "unified": the equal mix of --mix). Quality is the task evaluator's.
@@ -305,15 +303,33 @@ Result<ProfileTable> HoldOutTable(const ProfileRunOptions& a, const ProfileTable
   return table;
 }
 
-Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progress& progress) {
+// What a task-mode run evaluates with: the results database, the model's
+// quality evaluator, its head scores and one TaskPart per workload (the
+// candidates with codec metrics measured on that workload's real KV).
+// Heap-held: the parts' evaluators point into it.
+struct TaskSetup {
+  std::unique_ptr<ResultsDb> db;
+  std::unique_ptr<QualityEvaluator> quality;
+  std::optional<HeadScores> scores;
+  std::vector<TaskPart> parts;
+  bool unified = false;
+};
+
+// Builds the TaskSetup of `a` (its workload, or the parts of --mix for
+// "unified"); held-out evaluators only when a.holdout_samples > 0.
+Result<std::unique_ptr<TaskSetup>> PrepareTask(const ProfileRunOptions& a,
+                                               const Progress& progress) {
   if (a.workload.empty()) return Status::InvalidArgument("a workload is required (--workload)");
+  auto setup = std::make_unique<TaskSetup>();
   auto db = ResultsDb::Open(a.db);
   if (!db.ok()) return db.status();
+  setup->db = std::move(*db);
   auto space = StrategySpace::Load(a.space);
   if (!space.ok()) return space.status();
   auto quality = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
   if (!quality.ok()) return quality.status();
-  const ModelConfig& config = (*quality)->model().config();
+  setup->quality = std::move(*quality);
+  const ModelConfig& config = setup->quality->model().config();
 
   // Head scores for mixhq/duo: --head-scores, else <model>/head_scores.json.
   std::string scores_path = a.head_scores;
@@ -322,7 +338,7 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
     std::error_code ec;
     if (std::filesystem::is_regular_file(fallback, ec)) scores_path = fallback.string();
   }
-  std::optional<HeadScores> scores;
+  std::optional<HeadScores>& scores = setup->scores;
   if (!scores_path.empty()) {
     auto s = HeadScores::Load(scores_path);
     if (!s.ok()) return s.status();
@@ -351,7 +367,7 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   auto usable = StrategySpace::FromProfiles(profiles);
   if (!usable.ok()) return usable.status();
 
-  const bool unified = a.workload == "unified";
+  const bool unified = setup->unified = a.workload == "unified";
   const std::vector<std::string> names = unified ? SplitWords(a.mix) : std::vector{a.workload};
   if (names.empty()) return Status::InvalidArgument("--mix is empty");
   if (a.holdout_samples < 0) return Status::InvalidArgument("--holdout-samples must be >= 0");
@@ -362,7 +378,7 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   options.seed = a.sample_seed;
   options.cache_dir = a.cache_dir;
   options.head_scores = scores ? &*scores : nullptr;
-  std::vector<TaskPart> parts;
+  std::vector<TaskPart>& parts = setup->parts;
   for (const std::string& w : names) {
     auto path = ResolveWorkloadPath(w, a.eval_dir);
     if (!path.ok()) return path.status();
@@ -381,13 +397,13 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
       TaskEvaluatorOptions held_options = options;
       held_options.samples = a.holdout_samples;
       held_options.sample_tag = "holdout";
-      auto held_ev = TaskEvaluator::Create(quality->get(), w, std::move(*held), held_options);
+      auto held_ev = TaskEvaluator::Create(setup->quality.get(), w, std::move(*held), held_options);
       if (!held_ev.ok()) return held_ev.status();
       part.holdout = std::move(*held_ev);
-      part.holdout_cached = MakeCachingEvaluator(part.holdout.get(), db->get(),
+      part.holdout_cached = MakeCachingEvaluator(part.holdout.get(), setup->db.get(),
                                                  {a.model, w, "", part.holdout->sample_set(), ""});
     }
-    auto ev = TaskEvaluator::Create(quality->get(), w, std::move(*samples), options);
+    auto ev = TaskEvaluator::Create(setup->quality.get(), w, std::move(*samples), options);
     if (!ev.ok()) return ev.status();
     part.evaluator = std::move(*ev);
     auto kv = part.evaluator->CodecKv(a.codec_kv_tokens, &part.codec_kv);
@@ -396,14 +412,22 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
          *path, part.evaluator->samples_scored(), part.codec_kv);
     const std::string codec_set =
         fmt::format("realkv:{}:tokens={}", part.evaluator->sample_set(), kv->shape().tokens);
-    auto c = MeasureRunCandidates(a, *usable, kv->view(), options.head_scores, codec_set, db->get(), w,
+    auto c = MeasureRunCandidates(a, *usable, kv->view(), options.head_scores, codec_set, setup->db.get(), w,
                                progress);
     if (!c.ok()) return c.status();
     part.candidates = std::move(*c);
-    part.cached = MakeCachingEvaluator(part.evaluator.get(), db->get(),
+    part.cached = MakeCachingEvaluator(part.evaluator.get(), setup->db.get(),
                                        {a.model, w, "", part.evaluator->sample_set(), ""});
     parts.push_back(std::move(part));
   }
+  return setup;
+}
+
+Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progress& progress) {
+  KVSERVE_ASSIGN_OR_RETURN(std::unique_ptr<TaskSetup> setup, PrepareTask(a, progress));
+  std::vector<TaskPart>& parts = setup->parts;
+  const bool unified = setup->unified;
+  ResultsDb* db = setup->db.get();
   // Candidates: a unified search sees the mean codec metrics of its parts.
   std::vector<Candidate> candidates = parts.front().candidates;
   if (unified) {
@@ -432,7 +456,7 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
       parts.front().evaluator->samples_scored(), a.sample_seed, a.model);
   Note(progress, "quality evaluator: {}", evaluator.name());
   std::vector<TableEntry> entries;
-  auto outcome = SearchFeasible(a, std::move(candidates), evaluator, db->get(), sample_set,
+  auto outcome = SearchFeasible(a, std::move(candidates), evaluator, db, sample_set,
                                 progress, &entries);
   if (!outcome.ok()) return outcome.status();
   const SearchTrace& trace = outcome->trace;
@@ -475,6 +499,52 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
       a.model, a.workload, unified ? " --mix " + a.mix : "", a.searcher, a.quality_min, a.budget,
       a.seed, trace.observations.size(), evaluator.name(), quality_text, kv_text);
   return ProfileRunResult{*table, LabelledTableJson(*table, quality_text, provenance, extras)};
+}
+
+// GenerateGroundTruthRun in task mode: every configuration of the space
+// scored by the task evaluator (through the results database, so an
+// interrupted run resumes), with the codec metrics measured on the
+// workload's real KV.
+Result<GroundTruth> TaskGroundTruth(const ProfileRunOptions& options, const Progress& progress) {
+  if (options.workload == "unified") {
+    return Status::InvalidArgument(
+        "a ground truth is per workload: generate one for each workload of the mix and pass "
+        "them all to --ground-truth");
+  }
+  ProfileRunOptions a = options;
+  a.holdout_samples = 0;  // every configuration is scored on the same samples
+  KVSERVE_ASSIGN_OR_RETURN(std::unique_ptr<TaskSetup> setup, PrepareTask(a, progress));
+  TaskPart& part = setup->parts.front();
+  GroundTruth truth;
+  truth.workload = a.workload;
+  truth.quality_kind = fmt::format(
+      "task: relative quality vs none (exact-match ratio; perplexity ratio for perplexity "
+      "workloads) on {} samples (seed {}), model {}",
+      part.evaluator->samples_scored(), a.sample_seed, a.model);
+  truth.evaluator = part.evaluator->name();
+  truth.source = fmt::format(
+      "{}; CR and codec throughputs: CPU, 1 thread, on {}; space {}; command: kvserve profile "
+      "--model {} --workload {} --space {} --samples {} --sample-seed {} --codec-kv-tokens {} "
+      "--generate-ground-truth",
+      part.evaluator->name(), part.codec_kv, a.space, a.model, a.workload, a.space, a.samples,
+      a.sample_seed, a.codec_kv_tokens);
+  const double start = NowSeconds();
+  const int total = static_cast<int>(part.candidates.size());
+  Note(progress, "ground truth for {}: {} configurations scored by {}", a.workload, total,
+       part.evaluator->name());
+  for (int i = 0; i < total; ++i) {
+    const Candidate& c = part.candidates[i];
+    auto q = part.cached->Evaluate(c.profile);
+    if (!q.ok()) return q.status().WithContext(c.profile.ToString());
+    truth.rows.push_back({c.profile.ToString(), q->quality, c.codec});
+    Note(progress, "{} / {}  q={:.4f}  CR {:.2f}  {:.0f} s  {}", i + 1, total, q->quality,
+         c.codec.compression_ratio, NowSeconds() - start, c.profile.ToString());
+  }
+  const int best = truth.BestFeasible(a.quality_min);
+  Note(progress, "best at quality >= {}: {} (CR {:.3f})", a.quality_min,
+       best >= 0 ? truth.rows[best].spec : "none",
+       best >= 0 ? truth.rows[best].codec.compression_ratio : 0.0);
+  return truth;
 }
 
 }  // namespace
@@ -725,6 +795,11 @@ Result<ProfilingReport> RunProfilingReport(const ProfileRunOptions& a, const Pro
   Note(progress, "report done ({:.0f} s)", NowSeconds() - start);
   report.markdown = std::move(md);
   return report;
+}
+
+Result<GroundTruth> GenerateGroundTruthRun(const ProfileRunOptions& a, const Progress& progress) {
+  if (a.kv.empty() && IsModelDir(a.model)) return TaskGroundTruth(a, progress);
+  return ProxyGroundTruth(a, progress);
 }
 
 }  // namespace kvserve::lab

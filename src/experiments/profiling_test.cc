@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "runtime/test_model_util.h"
@@ -125,6 +127,63 @@ TEST_F(TaskProfilingTest, HoldOutNeedsSamplesTheSearchDidNotUse) {
   o = Options("bad.db");
   o.floor_on = "median";
   EXPECT_EQ(RunProfileSearch(o, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
+// The task-mode ground truth scores every configuration of the space with
+// the task evaluator through the results database: a search on the same
+// samples afterwards pays for nothing and finds the same qualities.
+TEST_F(TaskProfilingTest, TaskGroundTruthScoresEveryConfigurationOnceForTheSearchesToo) {
+  ProfileRunOptions o = Options("truth.db");
+  int scored = 0;
+  auto truth = GenerateGroundTruthRun(o, [&](const std::string& line) {
+    if (line.find(" / ") != std::string::npos && line.find("q=") != std::string::npos) ++scored;
+  });
+  ASSERT_TRUE(truth.ok()) << truth.status().ToString();
+  auto space = StrategySpace::Load(o.space);
+  ASSERT_TRUE(space.ok()) << space.status().ToString();
+  ASSERT_EQ(truth->rows.size(), space->size());
+  EXPECT_EQ(scored, static_cast<int>(space->size()));
+  EXPECT_EQ(truth->quality_kind.rfind("task:", 0), 0u) << truth->quality_kind;
+  EXPECT_EQ(truth->workload, o.workload);
+  std::set<std::string> specs;
+  for (const GroundTruthRow& row : truth->rows) {
+    EXPECT_TRUE(specs.insert(row.spec).second) << row.spec;
+    EXPECT_GT(row.codec.compression_ratio, 0.0) << row.spec;
+    EXPECT_GE(row.quality, 0.0) << row.spec;
+  }
+  auto reloaded = GroundTruth::FromJson(truth->ToJson());
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status().ToString();
+  ASSERT_EQ(reloaded->rows.size(), truth->rows.size());
+
+  // The search's evaluations all come from the database the ground truth
+  // filled, and its table's rows carry the ground truth's qualities.
+  o.holdout_samples = 0;
+  o.budget = static_cast<int>(space->size());
+  std::string stopped;
+  auto search = RunProfileSearch(o, [&](const std::string& line) {
+    if (line.rfind("stopped:", 0) == 0) stopped = line;
+  });
+  ASSERT_TRUE(search.ok()) << search.status().ToString();
+  int evaluations = -1, stored = -2;
+  const size_t at = stopped.find("; ");
+  ASSERT_NE(at, std::string::npos) << stopped;
+  ASSERT_EQ(std::sscanf(stopped.c_str() + at, "; %d evaluations (%d from the database)", &evaluations,
+                        &stored),
+            2)
+      << stopped;
+  EXPECT_GT(evaluations, 0);
+  EXPECT_EQ(evaluations, stored);
+  for (const auto& row : nlohmann::json::parse(search->table_json)["profiles"]) {
+    const std::string spec = row["spec"];
+    if (spec == "none") continue;
+    auto it = std::find_if(truth->rows.begin(), truth->rows.end(),
+                           [&](const GroundTruthRow& r) { return r.spec == spec; });
+    ASSERT_NE(it, truth->rows.end()) << spec;
+    EXPECT_DOUBLE_EQ(row["quality"][o.workload].get<double>(), it->quality) << spec;
+  }
+
+  o.workload = "unified";
+  EXPECT_EQ(GenerateGroundTruthRun(o, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

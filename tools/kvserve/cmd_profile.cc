@@ -103,8 +103,10 @@ RunFn SetupProfile(CLI::App& sub) {
   sub.add_option("--searcher", a->o.searcher, "bayes | random | exhaustive");
   sub.add_option("--seed", a->o.seed, "search seed");
   sub.add_option("--generate-ground-truth", a->generate_ground_truth,
-                 "measure every configuration of --space on the workload's KV and write the "
-                 "ground truth JSON here (no search)");
+                 "score every configuration of --space and write the ground truth JSON here (no "
+                 "search): with --model DIR, task quality on --samples samples of the eval "
+                 "workload (through --db: resumable, and shared with later searches); otherwise "
+                 "the reconstruction proxy on the workload's KV");
   sub.add_option("--report", a->report,
                  "write the ablation and baseline comparison (Markdown) here, from --ground-truth "
                  "files");

@@ -72,8 +72,14 @@ struct ProfileRunResult {
 Result<ProfileRunResult> RunProfileSearch(const ProfileRunOptions& options,
                                           const Progress& progress);
 
-// Measures every configuration of the space on the workload's KV (proxy
-// quality): the ground truth the searchers are scored against.
+// Scores every configuration of the space: the ground truth the searchers
+// are scored against. With a model directory (task mode) quality is the task
+// evaluator's on `samples` samples of the workload (seed `sample_seed`),
+// each evaluation through the results database `db` (an interrupted run
+// resumes; searches on the same samples find them there), and CR / codec
+// speed are measured on the workload's real KV; InvalidArgument for
+// "unified" (one ground truth per workload; a mix passes several). Otherwise
+// the reconstruction proxy on the synthetic or --kv cache.
 Result<GroundTruth> GenerateGroundTruthRun(const ProfileRunOptions& options,
                                            const Progress& progress);
 
