@@ -186,5 +186,39 @@ TEST_F(TaskProfilingTest, TaskGroundTruthScoresEveryConfigurationOnceForTheSearc
   EXPECT_EQ(GenerateGroundTruthRun(o, {}).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The report from task ground truths is the ground truth and the ablation
+// (with random search beside the engine), labelled with the task metric,
+// and writes no tables; task and proxy ground truths do not mix.
+TEST_F(TaskProfilingTest, ReportFromATaskGroundTruthIsTheAblationOnTaskQuality) {
+  ProfileRunOptions o = Options("report.db");
+  auto truth = GenerateGroundTruthRun(o, {});
+  ASSERT_TRUE(truth.ok()) << truth.status().ToString();
+  const std::string task_file = *dir_ + "/task-truth.json";
+  std::ofstream(task_file) << truth->ToJson();
+  ProfileRunOptions r;
+  r.ground_truth = {task_file};
+  r.quality_min = o.quality_min;
+  r.budget = 4;
+  r.seeds = 2;
+  auto report = RunProfilingReport(r, {});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->tables.empty());
+  const std::string& md = report->markdown;
+  EXPECT_NE(md.find("**task:"), std::string::npos) << md;
+  EXPECT_EQ(md.find("synthetic KV"), std::string::npos) << md;
+  EXPECT_NE(md.find("### Ablation"), std::string::npos) << md;
+  EXPECT_NE(md.find("| random search |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| full engine |"), std::string::npos) << md;
+  EXPECT_NE(md.find(truth->source), std::string::npos) << md;
+
+  GroundTruth proxy = *truth;
+  proxy.workload = "proxy-copy";
+  proxy.quality_kind = "proxy: reconstruction SNR, not task accuracy";
+  const std::string proxy_file = *dir_ + "/proxy-truth.json";
+  std::ofstream(proxy_file) << proxy.ToJson();
+  r.ground_truth = {task_file, proxy_file};
+  EXPECT_EQ(RunProfilingReport(r, {}).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvserve::lab

@@ -86,7 +86,10 @@ Result<GroundTruth> GenerateGroundTruthRun(const ProfileRunOptions& options,
 // The ablation over seeds, per-workload and unified tables and the
 // comparison with kivi-2 and cachegen (analog of the paper's Table 1), from
 // `ground_truth` files: the Markdown and one labelled table JSON per
-// workload plus "unified".
+// workload plus "unified". From task ground truths (quality_kind "task:
+// ..."), only the ground-truth and ablation sections and no tables (task
+// tables come from held-out searches); InvalidArgument when task and proxy
+// ground truths are mixed.
 struct ProfilingReport {
   std::string markdown;
   std::vector<std::pair<std::string, std::string>> tables;  // workload -> table JSON
