@@ -37,6 +37,19 @@ inline bool PortFree(int port) {
   return ok;
 }
 
+// A free loopback port below the kernel's ephemeral range (32768+), or 0:
+// a server restarted on it cannot find it taken meanwhile by another test's
+// outgoing connection (or by a client that connected to itself while the
+// server was down), as an ephemeral port can be.
+inline int FreePortBelowEphemeralRange() {
+  std::mt19937 rng(std::random_device{}());
+  for (int tries = 0; tries < 100; ++tries) {
+    const int port = 10000 + static_cast<int>(rng() % 22700);
+    if (PortFree(port)) return port;
+  }
+  return 0;
+}
+
 // The answer of `redis-cli -p port <args>` (first line), or "" on failure.
 inline std::string RedisCli(int port, const std::string& args) {
   const std::string cmd =

@@ -19,6 +19,7 @@
 
 #include "kvserve/pool.h"
 #include "kvserve/transport.h"
+#include "pool/redis_cluster_test_util.h"
 
 extern char** environ;
 
@@ -26,14 +27,6 @@ namespace kvserve {
 namespace {
 
 constexpr const char* kRedisServer = "/usr/bin/redis-server";
-
-int FreeLoopbackPort() {
-  auto tcp = NewTcpTransport();
-  auto l = tcp->Listen("127.0.0.1:0");
-  if (!l.ok()) return 0;
-  std::string a = (*l)->Address();
-  return std::atoi(a.substr(a.rfind(':') + 1).c_str());
-}
 
 // The process_id the Redis server on 127.0.0.1:`port` reports (INFO
 // server), or -1 when none answers.
@@ -132,7 +125,7 @@ class RedisPoolTest : public ::testing::Test {
   // On a free port; when another process takes it first, on another one.
   void StartRedis(bool persistent) {
     for (int attempt = 0; attempt < 10; ++attempt) {
-      redis_ = std::make_unique<RedisProcess>(dir_, FreeLoopbackPort(), persistent);
+      redis_ = std::make_unique<RedisProcess>(dir_, pooltest::FreePortBelowEphemeralRange(), persistent);
       if (redis_->Start()) return;
     }
     FAIL() << "redis-server did not start";

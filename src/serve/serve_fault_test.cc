@@ -5,10 +5,8 @@
 // tokens of a single-process run (lossless profile), or fails with a clear
 // error; none is answered from corrupted KV.
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +20,7 @@
 
 #include "kvserve/pool.h"
 #include "kvserve/serve.h"
+#include "pool/redis_cluster_test_util.h"
 #include "serve/serve_test_util.h"
 
 extern char** environ;
@@ -321,32 +320,18 @@ TEST_P(ServeProcessTest, DecodeWorkerKilledMidTransferFailsOver) {
 
 // --- Redis ----------------------------------------------------------------
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
-
 TEST_P(ServeRedisTest, RedisRestartedUnderThePoolEveryRequestCompletes) {
   if (std::system("command -v redis-server >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "redis-server not installed";
   const std::string script = std::string(KVSERVE_SOURCE_DIR) + "/scripts/start_redis.sh";
   const std::string dir = servetest::TempDir("redis");
   const std::string stop = script + " --stop --dir " + dir + " >/dev/null 2>&1";
-  // A free port can be taken between FreePort and redis binding it: the
+  // A free port can be taken between picking it and redis binding it: the
   // script says so (exit 3) and another port is tried.
   int port = 0;
   std::string start;
   for (int attempt = 0; attempt < 10; ++attempt) {
-    port = FreePort();
+    port = pooltest::FreePortBelowEphemeralRange();
     start = script + " --port " + std::to_string(port) + " --dir " + dir + " >/dev/null";
     if (std::system(start.c_str()) == 0) break;
     (void)std::system(stop.c_str());
