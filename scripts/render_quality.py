@@ -8,9 +8,12 @@ import argparse
 import json
 import os
 
-ORDER = ["qa", "math", "code", "prose", "multihop", "unseen"]
+ORDER = ["qa", "math", "code", "prose", "multihop", "unseen", "qa-hard", "multihop-hard", "code-hard"]
 SPLIT = {"qa": "profiling", "math": "profiling", "code": "profiling", "prose": "profiling",
-         "multihop": "unseen", "unseen": "unseen"}
+         "multihop": "unseen", "unseen": "unseen",
+         # Harder variants (scripts/data/make_workloads.py): 2K-4K-token contexts, more
+         # distractors, longer code prefixes; the shipped model does not saturate them.
+         "qa-hard": "harder", "multihop-hard": "harder", "code-hard": "harder"}
 
 
 def pct(v):
