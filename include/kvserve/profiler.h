@@ -278,8 +278,10 @@ class TaskEvaluator final : public Evaluator {
   // quality evaluator (invalid profile, missing head scores, runtime) as is.
   Result<QualityEstimate> Evaluate(const Profile& profile) override;
 
-  // Sample-set key for the results database: the subset, the wire dtype and
-  // the model fingerprint, so a retrained model never reuses old rows.
+  // Sample-set key for the results database: the subset, a hash of what it
+  // holds (every scored sample's id, metric and token ids), the wire dtype
+  // and the model fingerprint, so neither a retrained model nor a rebuilt
+  // eval set with other prompts is answered from old rows.
   std::string sample_set() const;
   const std::string& workload() const { return workload_; }
   // Samples scored per evaluation (min(samples, workload size)).
@@ -300,6 +302,7 @@ class TaskEvaluator final : public Evaluator {
   std::string workload_;
   std::vector<EvalSample> samples_;
   std::vector<int> subset_;
+  uint64_t data_hash_ = 0;  // of the subset's samples (sample_set)
   TaskEvaluatorOptions options_;
   std::optional<QualityReport> last_;
 };

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/checksum.h"
 #include "kvserve/profiler.h"
 
 namespace kvserve {
@@ -26,6 +27,20 @@ Result<std::unique_ptr<TaskEvaluator>> TaskEvaluator::Create(QualityEvaluator* q
   ev->subset_ = ChooseSubset(static_cast<int>(samples.size()), options.samples, options.seed);
   ev->samples_ = std::move(samples);
   ev->options_ = options;
+  // What the subset holds, not only which positions it takes: a rebuilt
+  // eval set with other prompts must not be answered from the old one's rows.
+  Checksum64Stream hash;
+  for (int i : ev->subset_) {
+    const EvalSample& s = ev->samples_[i];
+    const uint64_t sizes[3] = {s.id.size(), s.prompt_ids.size(), s.answer_ids.size()};
+    const int32_t metric = static_cast<int32_t>(s.metric);
+    hash.Update(sizes, sizeof(sizes));
+    hash.Update(s.id.data(), s.id.size());
+    hash.Update(&metric, sizeof(metric));
+    hash.Update(s.prompt_ids.data(), s.prompt_ids.size() * sizeof(int32_t));
+    hash.Update(s.answer_ids.data(), s.answer_ids.size() * sizeof(int32_t));
+  }
+  ev->data_hash_ = hash.Digest();
   return ev;
 }
 
@@ -36,8 +51,9 @@ std::string TaskEvaluator::name() const {
 
 std::string TaskEvaluator::sample_set() const {
   const std::string tag = options_.sample_tag.empty() ? "" : options_.sample_tag + ",";
-  return fmt::format("task:{}n={},seed={},wire={},model={}", tag, samples_scored(), options_.seed,
-                     DTypeName(options_.wire_dtype), quality_->model_fingerprint());
+  return fmt::format("task:{}n={},seed={},data={:016x},wire={},model={}", tag, samples_scored(),
+                     options_.seed, data_hash_, DTypeName(options_.wire_dtype),
+                     quality_->model_fingerprint());
 }
 
 Result<QualityEstimate> TaskEvaluator::Evaluate(const Profile& profile) {

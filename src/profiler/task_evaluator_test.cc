@@ -254,5 +254,27 @@ TEST(MixedEvaluatorTest, MeanQualityAndCombinedHalfWidth) {
   EXPECT_FALSE(empty.Evaluate(Profile()).ok());
 }
 
+// The database key names what the subset holds: the same samples give the
+// same key, a sample with other tokens another one.
+TEST_F(TaskEvaluatorTest, SampleSetChangesWithTheSubsetsContent) {
+  auto a = Make(4, 9), b = Make(4, 9);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(a->sample_set(), b->sample_set());
+  std::mt19937 rng(31);
+  for (int trial = 0; trial < 4; ++trial) {
+    std::vector<EvalSample> changed = samples_;
+    EvalSample& s = changed[rng() % changed.size()];
+    std::vector<int32_t>& ids = rng() % 2 ? s.prompt_ids : s.answer_ids;
+    ids[rng() % ids.size()] ^= 1;
+    // All samples are scored, so the changed one is in the subset.
+    auto c = Make(static_cast<int>(changed.size()), 9, "", "", &changed);
+    auto d = Make(static_cast<int>(samples_.size()), 9);
+    ASSERT_NE(c, nullptr);
+    ASSERT_NE(d, nullptr);
+    EXPECT_NE(c->sample_set(), d->sample_set()) << "trial " << trial;
+  }
+}
+
 }  // namespace
 }  // namespace kvserve
