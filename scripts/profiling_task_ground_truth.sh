@@ -12,8 +12,9 @@
 # Generation goes through the results database $DB, so an interrupted run
 # resumes where it stopped and a later search on the same samples pays for
 # nothing twice. Needs the eval sets (scripts/data/build_all.sh; run here if
-# missing). About 1 hour per workload on 2 cores (325 configurations of 100
-# samples each; prefills cached under .cache/kvserve-quality).
+# missing). 1-1.5 hours per workload on 2 cores (325 configurations of 100
+# samples each, 10-15 s apiece; 5,144 s measured with other jobs beside it;
+# prefills cached under .cache/kvserve-quality).
 #
 # Environment: MODEL (models/kvs-qwen2-9m), WORKLOADS ("multihop-hard"),
 # SPACE (configs/strategy_space_reduced.json), N (100: samples per
