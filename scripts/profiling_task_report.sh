@@ -22,8 +22,9 @@
 # Environment: MODEL (models/kvs-qwen2-9m), N (100: comparison samples per
 # workload), SEARCH_N (N: samples per search evaluation), HOLDOUT_N (N:
 # held-out samples per table row), Q (0.97), B (80),
-# PROFILING ("qa math code prose"), UNSEEN ("multihop:qa unseen:prose", each
-# workload:nearest), DB (.cache/kvserve-profile/<model>.db), NICE (10),
+# PROFILING ("qa math code prose"), UNSEEN ("multihop:qa unseen:prose
+# qa-hard:qa multihop-hard:qa code-hard:code", each workload:nearest profiling
+# workload), DB (.cache/kvserve-profile/<model>.db), NICE (10),
 # REUSE_BASELINES (0; 1 keeps docs/results/profiling/<w>.baselines.json),
 # CODEC_KV_TOKENS (512).
 # Prefills are cached under .cache/kvserve-quality (shared with
@@ -42,7 +43,7 @@ HOLDOUT_N=${HOLDOUT_N:-$N}   # held-out samples per table row (disjoint from the
 Q=${Q:-0.97}
 B=${B:-80}
 PROFILING=${PROFILING:-"qa math code prose"}
-UNSEEN=${UNSEEN:-"multihop:qa unseen:prose"}
+UNSEEN=${UNSEEN:-"multihop:qa unseen:prose qa-hard:qa multihop-hard:qa code-hard:code"}
 name=$(basename "$MODEL")
 DB=${DB:-.cache/kvserve-profile/$name.db}
 NICE=${NICE:-10}
@@ -54,14 +55,17 @@ mkdir -p "$(dirname "$DB")" configs/profiles "$results"
 
 # Stage 1: tables.
 mix=$(echo $PROFILING | tr ' ' ',')
+timings=""
 for w in $PROFILING unified; do
   table="configs/profiles/$name-$w.json"
   if [[ $research == 1 || ! -f "$table" ]]; then
     echo "== profile $w (budget $B, $SEARCH_N samples, quality >= $Q)" >&2
+    t0=$(date +%s)
     nice -n "$NICE" "$kvserve" profile --model "$MODEL" --workload "$w" --mix "$mix" \
       --quality-min "$Q" --budget "$B" --samples "$SEARCH_N" --sample-seed 0 --holdout-samples "$HOLDOUT_N" \
       --threads 1 --codec-kv-tokens "$CODEC_KV_TOKENS" \
       --head-scores "$HEADS" --db "$DB" --out "$table"
+    timings+="${timings:+, }\"$w\": $(( $(date +%s) - t0 ))"
   fi
 done
 
@@ -77,13 +81,17 @@ PY
 measure() {  # measure <workload> <out.json> <profiles...>
   local w=$1 out=$2; shift 2
   local list; list=$(IFS=,; echo "$*")
+  # Per-sample scores (for the paired comparison with kivi-2), without the
+  # predicted token ids.
   nice -n "$NICE" "$kvserve" quality -m "$MODEL" -w "$w" -p "$list" -n "$N" --seed 0 --holdout-of "$SEARCH_N" \
-    --threads 1 --head-scores "$HEADS" --json -q > "$out.tmp"
+    --threads 1 --head-scores "$HEADS" --json --per-sample -q > "$out.raw"
+  python3 scripts/render_profiling_task.py --strip "$out.raw" > "$out.tmp"
+  rm -f "$out.raw"
   mv "$out.tmp" "$out"
 }
 unified=$(best "configs/profiles/$name-unified.json" unified)
 manifest="$results/manifest.json"
-echo "{\"model\": \"$MODEL\", \"samples\": $N, \"search_samples\": $SEARCH_N, \"holdout_samples\": $HOLDOUT_N, \"codec_kv_tokens\": $CODEC_KV_TOKENS, \"quality_min\": $Q, \"budget\": $B, \"rows\": [" > "$manifest.tmp"
+echo "{\"model\": \"$MODEL\", \"search_seconds\": {$timings}, \"samples\": $N, \"search_samples\": $SEARCH_N, \"holdout_samples\": $HOLDOUT_N, \"codec_kv_tokens\": $CODEC_KV_TOKENS, \"quality_min\": $Q, \"budget\": $B, \"rows\": [" > "$manifest.tmp"
 sep=""
 pids=()
 for pair in $(for w in $PROFILING; do echo "$w:$w:profiling"; done) \

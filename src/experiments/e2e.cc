@@ -123,6 +123,21 @@ Result<ProfileCost> Calibrate(const std::string& spec, const KvView& kv, int rep
 
 }  // namespace
 
+Result<std::vector<std::pair<std::string, double>>> ReportedQualities(const std::string& json_text) {
+  auto j = nlohmann::json::parse(json_text, nullptr, false);
+  if (!j.is_array()) return Status::Corruption("not a JSON array of kvserve quality reports");
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& e : j) {
+    if (!e.is_object() || !e.contains("profile") || !e["profile"].is_string()) continue;
+    const auto ci = e.find("relative_ci95");
+    if (ci != e.end() && ci->is_array() && !ci->empty() && (*ci)[0].is_number())
+      out.emplace_back(e["profile"].get<std::string>(), (*ci)[0].get<double>());
+    else if (e.contains("relative") && e["relative"].is_number())
+      out.emplace_back(e["profile"].get<std::string>(), e["relative"].get<double>());
+  }
+  return out;
+}
+
 Result<E2eReport> RunE2e(const E2eOptions& a, const Progress& progress) {
   const double run_start = NowSeconds();
   E2eReport rep;
@@ -148,8 +163,13 @@ Result<E2eReport> RunE2e(const E2eOptions& a, const Progress& progress) {
   std::string table_path = a.table, workload_name = a.workload, report_path = a.quality_report;
   if (table_path.empty()) {
     table_path = DataPath(a.data_dir, fmt::format("configs/profiles/{}-{}.json", model_name, a.workload));
-    if (report_path.empty() && std::filesystem::exists(table_path))
-      report_path = DataPath(a.data_dir, fmt::format("docs/results/quality/{}.json", a.workload));
+    if (report_path.empty() && std::filesystem::exists(table_path)) {
+      // Held-out scores first (scripts/profiling_task_report.sh: samples no
+      // search saw, as the table's own qualities), else the quality report.
+      report_path = DataPath(a.data_dir, fmt::format("docs/results/profiling/{}.baselines.json", a.workload));
+      if (!std::filesystem::exists(report_path))
+        report_path = DataPath(a.data_dir, fmt::format("docs/results/quality/{}.json", a.workload));
+    }
     if (!std::filesystem::exists(table_path))
       return Status::NotFound(fmt::format(
           "no measured task table {} for this model: pass --table FILE "
@@ -195,11 +215,9 @@ Result<E2eReport> RunE2e(const E2eOptions& a, const Progress& progress) {
   if (!report_path.empty() && std::filesystem::exists(report_path)) {
     auto text = ReadTextFile(report_path);
     if (!text.ok()) return text.status();
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    if (!j.is_array()) return Status::Corruption(report_path + ": not a JSON array");
-    for (const auto& e : j)
-      if (e.contains("profile") && e.contains("relative") && e["relative"].is_number())
-        reported.emplace_back(e["profile"].get<std::string>(), e["relative"].get<double>());
+    auto got = ReportedQualities(*text);
+    if (!got.ok()) return got.status().WithContext(report_path);
+    reported = std::move(*got);
     rep.report_source = report_path;
   }
   std::mt19937_64 rng(a.seed);

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 #include "experiments/e2e.h"
@@ -135,6 +136,27 @@ TEST(LabTest, E2eResultsJsonHoldsEveryPointSwitchAndSample) {
   EXPECT_EQ(j["switches"][0]["profile"], "kivi-2");
   EXPECT_EQ(j["samples"].size(), 6u);
   EXPECT_TRUE(j["methods"][1]["adaptive"].get<bool>());
+}
+
+// The presets' qualities in kvserve e2e follow the tables' rule: the lower
+// end of the held-out interval, the point estimate only without one.
+TEST(LabTest, ReportedQualitiesAreTheIntervalsLowerEnds) {
+  std::mt19937_64 rng(::testing::UnitTest::GetInstance()->random_seed());
+  std::uniform_real_distribution<double> u(0.5, 1.0);
+  const double low = u(rng), point = low + 0.5 * (1 - low) * u(rng), bare = u(rng);
+  nlohmann::json j = nlohmann::json::array();
+  j.push_back({{"profile", "kivi-2"}, {"relative", point}, {"relative_ci95", {low, 1.0}}});
+  j.push_back({{"profile", "cachegen"}, {"relative", bare}});
+  j.push_back({{"profile", "broken"}, {"relative", "n/a"}});
+  j.push_back({{"relative", 1.0}});
+  auto got = ReportedQualities(j.dump());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)[0].first, "kivi-2");
+  EXPECT_DOUBLE_EQ((*got)[0].second, low);
+  EXPECT_EQ((*got)[1].first, "cachegen");
+  EXPECT_DOUBLE_EQ((*got)[1].second, bare);
+  EXPECT_EQ(ReportedQualities("{\"profile\": \"kivi-2\"}").status().code(), StatusCode::kCorruption);
 }
 
 }  // namespace

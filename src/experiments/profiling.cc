@@ -15,12 +15,16 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "kvserve/kv_file.h"
 #include "kvserve/profiler.h"
+#include "kvserve/runtime.h"
 
 namespace kvserve::lab {
 namespace {
@@ -240,26 +244,58 @@ struct TaskPart {
   std::string codec_kv;
 };
 
-// Re-scores the search table's rows on the held-out evaluators of `parts`
-// (through the results database) and returns the table whose quality is
-// the held-out figure a floor is checked against (`floor_on`: the interval's
-// lower end or the point estimate); `extras` receives per row the held-out
-// point, interval and the search's quality, per workload. NotFound when no
-// row meets the floor on the held-out samples.
+// Scores rows of the search on the held-out evaluators of `parts` (through
+// the results database) and returns the table whose quality is the held-out
+// figure a floor is checked against (`floor_on`: the interval's lower end or
+// the point estimate). The rows scored: every row of the search's Pareto
+// table, and the search's other feasible rows (`entries` at
+// quality[workload] >= the floor) in descending CR down to the first that
+// meets the floor held out, so a Pareto row that fails out of sample gives
+// way to the highest-CR search-feasible profile that holds, not to nothing.
+// `extras` receives per row the held-out point, interval and the search's
+// quality, per workload. NotFound when no scored row meets the floor.
 Result<ProfileTable> HoldOutTable(const ProfileRunOptions& a, const ProfileTable& searched,
+                                  std::span<const TableEntry> entries,
                                   std::vector<TaskPart>& parts, bool unified,
                                   const Progress& progress, nlohmann::json* extras) {
   const bool lower = a.floor_on == "lower";
-  std::vector<TableEntry> entries;
-  std::string rejected;
+  struct Row {
+    std::string spec;
+    CodecMetrics codec;
+    std::map<std::string, double, std::less<>> quality;  // the search's
+    bool pareto;
+  };
+  std::vector<Row> rows;
+  std::set<std::string> seen;
   for (const ProfileCost& row : searched.profiles()) {
     if (row.spec == "none") continue;  // raw: quality 1 by definition
+    seen.insert(row.spec);
+    rows.push_back({row.spec,
+                    CodecMetrics{row.compression_ratio, row.encode_bytes_per_second,
+                                 row.decode_bytes_per_second, row.overhead_seconds},
+                    row.quality, true});
+  }
+  for (const TableEntry& e : entries) {
+    auto q = e.quality.find(a.workload);
+    const std::string spec = e.profile.ToString();
+    if (q == e.quality.end() || q->second < a.quality_min || e.codec.compression_ratio <= 1 ||
+        !seen.insert(spec).second)
+      continue;
+    rows.push_back({spec, e.codec, {e.quality.begin(), e.quality.end()}, false});
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) {
+    return x.codec.compression_ratio > y.codec.compression_ratio;
+  });
+  std::vector<TableEntry> held_entries;
+  std::string rejected;
+  bool met = false;
+  for (const Row& row : rows) {
+    if (met && !row.pareto) continue;  // below a row that holds: only the Pareto rows
     auto profile = Profile::Parse(row.spec);
     if (!profile.ok()) return profile.status();
     TableEntry e;
     e.profile = *profile;
-    e.codec = CodecMetrics{row.compression_ratio, row.encode_bytes_per_second,
-                           row.decode_bytes_per_second, row.overhead_seconds};
+    e.codec = row.codec;
     nlohmann::json& x = (*extras)[row.spec];
     std::vector<Evaluator*> held;
     for (TaskPart& part : parts) {
@@ -285,18 +321,20 @@ Result<ProfileTable> HoldOutTable(const ProfileRunOptions& a, const ProfileTable
       if (searched_q != row.quality.end()) x["quality_search"]["unified"] = searched_q->second;
     }
     const double figure = e.quality[a.workload];
-    Note(progress, "held out: {} quality {} {:.4f} (search {:.4f}){}", row.spec,
+    met = met || figure >= a.quality_min;
+    Note(progress, "held out{}: {} CR {:.2f} quality {} {:.4f} (search {:.4f}){}",
+         row.pareto ? "" : " (feasible, not Pareto)", row.spec, row.codec.compression_ratio,
          lower ? "lower end" : "point", figure,
          row.quality.count(a.workload) ? row.quality.at(a.workload) : 0.0,
          figure >= a.quality_min ? "" : "  below the floor");
     if (figure < a.quality_min)
       rejected += fmt::format("{}{} ({:.4f})", rejected.empty() ? "" : ", ", row.spec, figure);
-    entries.push_back(std::move(e));
+    held_entries.push_back(std::move(e));
   }
-  auto table = BuildParetoTable(entries, a.workload, a.quality_min);
+  auto table = BuildParetoTable(held_entries, a.workload, a.quality_min);
   if (!table.ok()) {
     return Status::NotFound(fmt::format(
-        "no profile of the search's Pareto set meets quality >= {} on the held-out samples "
+        "no feasible profile of the search meets quality >= {} on the held-out samples "
         "({} of the 95% interval): {}",
         a.quality_min, lower ? "lower end" : "point estimate", rejected));
   }
@@ -327,6 +365,9 @@ Result<std::unique_ptr<TaskSetup>> PrepareTask(const ProfileRunOptions& a,
   auto space = StrategySpace::Load(a.space);
   if (!space.ok()) return space.status();
   auto quality = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
+  // The BLAS pool too: parallel searches with --threads 1 each must not
+  // oversubscribe the cores (OpenBLAS otherwise starts one thread per core).
+  if (a.threads > 0) SetBlasThreads(a.threads);
   if (!quality.ok()) return quality.status();
   setup->quality = std::move(*quality);
   const ModelConfig& config = setup->quality->model().config();
@@ -475,10 +516,10 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   nlohmann::json extras = nlohmann::json::object();
   std::string quality_text = quality_kind;
   if (a.holdout_samples > 0) {
-    Note(progress, "held-out scoring of {} Pareto rows on {} ({} the floor)", table->size() - 1,
+    Note(progress, "held-out scoring of {} Pareto rows (and higher-CR feasible rows until one holds) on {} ({} the floor)", table->size() - 1,
          parts.front().holdout->name(),
          a.floor_on == "lower" ? "the lower end of the 95% interval meets" : "the point estimate meets");
-    auto held = HoldOutTable(a, *table, parts, unified, progress, &extras);
+    auto held = HoldOutTable(a, *table, entries, parts, unified, progress, &extras);
     if (!held.ok()) return held.status();
     table = std::move(*held);
     quality_text = fmt::format(

@@ -108,7 +108,8 @@ TEST_F(TaskProfilingTest, PointEstimateOptionAndTheHeldOutRowsComeBackFromTheDat
   o.floor_on = "point";
   auto first = RunProfileSearch(o, {});
   ASSERT_TRUE(first.ok()) << first.status().ToString();
-  for (const auto& row : nlohmann::json::parse(first->table_json)["profiles"])
+  const auto first_doc = nlohmann::json::parse(first->table_json);  // outlives the loop
+  for (const auto& row : first_doc["profiles"])
     EXPECT_EQ(row["quality"][o.workload], row["quality_holdout"][o.workload]);
   // A rerun pays for no search evaluation ("N evaluations (N from the
   // database)") and writes the same table (its held-out rows come back too).
@@ -119,6 +120,62 @@ TEST_F(TaskProfilingTest, PointEstimateOptionAndTheHeldOutRowsComeBackFromTheDat
   EXPECT_EQ(evaluations, stored);
   EXPECT_EQ(again->table_json.substr(again->table_json.find("\"workloads\"")),
             first->table_json.substr(first->table_json.find("\"workloads\"")));
+}
+
+// The held-out walk: rows in descending CR; the search's feasible rows that
+// are not on its Pareto set are scored only above the first row that holds
+// (each in turn gives way when it fails), and the table's best row is that
+// first row. Across floors, at least one run has a Pareto row fail out of
+// sample and a non-Pareto feasible row take its place.
+TEST_F(TaskProfilingTest, FailingParetoRowsGiveWayToTheNextFeasibleRowsInCrOrder) {
+  // A space with many nearly lossless rows of close CR.
+  const std::string space = *dir_ + "/walk_space.json";
+  std::ofstream(space) << R"({"transforms":{"identity":{},"hadamard":{"seed":[7]}},"codecs":{"pack":{}},
+      "quantizers":{"kivi":{"k":[2,3,4,8],"v":[2,3,4,8],"group":[16,32],"residual":[0]}}})";
+  int walked_past_pareto = 0;
+  for (double floor : {0.6, 0.75, 0.85, 0.9, 0.95, 1.0}) {
+    SCOPED_TRACE(floor);
+    ProfileRunOptions o = Options("walk.db");
+    o.space = space;
+    o.budget = 100;
+    o.quality_min = floor;
+    struct Line {
+      std::string spec;
+      double cr;
+      bool pareto, holds;
+    };
+    std::vector<Line> lines;
+    auto r = RunProfileSearch(o, [&](const std::string& line) {
+      if (line.rfind("held out", 0) != 0) return;
+      const bool pareto = line.find("(feasible, not Pareto)") == std::string::npos;
+      const size_t colon = line.find(": "), cr_at = line.find(" CR ");
+      ASSERT_NE(colon, std::string::npos);
+      ASSERT_NE(cr_at, std::string::npos);
+      lines.push_back({line.substr(colon + 2, cr_at - colon - 2), std::stod(line.substr(cr_at + 4)),
+                       pareto, line.find("below the floor") == std::string::npos});
+    });
+    for (size_t i = 1; i < lines.size(); ++i) EXPECT_GE(lines[i - 1].cr, lines[i].cr);
+    const auto first = std::find_if(lines.begin(), lines.end(), [](const Line& l) { return l.holds; });
+    if (first != lines.end())
+      for (auto it = first + 1; it != lines.end(); ++it) EXPECT_TRUE(it->pareto) << it->spec;
+    if (first == lines.end()) {
+      EXPECT_FALSE(r.ok());  // nothing held: NotFound, naming what was tried
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    if (std::any_of(lines.begin(), first, [](const Line& l) { return !l.pareto; }))
+      ++walked_past_pareto;
+    double best_cr = 0;
+    std::string best;
+    const auto doc = nlohmann::json::parse(r->table_json);
+    for (const auto& row : doc["profiles"]) {
+      if (row["spec"] == "none" || row["compression_ratio"].get<double>() <= best_cr) continue;
+      best_cr = row["compression_ratio"].get<double>();
+      best = row["spec"].get<std::string>();
+    }
+    EXPECT_EQ(best, first->spec);
+  }
+  EXPECT_GT(walked_past_pareto, 0);
 }
 
 TEST_F(TaskProfilingTest, HoldOutNeedsSamplesTheSearchDidNotUse) {
@@ -173,7 +230,8 @@ TEST_F(TaskProfilingTest, TaskGroundTruthScoresEveryConfigurationOnceForTheSearc
   ASSERT_TRUE(search.ok()) << search.status().ToString();
   EXPECT_GT(evaluations, 0);
   EXPECT_EQ(evaluations, stored);
-  for (const auto& row : nlohmann::json::parse(search->table_json)["profiles"]) {
+  const auto search_doc = nlohmann::json::parse(search->table_json);  // outlives the loop
+  for (const auto& row : search_doc["profiles"]) {
     const std::string spec = row["spec"];
     if (spec == "none") continue;
     auto it = std::find_if(truth->rows.begin(), truth->rows.end(),

@@ -76,8 +76,9 @@ RunFn SetupE2e(CLI::App& sub) {
   sub.add_option(
       "--quality-report", a->quality_report,
       "`kvserve quality` results whose pipelines join the candidates with their measured "
-      "quality (default with the model's task table: "
-      "<data>/docs/results/quality/<workload>.json)");
+      "quality: the lower end of each 95% interval, as in the tables (default with the model's "
+      "task table: the held-out scores <data>/docs/results/profiling/<workload>.baselines.json, "
+      "else <data>/docs/results/quality/<workload>.json)");
   sub.add_option("--prompts", a->prompts,
                  "JSONL of {\"prompt_ids\": [...]} prompts (default: "
                  "<data>/configs/e2e/<model>-<workload>.jsonl, else random token ids)");

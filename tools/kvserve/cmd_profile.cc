@@ -139,7 +139,7 @@ RunFn SetupProfile(CLI::App& sub) {
                  "task mode: CR/codec speed are measured on the first N tokens of one prefilled "
                  "sample's KV (the median-length one; 0 = all its tokens)")
       ->capture_default_str();
-  sub.add_option("--threads", a->o.threads, "task mode: runtime threads (0 = all cores)")
+  sub.add_option("--threads", a->o.threads, "task mode: runtime and BLAS threads (0 = all cores)")
       ->capture_default_str();
   sub.add_option("--seeds", a->o.seeds, "with --report: seeds per ablation variant")
       ->check(CLI::Range(1, 1000));

@@ -53,6 +53,7 @@ int RunQuality(const QualityArgs& a) {
   if (profiles.empty()) return ReportError(kCmd, Status::InvalidArgument("no --profile given"));
   const double t0 = NowSeconds();
   auto ev = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
+  if (a.threads > 0) SetBlasThreads(a.threads);  // parallel runs: no oversubscription
   if (!ev.ok()) return ReportError(kCmd, ev.status());
   const ModelConfig& c = (*ev)->model().config();
   if (!a.quiet) {
@@ -107,7 +108,7 @@ RunFn SetupQuality(CLI::App& sub) {
       ->each([a](const std::string&) { a->eval_dir_given = true; });
   sub.add_option("--wire-dtype", a->wire_dtype, "dtype the KV is sent in (f16, bf16, f32)")
       ->capture_default_str();
-  sub.add_option("--threads", a->threads, "runtime threads (0 = all cores)")->capture_default_str();
+  sub.add_option("--threads", a->threads, "runtime and BLAS threads (0 = all cores)")->capture_default_str();
   sub.add_option("--codec-threads", a->o.codec_threads, "encoder/decoder threads")
       ->capture_default_str();
   sub.add_option("--bootstrap", a->o.bootstrap_resamples, "bootstrap resamples")->capture_default_str();

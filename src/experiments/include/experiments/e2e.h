@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "experiments/lab.h"
@@ -23,7 +24,9 @@ struct E2eOptions {
   std::string data_dir;        // FindDataDirectory's: the default files below are under it
   std::string model;           // default: the first model under <data>/models, else a fallback
   std::string table;           // default: configs/profiles/<model>-<workload>.json
-  std::string quality_report;  // default: docs/results/quality/<workload>.json (shipped model)
+  // default: docs/results/profiling/<workload>.baselines.json (held-out
+  // scores of the presets), else docs/results/quality/<workload>.json
+  std::string quality_report;
   std::string prompts;         // default: configs/e2e/<model>-<workload>.jsonl
   std::string workload = "qa";
   double quality_min = 0.97;
@@ -115,6 +118,14 @@ struct E2eReport {
   std::string plot_jct_path, plot_switch_path;
   double seconds = 0;  // wall time of the run
 };
+
+// The qualities a `kvserve quality --json` report (a JSON array of
+// {profile, relative, relative_ci95}) gives its pipelines, by the tables'
+// rule: the lower end of the 95% interval when the report has one (a
+// profile meets a floor only when that end does), else the point estimate.
+// Entries without a profile or a numeric quality are skipped. Corruption
+// when the text is not a JSON array.
+Result<std::vector<std::pair<std::string, double>>> ReportedQualities(const std::string& json_text);
 
 // Runs the benchmark (docs/e2e.md "How it works"; about a minute on two
 // cores with the defaults). Errors: the model, table or prompts cannot be
