@@ -332,6 +332,14 @@ class MixedEvaluator final : public Evaluator {
   std::vector<QualityEstimate> last_parts_;
 };
 
+// Wraps `inner` for a search that checks the floor against the lower end of
+// each 95% interval: Evaluate returns inner's estimate with quality =
+// inner's LowerBound(), no interval (ci_half_width 0, low/high NaN) and the
+// same sample count; name() = inner's + ":lower-end"; inner's errors
+// unchanged. Put it outside a caching evaluator so the database keeps the
+// real estimates. `inner` must outlive the wrapper.
+std::unique_ptr<Evaluator> MakeLowerEndEvaluator(Evaluator* inner);
+
 // ---------------------------------------------------------------------------
 // Results database.
 

@@ -100,16 +100,23 @@ struct SearchOutcome {
 };
 
 // Runs one search with live progress and returns the trace.
+// `lower_ends`: the search checks the floor against the lower end of each
+// evaluation's 95% interval (the database keeps the full estimates).
 Result<SearchOutcome> RunSearch(const ProfileRunOptions& a, std::vector<Candidate> candidates,
                                 Evaluator& inner, ResultsDb* db, const std::string& workload,
-                                const std::string& sample_set, const Progress& progress) {
+                                const std::string& sample_set, const Progress& progress,
+                                bool lower_ends = false) {
   SearchOutcome out;
   out.candidates = std::move(candidates);
-  std::unique_ptr<Evaluator> cached;
+  std::unique_ptr<Evaluator> cached, lower;
   Evaluator* evaluator = &inner;
   if (db != nullptr) {
     cached = MakeCachingEvaluator(&inner, db, {a.model, workload, "", sample_set, ""}, &out.reused);
     evaluator = cached.get();
+  }
+  if (lower_ends) {
+    lower = MakeLowerEndEvaluator(evaluator);
+    evaluator = lower.get();
   }
   std::unique_ptr<Searcher> searcher;
   if (a.searcher == "bayes") {
@@ -182,11 +189,13 @@ std::vector<TableEntry> FeasibleEntries(const SearchOutcome& s, const std::strin
 Result<SearchOutcome> SearchFeasible(const ProfileRunOptions& a, std::vector<Candidate> candidates,
                                      Evaluator& evaluator, ResultsDb* db,
                                      const std::string& sample_set, const Progress& progress,
-                                     std::vector<TableEntry>* entries) {
-  Note(progress, "{} search, workload {}, quality >= {}, budget {}, seed {}, db {}", a.searcher,
-       a.workload, a.quality_min, a.budget, a.seed, a.db);
+                                     std::vector<TableEntry>* entries, bool lower_ends = false) {
+  Note(progress, "{} search, workload {}, quality{} >= {}, budget {}, seed {}, db {}", a.searcher,
+       a.workload, lower_ends ? " (lower end of the 95% interval)" : "", a.quality_min, a.budget,
+       a.seed, a.db);
   KVSERVE_ASSIGN_OR_RETURN(SearchOutcome outcome, RunSearch(a, std::move(candidates), evaluator, db,
-                                                            a.workload, sample_set, progress));
+                                                            a.workload, sample_set, progress,
+                                                            lower_ends));
   const SearchTrace& trace = outcome.trace;
   Note(progress, "stopped: {}; {} evaluations ({} from the database), {} feasible",
        trace.stop_reason, trace.observations.size(), outcome.reused, trace.Feasible().size());
@@ -497,8 +506,10 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
       parts.front().evaluator->samples_scored(), a.sample_seed, a.model);
   Note(progress, "quality evaluator: {}", evaluator.name());
   std::vector<TableEntry> entries;
+  // The search holds its rows to the rule the table is checked by: with
+  // --floor-on lower, the lower end of the interval on the search samples.
   auto outcome = SearchFeasible(a, std::move(candidates), evaluator, db, sample_set,
-                                progress, &entries);
+                                progress, &entries, a.floor_on == "lower");
   if (!outcome.ok()) return outcome.status();
   const SearchTrace& trace = outcome->trace;
   if (unified) {

@@ -125,17 +125,21 @@ TEST_F(TaskProfilingTest, PointEstimateOptionAndTheHeldOutRowsComeBackFromTheDat
 // The held-out walk: rows in descending CR; the search's feasible rows that
 // are not on its Pareto set are scored only above the first row that holds
 // (each in turn gives way when it fails), and the table's best row is that
-// first row. Across floors, at least one run has a Pareto row fail out of
-// sample and a non-Pareto feasible row take its place.
+// first row. Across floors (either rule), at least one run has a Pareto row
+// fail out of sample and a non-Pareto feasible row take its place.
 TEST_F(TaskProfilingTest, FailingParetoRowsGiveWayToTheNextFeasibleRowsInCrOrder) {
   // A space with many nearly lossless rows of close CR.
   const std::string space = *dir_ + "/walk_space.json";
   std::ofstream(space) << R"({"transforms":{"identity":{},"hadamard":{"seed":[7]}},"codecs":{"pack":{}},
       "quantizers":{"kivi":{"k":[2,3,4,8],"v":[2,3,4,8],"group":[16,32],"residual":[0]}}})";
   int walked_past_pareto = 0;
-  for (double floor : {0.6, 0.75, 0.85, 0.9, 0.95, 1.0}) {
-    SCOPED_TRACE(floor);
+  for (const std::string floor_on : {"lower", "point"})
+  for (unsigned seed : {0u, 1u, 2u})
+  for (double floor : {0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 1.0}) {
+    SCOPED_TRACE(floor_on + " seed " + std::to_string(seed) + " floor " + std::to_string(floor));
     ProfileRunOptions o = Options("walk.db");
+    o.floor_on = floor_on;
+    o.sample_seed = seed;
     o.space = space;
     o.budget = 100;
     o.quality_min = floor;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 
 #include "core/checksum.h"
@@ -145,6 +146,31 @@ Result<QualityEstimate> MixedEvaluator::Evaluate(const Profile& profile) {
   mean.ci_half_width = std::sqrt(variance) / n;
   last_parts_ = std::move(got);
   return mean;
+}
+
+namespace {
+
+class LowerEndEvaluator final : public Evaluator {
+ public:
+  explicit LowerEndEvaluator(Evaluator* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name() + ":lower-end"; }
+  bool is_proxy() const override { return inner_->is_proxy(); }
+  Result<QualityEstimate> Evaluate(const Profile& profile) override {
+    KVSERVE_ASSIGN_OR_RETURN(QualityEstimate q, inner_->Evaluate(profile));
+    QualityEstimate out;
+    out.quality = q.LowerBound();
+    out.samples = q.samples;
+    return out;
+  }
+
+ private:
+  Evaluator* inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<Evaluator> MakeLowerEndEvaluator(Evaluator* inner) {
+  return std::make_unique<LowerEndEvaluator>(inner);
 }
 
 }  // namespace kvserve

@@ -254,6 +254,27 @@ TEST(MixedEvaluatorTest, MeanQualityAndCombinedHalfWidth) {
   EXPECT_FALSE(empty.Evaluate(Profile()).ok());
 }
 
+// The lower-end wrapper hands the search the interval's lower end: `low`
+// when the evaluator knows it, else quality - half width; nothing else moves.
+TEST(LowerEndEvaluatorTest, QualityIsTheIntervalsLowerEnd) {
+  std::mt19937_64 rng(45);
+  auto uniform = [&] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  for (int trial = 0; trial < 20; ++trial) {
+    QualityEstimate q{0.5 + 0.6 * uniform(), 0.1 * uniform(), 1 + static_cast<int>(rng() % 50)};
+    const bool known_ends = trial % 2 == 0;
+    if (known_ends) q.low = q.quality - 0.2 * uniform(), q.high = q.quality + 0.1;
+    FixedEvaluator inner("task:w", false, q);
+    auto lower = MakeLowerEndEvaluator(&inner);
+    auto got = lower->Evaluate(Profile());
+    ASSERT_TRUE(got.ok());
+    EXPECT_DOUBLE_EQ(got->quality, known_ends ? q.low : q.quality - q.ci_half_width);
+    EXPECT_DOUBLE_EQ(got->LowerBound(), got->quality);
+    EXPECT_EQ(got->samples, q.samples);
+    EXPECT_EQ(lower->name(), "task:w:lower-end");
+    EXPECT_FALSE(lower->is_proxy());
+  }
+}
+
 // The database key names what the subset holds: the same samples give the
 // same key, a sample with other tokens another one.
 TEST_F(TaskEvaluatorTest, SampleSetChangesWithTheSubsetsContent) {

@@ -123,8 +123,9 @@ RunFn SetupProfile(CLI::App& sub) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   sub.add_option("--floor-on", a->o.floor_on,
-                 "task mode, held-out scoring: a profile meets the floor when the 'lower' end of "
-                 "its held-out 95% interval does, or its 'point' estimate")
+                 "task mode: a profile meets the floor when the 'lower' end of its 95% interval "
+                 "does (on the search samples during the search, and on the held-out samples for "
+                 "the table), or its 'point' estimate")
       ->capture_default_str()
       ->check(CLI::IsMember({"lower", "point"}));
   sub.add_option("--cache-dir", a->o.cache_dir, "task mode: prefill KV cache directory ('' = none)")
