@@ -60,7 +60,7 @@ def strip(path):
         for row in r.get("samples", []):
             row.pop("predicted", None)
             row.get("baseline", {}).pop("predicted", None)
-    print(json.dumps(reports, indent=1, sort_keys=True))
+    print(json.dumps(reports, sort_keys=True))
 
 
 def pct(v):

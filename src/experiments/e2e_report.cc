@@ -197,7 +197,7 @@ std::string E2eMarkdown(const E2eReport& r) {
   md += fmt::format("- Profiles: {}{}.\n", r.table_source,
                     r.report_source.empty() ? ""
                                             : fmt::format(", plus the pipelines measured in {} (their "
-                                                          "`relative` quality for `{}`)",
+                                                          "quality for `{}`: the lower end of each 95% interval, as in the tables)",
                                                           r.report_source, r.workload));
   md += r.overlap_prefill
             ? "- The prefill worker streams each layer's KV as soon as the model has computed it, "
@@ -213,7 +213,8 @@ std::string E2eMarkdown(const E2eReport& r) {
         "of the model (one codec thread; CR counts every byte of the frame; t0 is what a "
         "16-token request costs beyond its share of the throughput). Qualities are the table's "
         "(not re-measured; measured on whole prompts of the workload by `kvserve profile` / "
-        "`kvserve quality`). Written to `" + r.table_path + "`.\n\n";
+        "`kvserve quality`: with held-out scoring, the lower end of the 95% interval on samples "
+        "no search saw). Written to `" + r.table_path + "`.\n\n";
   md += "| profile | CR | encode GB/s | decode GB/s | t0 (ms) | quality (" + r.workload + ") |\n";
   md += "| --- | ---: | ---: | ---: | ---: | ---: |\n";
   auto w = r.table.WorkloadIndex(r.workload);
