@@ -132,15 +132,16 @@ def main():
     out.append("")
     out.append("Search CR is measured on one real prefilled KV per workload (the median-length "
                f"sample of the subset, at most its first {man.get('codec_kv_tokens', 1024)} "
-               "tokens, f16); the comparison below re-measures CR over all scored samples. A "
-               "search stopped before its budget says so in its evaluation count (stopped for "
-               "time; rerunning the same `kvserve profile` command resumes it from the results "
+               "tokens, f16); the comparison below re-measures CR over all scored samples. Fewer "
+               "evaluations than the budget: the engine's early stop (30 evaluations without a "
+               "better feasible CR), pruning that left nothing to evaluate, or an interrupted run "
+               "(rerunning the same `kvserve profile` command resumes it from the results "
                "database).\n")
 
     out.append(f"### Max-CR profile at relative quality >= {q_min} vs baselines "
                f"(analog of paper Table 1; task quality)\n")
     out.append("| workload | method | profile | relative quality [95% CI] | CR | CR / kivi-2 CR | "
-               "meets floor |")
+               "meets floor (lower end) |")
     out.append("| --- | --- | --- | --- | --- | --- | --- |")
     summary = []
     for row in man["rows"]:
