@@ -80,13 +80,13 @@ PY
 }
 measure() {  # measure <workload> <out.json> <profiles...>
   local w=$1 out=$2; shift 2
-  local list; list=$(IFS=,; echo "$*")
+  local list raw; list=$(IFS=,; echo "$*"); raw=$(mktemp)
   # Per-sample scores (for the paired comparison with kivi-2), without the
   # predicted token ids.
   nice -n "$NICE" "$kvserve" quality -m "$MODEL" -w "$w" -p "$list" -n "$N" --seed 0 --holdout-of "$SEARCH_N" \
-    --threads 1 --head-scores "$HEADS" --json --per-sample -q > "$out.raw"
-  python3 scripts/render_profiling_task.py --strip "$out.raw" > "$out.tmp"
-  rm -f "$out.raw"
+    --threads 1 --head-scores "$HEADS" --json --per-sample -q > "$raw"
+  python3 scripts/render_profiling_task.py --strip "$raw" > "$out.tmp"
+  rm -f "$raw"
   mv "$out.tmp" "$out"
 }
 unified=$(best "configs/profiles/$name-unified.json" unified)

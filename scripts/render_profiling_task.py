@@ -72,14 +72,6 @@ def ci(pair):
     return "n/a" if lo is None or hi is None else f"[{100 * lo:.1f}, {100 * hi:.1f}]"
 
 
-def canonical(reports, spec):
-    """The report for a profile spec or preset (kvserve quality canonicalises specs)."""
-    for r in reports:
-        if r["profile"] == spec:
-            return r
-    return None
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results")

@@ -374,10 +374,10 @@ Result<std::unique_ptr<TaskSetup>> PrepareTask(const ProfileRunOptions& a,
   auto space = StrategySpace::Load(a.space);
   if (!space.ok()) return space.status();
   auto quality = QualityEvaluator::Create(a.model, RuntimeOptions{a.threads});
+  if (!quality.ok()) return quality.status();
   // The BLAS pool too: parallel searches with --threads 1 each must not
   // oversubscribe the cores (OpenBLAS otherwise starts one thread per core).
   if (a.threads > 0) SetBlasThreads(a.threads);
-  if (!quality.ok()) return quality.status();
   setup->quality = std::move(*quality);
   const ModelConfig& config = setup->quality->model().config();
 
@@ -527,8 +527,10 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   nlohmann::json extras = nlohmann::json::object();
   std::string quality_text = quality_kind;
   if (a.holdout_samples > 0) {
-    Note(progress, "held-out scoring of {} Pareto rows (and higher-CR feasible rows until one holds) on {} ({} the floor)", table->size() - 1,
-         parts.front().holdout->name(),
+    Note(progress,
+         "held-out scoring of {} Pareto rows (and higher-CR feasible rows until one holds) on "
+         "{} ({} the floor)",
+         table->size() - 1, parts.front().holdout->name(),
          a.floor_on == "lower" ? "the lower end of the 95% interval meets" : "the point estimate meets");
     auto held = HoldOutTable(a, *table, entries, parts, unified, progress, &extras);
     if (!held.ok()) return held.status();
