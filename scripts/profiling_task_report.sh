@@ -7,7 +7,9 @@
 #
 #   stage 1 (only for missing tables, or all with --research): `kvserve profile`
 #     per profiling workload and for the unified mix: Bayesian search, quality
-#     floor Q, budget B, SEARCH_N samples (seed 0) per evaluation; the search's
+#     floor Q, budget B, SEARCH_N samples (seed 0) per evaluation (per-workload
+#     tables: again at each stricter floor of MORE_FLOORS, so they also hold
+#     the best rows for requests with those floors); the search's
 #     Pareto rows are then scored on HOLDOUT_N held-out samples (disjoint from
 #     the search's) and the tables carry the lower end of that 95% interval.
 #     Every evaluation is stored in $DB, so an interrupted run resumes and
@@ -16,7 +18,9 @@
 #     samples of the held-out pool (--holdout-of SEARCH_N: none the searches
 #     scored), for the max-CR feasible profile of its own table, of the unified
 #     table, of the nearest profiling workload's table (unseen workloads),
-#     kivi-2 and cachegen; then scripts/render_profiling_task.py splices the
+#     kivi-2 and cachegen, and that table's other rows meeting the floor (the
+#     rows a request with a higher floor is served from: the target compares
+#     kivi-2 with the table's best row at kivi-2's quality); then scripts/render_profiling_task.py splices the
 #     table into docs/profiling.md between the task markers.
 #
 # Environment: MODEL (models/kvs-qwen2-9m), N (100: comparison samples per
@@ -26,7 +30,9 @@
 # qa-hard:qa multihop-hard:qa code-hard:code", each workload:nearest profiling
 # workload), DB (.cache/kvserve-profile/<model>.db), NICE (10),
 # REUSE_BASELINES (0; 1 keeps docs/results/profiling/<w>.baselines.json),
-# CODEC_KV_TOKENS (512).
+# MORE_FLOORS ("0.99 0.995"; "" = Q only),
+# CODEC_KV_TOKENS (0: all tokens of the median-length sample; duo's CR
+# depends on the context length, so a prefix would understate it).
 # Prefills are cached under .cache/kvserve-quality (shared with
 # scripts/quality_report.sh: same samples and seed).
 set -euo pipefail
@@ -42,12 +48,13 @@ SEARCH_N=${SEARCH_N:-$N}     # samples per workload and evaluation in the search
 HOLDOUT_N=${HOLDOUT_N:-$N}   # held-out samples per table row (disjoint from the search's)
 Q=${Q:-0.97}
 B=${B:-80}
+MORE_FLOORS=${MORE_FLOORS-0.99 0.995}
 PROFILING=${PROFILING:-"qa math code prose"}
 UNSEEN=${UNSEEN:-"multihop:qa unseen:prose qa-hard:qa multihop-hard:qa code-hard:code"}
 name=$(basename "$MODEL")
 DB=${DB:-.cache/kvserve-profile/$name.db}
 NICE=${NICE:-10}
-CODEC_KV_TOKENS=${CODEC_KV_TOKENS:-512}  # search CR/codec speed: first N tokens of one real KV
+CODEC_KV_TOKENS=${CODEC_KV_TOKENS:-0}  # search CR/codec speed: first N tokens of one real KV (0 = all)
 REUSE_BASELINES=${REUSE_BASELINES:-0}   # 1: keep existing kivi-2/cachegen reports
 HEADS="$MODEL/head_scores.json"
 results=docs/results/profiling
@@ -61,8 +68,10 @@ for w in $PROFILING unified; do
   if [[ $research == 1 || ! -f "$table" ]]; then
     echo "== profile $w (budget $B, $SEARCH_N samples, quality >= $Q)" >&2
     t0=$(date +%s)
+    floors=()
+    if [[ $w != unified && -n $MORE_FLOORS ]]; then floors=(--more-floors "$(echo $MORE_FLOORS | tr ' ' ',')"); fi
     nice -n "$NICE" "$kvserve" profile --model "$MODEL" --workload "$w" --mix "$mix" \
-      --quality-min "$Q" --budget "$B" --samples "$SEARCH_N" --sample-seed 0 --holdout-samples "$HOLDOUT_N" \
+      --quality-min "$Q" "${floors[@]}" --budget "$B" --samples "$SEARCH_N" --sample-seed 0 --holdout-samples "$HOLDOUT_N" \
       --threads 1 --codec-kv-tokens "$CODEC_KV_TOKENS" \
       --head-scores "$HEADS" --db "$DB" --out "$table"
     timings+="${timings:+, }\"$w\": $(( $(date +%s) - t0 ))"
@@ -78,6 +87,14 @@ rows = [r for r in t["profiles"] if r.get("quality", {}).get(w, -1) >= q]
 print(max(rows, key=lambda r: r["compression_ratio"])["spec"] if rows else "")
 PY
 }
+others() {  # others <table> <workload> <specs...>: the rows with quality[workload] >= Q, less <specs>
+  python3 - "$@" "$Q" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1])); w = sys.argv[2]; skip = set(sys.argv[3:-1]); q = float(sys.argv[-1])
+print(" ".join(r["spec"] for r in t["profiles"]
+               if r.get("quality", {}).get(w, -1) >= q and r["spec"] not in skip))
+PY
+}
 measure() {  # measure <workload> <out.json> <profiles...>
   local w=$1 out=$2; shift 2
   local list raw; list=$(IFS=,; echo "$*"); raw=$(mktemp)
@@ -91,7 +108,7 @@ measure() {  # measure <workload> <out.json> <profiles...>
 }
 unified=$(best "configs/profiles/$name-unified.json" unified)
 manifest="$results/manifest.json"
-echo "{\"model\": \"$MODEL\", \"search_seconds\": {$timings}, \"samples\": $N, \"search_samples\": $SEARCH_N, \"holdout_samples\": $HOLDOUT_N, \"codec_kv_tokens\": $CODEC_KV_TOKENS, \"quality_min\": $Q, \"budget\": $B, \"rows\": [" > "$manifest.tmp"
+echo "{\"model\": \"$MODEL\", \"search_seconds\": {$timings}, \"samples\": $N, \"search_samples\": $SEARCH_N, \"holdout_samples\": $HOLDOUT_N, \"codec_kv_tokens\": $CODEC_KV_TOKENS, \"quality_min\": $Q, \"more_floors\": \"$MORE_FLOORS\", \"budget\": $B, \"rows\": [" > "$manifest.tmp"
 sep=""
 pids=()
 for pair in $(for w in $PROFILING; do echo "$w:$w:profiling"; done) \
@@ -102,11 +119,17 @@ for pair in $(for w in $PROFILING; do echo "$w:$w:profiling"; done) \
   # One process per workload (single-threaded each), in parallel.
   measure "$w" "$results/$w.json" "$aware" "$unified" &
   pids+=($!)
+  read -r -a rest <<< "$(others "configs/profiles/$name-$near.json" "$near" "$aware" "$unified")"
+  rm -f "$results/$w.rows.json"
+  if [[ ${#rest[@]} -gt 0 ]]; then
+    measure "$w" "$results/$w.rows.json" "${rest[@]}" &
+    pids+=($!)
+  fi
   if [[ $REUSE_BASELINES != 1 || ! -f "$results/$w.baselines.json" ]]; then
     measure "$w" "$results/$w.baselines.json" kivi-2 cachegen &
     pids+=($!)
   fi
-  echo "$sep{\"workload\": \"$w\", \"split\": \"$split\", \"aware\": \"$aware\", \"aware_from\": \"$near\", \"unified\": \"$unified\"}" >> "$manifest.tmp"
+  echo "$sep{\"workload\": \"$w\", \"split\": \"$split\", \"aware\": \"$aware\", \"aware_from\": \"$near\", \"unified\": \"$unified\", \"table_rows\": ${#rest[@]}}" >> "$manifest.tmp"
   sep=","
 done
 for pid in "${pids[@]}"; do wait "$pid"; done

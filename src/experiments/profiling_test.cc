@@ -182,6 +182,58 @@ TEST_F(TaskProfilingTest, FailingParetoRowsGiveWayToTheNextFeasibleRowsInCrOrder
   EXPECT_GT(walked_past_pareto, 0);
 }
 
+// The max CR among a table's rows whose (held-out) quality meets `floor`.
+double BestCrAt(const std::string& table_json, const std::string& workload, double floor) {
+  double best = 0;
+  const auto doc = nlohmann::json::parse(table_json);
+  for (const auto& row : doc["profiles"])
+    if (row["spec"] != "none" && row["quality"][workload].get<double>() >= floor)
+      best = std::max(best, row["compression_ratio"].get<double>());
+  return best;
+}
+
+// --more-floors: the table of one run searched at several floors serves each
+// floor at least as well as a run searched at that floor alone (same seed,
+// budget and database), and says which floors it searched.
+TEST_F(TaskProfilingTest, StricterFloorsServeEachFloorAsWellAsTheirOwnSearch) {
+  const std::string space = *dir_ + "/floors_space.json";
+  std::ofstream(space) << R"({"transforms":{"identity":{},"hadamard":{"seed":[7]}},"codecs":{"pack":{}},
+      "quantizers":{"kivi":{"k":[1,2,3,4,8],"v":[1,2,3,4,8],"group":[16,32],"residual":[0]}}})";
+  int stricter_rows_added = 0;
+  for (unsigned seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    ProfileRunOptions o = Options("floors.db");
+    o.space = space;
+    o.searcher = "bayes";
+    o.seed = seed;
+    o.budget = 8;
+    o.quality_min = 0.5;
+    const std::vector<double> strict{0.8, 0.95};
+    auto alone_low = RunProfileSearch(o, {});
+    ASSERT_TRUE(alone_low.ok()) << alone_low.status().ToString();
+    ProfileRunOptions multi = o;
+    multi.more_floors = {0.95, 0.3, 0.8};  // unsorted; 0.3 < quality_min is ignored
+    auto both = RunProfileSearch(multi, {});
+    ASSERT_TRUE(both.ok()) << both.status().ToString();
+    const std::string comment = nlohmann::json::parse(both->table_json)["comment"];
+    EXPECT_NE(comment.find("then again at 0.8, 0.95"), std::string::npos) << comment;
+    EXPECT_GE(BestCrAt(both->table_json, o.workload, o.quality_min),
+              BestCrAt(alone_low->table_json, o.workload, o.quality_min));
+    for (double f : strict) {
+      ProfileRunOptions single = o;
+      single.quality_min = f;
+      auto alone = RunProfileSearch(single, {});
+      if (!alone.ok()) continue;  // nothing holds at f
+      EXPECT_GE(BestCrAt(both->table_json, o.workload, f), BestCrAt(alone->table_json, o.workload, f))
+          << "floor " << f;
+      if (BestCrAt(both->table_json, o.workload, f) > BestCrAt(alone_low->table_json, o.workload, f))
+        ++stricter_rows_added;
+    }
+  }
+  // The stricter searches added rows the quality_min search alone did not have.
+  EXPECT_GT(stricter_rows_added, 0);
+}
+
 TEST_F(TaskProfilingTest, HoldOutNeedsSamplesTheSearchDidNotUse) {
   ProfileRunOptions o = Options("bad.db");
   o.samples = 0;  // every sample in the search

@@ -128,6 +128,13 @@ RunFn SetupProfile(CLI::App& sub) {
                  "the table), or its 'point' estimate")
       ->capture_default_str()
       ->check(CLI::IsMember({"lower", "point"}));
+  sub.add_option("--more-floors", a->o.more_floors,
+                 "task mode: stricter quality floors searched after --quality-min, each with the "
+                 "same budget through the same --db (what an earlier search evaluated costs "
+                 "nothing), so the table also holds the best rows for requests with those floors "
+                 "(e.g. 0.99,0.995); the held-out walk runs at every floor")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.5));
   sub.add_option("--cache-dir", a->o.cache_dir, "task mode: prefill KV cache directory ('' = none)")
       ->capture_default_str();
   a->eval_dir_option = sub.add_option("--eval-dir", a->o.eval_dir,

@@ -57,6 +57,12 @@ struct ProfileRunOptions {
   // of the held-out 95% bootstrap interval: a profile meets q_min only when
   // its interval lies above it) or "point" (the point estimate).
   std::string floor_on = "lower";
+  // Task mode: stricter floors searched after quality_min (each with the
+  // same budget, through the same database), so the table also holds the
+  // highest-CR rows a request with such a floor can be served from. The
+  // table is the Pareto set of every search's rows; the held-out walk runs
+  // at each floor. Floors <= quality_min are ignored.
+  std::vector<double> more_floors;
 };
 
 // A search's Pareto profile table, also as labelled JSON (the controller's
