@@ -87,12 +87,21 @@ rows = [r for r in t["profiles"] if r.get("quality", {}).get(w, -1) >= q]
 print(max(rows, key=lambda r: r["compression_ratio"])["spec"] if rows else "")
 PY
 }
-others() {  # others <table> <workload> <specs...>: the rows with quality[workload] >= Q, less <specs>
+others() {  # others <table> <workload> <specs...>: the rows with quality[workload] >= Q, less
+  # <specs>, that beat every higher-CR row on quality (the table's CR-quality staircase; rows
+  # that differ from one above only in codec speed add nothing to the comparison)
   python3 - "$@" "$Q" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1])); w = sys.argv[2]; skip = set(sys.argv[3:-1]); q = float(sys.argv[-1])
-print(" ".join(r["spec"] for r in t["profiles"]
-               if r.get("quality", {}).get(w, -1) >= q and r["spec"] not in skip))
+rows = sorted((r for r in t["profiles"] if r.get("quality", {}).get(w, -1) >= q),
+              key=lambda r: -r["compression_ratio"])
+best, keep = -1.0, []
+for r in rows:
+    if r["quality"][w] > best:
+        best = r["quality"][w]
+        if r["spec"] not in skip:
+            keep.append(r["spec"])
+print(" ".join(keep))
 PY
 }
 measure() {  # measure <workload> <out.json> <profiles...>
