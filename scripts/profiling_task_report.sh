@@ -4,6 +4,8 @@
 # tables configs/profiles/<model>-<workload>.json and <model>-unified.json.
 #
 #   scripts/profiling_task_report.sh [--research] [BUILD_DIR]
+#   scripts/profiling_task_report.sh --render-only   (the document again from the
+#     recorded tables and docs/results/profiling/*.json: neither stage runs)
 #
 #   stage 1 (only for missing tables, or all with --research): `kvserve profile`
 #     per profiling workload and for the unified mix: Bayesian search, quality
@@ -38,7 +40,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 research=0
+render_only=0
 if [[ "${1:-}" == "--research" ]]; then research=1; shift; fi
+if [[ "${1:-}" == "--render-only" ]]; then render_only=1; shift; fi
 build="${1:-build/release}"
 kvserve="$build/tools/kvserve/kvserve"
 [[ -x "$kvserve" ]] || { echo "build $kvserve first (cmake --build $build --target kvserve)" >&2; exit 1; }
@@ -60,6 +64,7 @@ HEADS="$MODEL/head_scores.json"
 results=docs/results/profiling
 mkdir -p "$(dirname "$DB")" configs/profiles "$results"
 
+if [[ $render_only == 0 ]]; then
 # Stage 1: tables.
 mix=$(echo $PROFILING | tr ' ' ',')
 timings=""
@@ -145,12 +150,19 @@ for pid in "${pids[@]}"; do wait "$pid"; done
 echo "]}" >> "$manifest.tmp"
 mv "$manifest.tmp" "$manifest"
 
+fi  # render_only
+
 fragment="$(mktemp)"
 python3 scripts/render_profiling_task.py --results "$results" --tables configs/profiles \
   > "$fragment"
+machine="Machine: $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1 /proc/loadavg) at report time; $(date -u +%Y-%m-%d)."
+if [[ $render_only == 1 ]]; then  # the comparison's machine line, as the document records it
+  machine=$(sed -n '/BEGIN GENERATED: scripts\/profiling_task_report.sh/,/END GENERATED: task/p' docs/profiling.md |
+            grep '^Machine: ' || echo "$machine")
+fi
 {
   echo
-  echo "Machine: $(nproc) cores, $(uname -m), load average $(cut -d' ' -f1 /proc/loadavg) at report time; $(date -u +%Y-%m-%d)."
+  echo "$machine"
 } >> "$fragment"
 python3 - "$fragment" <<'PY'
 import sys, re

@@ -130,11 +130,13 @@ def main():
     out.append("Search CR is measured on one real prefilled KV per workload (the median-length "
                "sample of the subset, "
                + (f"at most its first {kv_tokens} tokens" if kv_tokens else "all its tokens")
-               + ", f16); the comparison below re-measures CR over all scored samples. Fewer "
-               "evaluations than the budget: the engine's early stop (30 evaluations without a "
-               "better feasible CR), pruning that left nothing to evaluate, or an interrupted run "
-               "(rerunning the same `kvserve profile` command resumes it from the results "
-               "database).\n")
+               + ", f16); the comparison below re-measures CR over all scored samples. "
+               "Evaluations: the distinct configurations the table's searches scored (one search "
+               "per floor, each at most the budget; a configuration one of them scored is "
+               "answered from the results database for the others). A search that stops before "
+               "its budget: the engine's early stop (30 evaluations without a better feasible "
+               "CR), pruning that left nothing to evaluate, or an interrupted run (rerunning the "
+               "same `kvserve profile` command resumes it from the results database).\n")
 
     out.append(f"### Max-CR profile at relative quality >= {q_min} vs baselines "
                f"(analog of paper Table 1; task quality)\n")
