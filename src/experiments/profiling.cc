@@ -654,6 +654,10 @@ Result<ProfileRunResult> RunProfileSearch(const ProfileRunOptions& a, const Prog
   if (a.kv.empty() && a.ground_truth.empty() && IsModelDir(a.model))
     return RunTaskProfile(a, progress);
   if (a.workload.empty()) return Status::InvalidArgument("a workload is required (--workload)");
+  if (!a.more_floors.empty())
+    return Status::InvalidArgument(
+        "--more-floors applies to task quality (--model DIR with an eval workload), not to the "
+        "proxy or a recorded ground truth: search each floor with its own --quality-min");
   auto db = ResultsDb::Open(a.db);
   if (!db.ok()) return db.status();
 

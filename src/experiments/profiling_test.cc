@@ -249,6 +249,14 @@ TEST_F(TaskProfilingTest, HoldOutNeedsSamplesTheSearchDidNotUse) {
   o = Options("bad.db");
   o.floor_on = "median";
   EXPECT_EQ(RunProfileSearch(o, {}).status().code(), StatusCode::kInvalidArgument);
+  // Stricter floors are a task-mode option: the proxy says so instead of ignoring them.
+  ProfileRunOptions proxy;
+  proxy.workload = "synth-smooth";
+  proxy.db = *dir_ + "/proxy.db";
+  proxy.more_floors = {0.99};
+  auto refused = RunProfileSearch(proxy, {});
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("--more-floors"), std::string::npos);
 }
 
 // The task-mode ground truth scores every configuration of the space with
