@@ -172,7 +172,9 @@ Result<std::vector<Candidate>> MeasureRunCandidates(const ProfileRunOptions& a,
   return out;
 }
 
-std::vector<TableEntry> FeasibleEntries(const SearchOutcome& s, const std::string& workload) {
+// Every observation of the search as a table entry (quality as the search saw it),
+// feasible or not: BuildParetoTable keeps those at the floor.
+std::vector<TableEntry> ObservedEntries(const SearchOutcome& s, const std::string& workload) {
   std::vector<TableEntry> entries;
   for (const SearchObservation& o : s.trace.observations) {
     TableEntry e;
@@ -185,8 +187,8 @@ std::vector<TableEntry> FeasibleEntries(const SearchOutcome& s, const std::strin
 }
 
 // The search of a profiling run: RunSearch with the run's lines around it
-// ("... search", "stopped", "best feasible") and the feasible rows of the
-// trace. NotFound when no profile meets the floor.
+// ("... search", "stopped", "best feasible"); *entries receives every row of
+// the trace, also when it returns NotFound (no profile meets the floor).
 Result<SearchOutcome> SearchFeasible(const ProfileRunOptions& a, std::vector<Candidate> candidates,
                                      Evaluator& evaluator, ResultsDb* db,
                                      const std::string& sample_set, const Progress& progress,
@@ -200,11 +202,13 @@ Result<SearchOutcome> SearchFeasible(const ProfileRunOptions& a, std::vector<Can
   const SearchTrace& trace = outcome.trace;
   Note(progress, "stopped: {}; {} evaluations ({} from the database), {} feasible",
        trace.stop_reason, trace.observations.size(), outcome.reused, trace.Feasible().size());
+  // Every evaluated row, also when none meets this floor (a search at a
+  // stricter floor still contributes rows that meet a looser one).
+  *entries = ObservedEntries(outcome, a.workload);
   if (trace.best_feasible < 0) return Status::NotFound("no feasible profile found");
   const Candidate& best = outcome.candidates[trace.best_feasible];
   Note(progress, "best feasible: {} (CR {:.3f})", best.profile.ToString(),
        best.codec.compression_ratio);
-  *entries = FeasibleEntries(outcome, a.workload);
   return outcome;
 }
 
@@ -254,17 +258,8 @@ struct TaskPart {
   std::string codec_kv;
 };
 
-// Scores rows of the search on the held-out evaluators of `parts` (through
-// the results database) and returns the table whose quality is the held-out
-// figure a floor is checked against (`floor_on`: the interval's lower end or
-// the point estimate). The rows scored: every row of the search's Pareto
-// table, and the search's other feasible rows (`entries` at
-// quality[workload] >= the floor) in descending CR down to the first that
-// meets the floor held out, so a Pareto row that fails out of sample gives
-// way to the highest-CR search-feasible profile that holds, not to nothing.
-// `extras` receives per row the held-out point, interval and the search's
-// quality, per workload. NotFound when no scored row meets the floor.
-// quality_min, then the stricter floors of more_floors in ascending order.
+// quality_min, then the stricter floors of more_floors (those above it) in
+// ascending order, without repeats.
 std::vector<double> SearchFloors(const ProfileRunOptions& a) {
   std::vector<double> floors{a.quality_min};
   for (double f : a.more_floors)
@@ -274,6 +269,17 @@ std::vector<double> SearchFloors(const ProfileRunOptions& a) {
   return floors;
 }
 
+// Scores rows of the search on the held-out evaluators of `parts` (through
+// the results database) and returns the table whose quality is the held-out
+// figure a floor is checked against (`floor_on`: the interval's lower end or
+// the point estimate). The rows scored: every row of the search's Pareto
+// table, and the search's other feasible rows (`entries` at
+// quality[workload] >= the floor) in descending CR down to the first that
+// meets the floor held out, so a Pareto row that fails out of sample gives
+// way to the highest-CR search-feasible profile that holds, not to nothing;
+// with stricter floors (SearchFloors) the walk runs at each of them.
+// `extras` receives per row the held-out point, interval and the search's
+// quality, per workload. NotFound when no scored row meets the floor.
 Result<ProfileTable> HoldOutTable(const ProfileRunOptions& a, const ProfileTable& searched,
                                   std::span<const TableEntry> entries,
                                   std::vector<TaskPart>& parts, bool unified,
@@ -533,7 +539,6 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
   auto outcome = SearchFeasible(a, std::move(candidates), evaluator, db, sample_set,
                                 progress, &entries, a.floor_on == "lower");
   if (!outcome.ok()) return outcome.status();
-  size_t evaluations = outcome->trace.observations.size();
   // Stricter floors: the same search again (same budget and seed; what the
   // earlier ones evaluated is answered by the database), its rows added.
   std::set<std::string> seen;
@@ -545,15 +550,9 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
     auto o = SearchFeasible(strict, stricter_candidates, evaluator, db, sample_set, progress, &more,
                             a.floor_on == "lower");
     if (!o.ok() && o.status().code() != StatusCode::kNotFound) return o.status();
-    if (!o.ok()) {
-      Note(progress, "no profile meets quality >= {} on the search samples", floors[i]);
-      continue;
-    }
-    for (TableEntry& e : more) {
-      if (!seen.insert(e.profile.ToString()).second) continue;
-      entries.push_back(std::move(e));
-      ++evaluations;
-    }
+    if (!o.ok()) Note(progress, "no profile meets quality >= {} on the search samples", floors[i]);
+    for (TableEntry& e : more)
+      if (seen.insert(e.profile.ToString()).second) entries.push_back(std::move(e));
   }
   if (unified) {
     // Every row also carries each part's quality (answered by the database).
@@ -598,7 +597,7 @@ Result<ProfileRunResult> RunTaskProfile(const ProfileRunOptions& a, const Progre
           ? fmt::format(" (then again at {}, budget {} each)",
                         fmt::join(floors.begin() + 1, floors.end(), ", "), a.budget)
           : std::string(),
-      a.budget, a.seed, evaluations, evaluator.name(), quality_text, kv_text);
+      a.budget, a.seed, entries.size(), evaluator.name(), quality_text, kv_text);
   return ProfileRunResult{*table, LabelledTableJson(*table, quality_text, provenance, extras)};
 }
 
@@ -810,7 +809,7 @@ Result<ProfilingReport> RunProfilingReport(const ProfileRunOptions& a, const Pro
     auto e = t.MakeEvaluator();
     auto s = RunSearch(search_args, std::move(*c), *e, nullptr, t.workload, "", nullptr);
     if (!s.ok()) return s.status();
-    auto entries = FeasibleEntries(*s, t.workload);
+    auto entries = ObservedEntries(*s, t.workload);
     auto table = BuildParetoTable(entries, t.workload, a.quality_min);
     if (!table.ok()) return table.status();
     chosen[t.workload] = s->candidates[s->trace.best_feasible].profile.ToString();
