@@ -22,8 +22,9 @@
 #     table, of the nearest profiling workload's table (unseen workloads),
 #     kivi-2 and cachegen, and that table's other rows meeting the floor (the
 #     rows a request with a higher floor is served from: the target compares
-#     kivi-2 with the table's best row at kivi-2's quality); then scripts/render_profiling_task.py splices the
-#     table into docs/profiling.md between the task markers.
+#     kivi-2 with the table's best row at kivi-2's quality); then
+#     scripts/render_profiling_task.py splices the table into docs/profiling.md
+#     between the task markers.
 #
 # Environment: MODEL (models/kvs-qwen2-9m), N (100: comparison samples per
 # workload), SEARCH_N (N: samples per search evaluation), HOLDOUT_N (N:
