@@ -13,6 +13,7 @@
 #include <memory>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <string>
@@ -26,6 +27,7 @@
 #include "cuda/record_hash.cuh"
 #include "cuda/xxh3.cuh"
 #include "kvserve/codec.h"
+#include "kvserve/controller.h"
 #include "kvserve/cuda.h"
 #include "kvserve/kv.h"
 #include "kvserve/kv_file.h"
@@ -400,12 +402,15 @@ size_t FirstDifference(const std::vector<uint8_t>& a, const std::vector<uint8_t>
   return a.size() == b.size() ? SIZE_MAX : n;
 }
 
-// The whole consistency property for one (profile, cache).
-void CheckConsistent(const Profile& p, const HostCache& cache, const std::string& label) {
+// The whole consistency property for one (profile, cache); head scores
+// `real` when given, else synthesized for the cache's shape.
+void CheckConsistent(const Profile& p, const HostCache& cache, const std::string& label,
+                     const HeadScores* real = nullptr) {
   SCOPED_TRACE(label + " " + p.ToString() + " shape " + std::to_string(cache.shape.layers) + "x" +
                std::to_string(cache.shape.kv_heads) + "x" + std::to_string(cache.shape.tokens) + "x" +
                std::to_string(cache.shape.head_dim) + " dtype " + std::string(DTypeName(cache.dtype)));
-  const HeadScores scores = SynthesizeHeadScores(cache.shape.layers, cache.shape.kv_heads, 3);
+  const HeadScores synthesized = SynthesizeHeadScores(cache.shape.layers, cache.shape.kv_heads, 3);
+  const HeadScores& scores = real != nullptr ? *real : synthesized;
   const std::vector<uint8_t> cpu = CpuEncode(p, cache.view(), &scores);
   const GpuFrame gpu = GpuEncode(p, cache, &scores);
   ASSERT_TRUE(gpu.status.ok()) << gpu.status.ToString();
@@ -498,6 +503,54 @@ TEST(CudaDevice, EveryGpuPresetIsByteIdentical) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// Every row of the shipped profile tables (configs/profiles/*.json: what the
+// controller serves) that the CUDA codec runs is byte-identical with the CPU
+// at the shipped model's KV shape (8 layers, 2 KV heads, head_dim 64), with
+// its head scores, at a task prompt's length in f16 (the wire dtype) and a
+// shorter one in bf16 in the paged token-major layout. Rows with zstd or lz4
+// (CPU codecs) are counted, not run.
+TEST(CudaDevice, ShippedProfileTableRowsAreByteIdentical) {
+  SKIP_WITHOUT_GPU();
+  const char* env = std::getenv("KVSERVE_SOURCE_DIR");
+  const std::filesystem::path root = env != nullptr ? env : KVSERVE_SOURCE_DIR;
+  const std::filesystem::path model = root / "models" / "kvs-qwen2-9m";
+  auto scores = HeadScores::Load((model / "head_scores.json").string());
+  ASSERT_TRUE(scores.ok()) << scores.status().ToString() << " (set KVSERVE_SOURCE_DIR to the repository)";
+  std::vector<std::filesystem::path> tables;
+  for (const auto& entry : std::filesystem::directory_iterator(root / "configs" / "profiles"))
+    if (entry.path().extension() == ".json") tables.push_back(entry.path());
+  std::sort(tables.begin(), tables.end());
+  ASSERT_GE(tables.size(), 5u);
+  std::mt19937 rng(19);
+  const KvShape long_shape{scores->layers, scores->kv_heads, 2312, 64};
+  const KvShape short_shape{scores->layers, scores->kv_heads, 700, 64};
+  const HostCache wire = MakeCache(rng, long_shape, DType::kF16, 0);
+  const HostCache paged = MakeCache(rng, short_shape, DType::kBF16, 1);
+  int checked = 0, cpu_codec = 0;
+  for (const auto& path : tables) {
+    auto table = ProfileTable::Load(path.string());
+    ASSERT_TRUE(table.ok()) << path << ": " << table.status().ToString();
+    for (const ProfileCost& row : table->profiles()) {
+      auto profile = Profile::Parse(row.spec);
+      ASSERT_TRUE(profile.ok()) << row.spec;
+      const Status supported = CheckSupported(*profile, long_shape);
+      if (supported.code() == StatusCode::kNotSupported) {
+        ++cpu_codec;
+        continue;
+      }
+      ASSERT_TRUE(supported.ok()) << row.spec << ": " << supported.ToString();
+      CheckConsistent(*profile, wire, path.filename().string(), &*scores);
+      if (HasFatalFailure()) return;
+      CheckConsistent(*profile, paged, path.filename().string(), &*scores);
+      if (HasFatalFailure()) return;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 10);
+  std::printf("shipped table rows: %d byte-identical on the GPU, %d with a CPU-only codec (zstd, lz4)\n",
+              checked, cpu_codec);
 }
 
 // A random valid spec string drawn from the parameter table.
