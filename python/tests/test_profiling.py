@@ -530,6 +530,47 @@ class StricterFloorsTest(unittest.TestCase):
         # The stricter searches added rows the quality_min search alone did not have.
         self.assertGreater(stricter_rows_added, 0)
 
+    def test_walk_runs_at_every_floor(self):
+        rng = random.Random(7219)
+        kv = synth(58, shape=SHAPE)
+        space = kivi_space()
+        served_by_the_walk = 0
+        for trial in range(4):
+            quality_min = rng.uniform(0.9, 0.92)
+            strict = sorted(rng.sample([0.94, 0.95, 0.96, 0.97, 0.98], 2))
+            half = rng.uniform(0.0, 0.005)
+            searcher = ["exhaustive", "bayes", "random", "bayes"][trial]
+            budget = len(space) if searcher == "exhaustive" else rng.randint(10, 18)
+
+            def search_eval(profile, half=half):
+                return bits_quality(profile), half, 40
+
+            kw = dict(quality_min=quality_min, more_floors=strict, budget=budget, searcher=searcher,
+                      seed=rng.randint(1, 1000), evaluator="search")
+            with tempfile.TemporaryDirectory() as d:
+                kw["db"] = os.path.join(d, "r.sqlite")
+                first = run(space, search_eval, kv, holdout=lambda p: 1.0, **kw)
+                # Out of sample every Pareto row of the merged table fails: each floor is served
+                # only by feasible rows the walk goes on to.
+                failing = {h["spec"] for h in first.holdout_rows if h["pareto"]}
+
+                def held(profile, failing=failing):
+                    return bits_quality(profile) - (0.2 if str(profile) in failing else 0.0), 0.0, 30
+
+                r = run(space, search_eval, kv, holdout=held, **kw)
+            with self.subTest(trial=trial, quality_min=quality_min, strict=strict, searcher=searcher):
+                searched = {row.spec: (row.quality - row.ci_half_width, row.compression_ratio) for row in r.rows}
+                for f in [quality_min] + strict:
+                    holds = [c for spec, (q, c) in searched.items()
+                             if q >= f and c > 1 and held(kvserve.Profile.parse(spec))[0] >= f]
+                    got = self.best_cr_at(r.table_json, f)
+                    if f == quality_min:
+                        self.assertAlmostEqual(got, max(holds, default=0.0), places=12)
+                    else:  # a row scored for a looser floor may serve f with more CR
+                        self.assertGreaterEqual(got, max(holds, default=0.0), f"floor {f}")
+                        served_by_the_walk += bool(holds)
+        self.assertGreater(served_by_the_walk, 0)
+
     def test_without_db_the_searches_share_a_temporary_database(self):
         kv = synth(56, shape=SHAPE)
         ev = Counter()
