@@ -33,6 +33,7 @@ The Pareto table (``out``) has the format of ``ProfileTable`` /
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import hashlib
 import json
@@ -40,6 +41,7 @@ import math
 import numbers
 import os
 import sys
+import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -75,6 +77,9 @@ class Evaluation:
     decode_bytes_per_second: float
     from_db: bool              # answered by the results database, evaluate() not called
     seconds: Optional[float]   # wall time of the evaluate() call (None when from_db)
+    # The floor of the search that made this row: quality_min, or one of more_floors. ``feasible``
+    # is relative to it (and, with holdout= and floor_on="lower", to the lower end of the interval).
+    floor: Optional[float] = None
 
     @property
     def profile(self) -> Any:
@@ -85,11 +90,13 @@ class Evaluation:
 class ProfileResult:
     """What :func:`profile` found."""
 
-    rows: List[Evaluation]
-    best: Optional[Evaluation]     # max-CR feasible evaluation, None when none is feasible
-    stop_reason: str               # "budget", "space exhausted", "early stop: ..."
+    rows: List[Evaluation]         # every search's rows (quality_min's, then each stricter floor's)
+    # The max-CR evaluation whose search figure meets quality_min (None when none does); with
+    # more_floors it may be a stricter search's row (its `feasible` is relative to its own floor).
+    best: Optional[Evaluation]
+    stop_reason: str               # of the quality_min search: "budget", "space exhausted", "early stop: ..."
     evaluated: int                 # evaluate() calls made by this run
-    reused: int                    # evaluations answered by the database
+    reused: int                    # evaluations answered by the database (over all searches)
     codec_measured: int            # profiles whose codec metrics this run measured
     codec_from_db: int
     codec_device: str              # "cpu" or "cuda:<n>"
@@ -97,8 +104,9 @@ class ProfileResult:
     space_size: int
     table_json: Optional[str]      # the labelled Pareto table, None when nothing is feasible
     out: Optional[str] = None      # where the table was written
-    # With holdout=: each Pareto row of the search scored again ({spec, quality, ci_half_width,
-    # samples, search_quality, kept}).
+    # With holdout=: each row scored again, in the order scored ({spec, quality, ci_half_width,
+    # samples, search_quality, figure, pareto, kept}; pareto: a row of the search's Pareto table,
+    # else a feasible row of the walk; kept: a row of the final table).
     holdout_rows: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
@@ -260,50 +268,115 @@ def _write_atomically(path: str, text: str) -> None:
 
 
 def _estimate(value: Any, spec: str) -> Tuple[float, float, int]:
-    """(quality, ci_half_width, samples) of what an evaluate function returned."""
+    """(quality, ci_half_width, samples) of what a holdout function returned:
+    TypeError for something else than a number or a 1-3 tuple, ValueError for
+    a non-finite quality or a negative or non-finite half-width (as the
+    search's evaluate() is checked)."""
     if isinstance(value, tuple):
         if not 1 <= len(value) <= 3:
             raise TypeError(f"holdout({spec}): expected a number or a 1-3 tuple, got {len(value)} items")
         q = float(value[0])
         hw = float(value[1]) if len(value) > 1 else 0.0
         n = int(value[2]) if len(value) > 2 else 1
-        return q, hw, n
-    if isinstance(value, numbers.Real):
-        return float(value), 0.0, 1
-    raise TypeError(f"holdout({spec}): expected a number or a 1-3 tuple, got {type(value).__name__}")
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        q, hw, n = float(value), 0.0, 1
+    else:
+        raise TypeError(f"holdout({spec}): expected a number or a 1-3 tuple, got {type(value).__name__}")
+    if not math.isfinite(q):
+        raise ValueError(f"holdout({spec}) returned a non-finite quality")
+    if not (math.isfinite(hw) and hw >= 0):
+        raise ValueError(f"holdout({spec}) returned a ci_half_width that is negative or not finite")
+    return q, hw, n
 
 
-def _hold_out(table_json: str, holdout: Evaluate, workload: str, quality_min: float, floor_on: str,
-              line: Any) -> Tuple[Optional[str], List[Dict[str, Any]]]:
-    """The search's table with every row scored again by ``holdout`` (see :func:`profile`);
-    None when no row meets the floor out of sample."""
+def _search_floors(quality_min: float, more_floors: Any) -> List[float]:
+    """``quality_min``, then the floors of ``more_floors`` above it in
+    ascending order without repeats (the CLI's ``SearchFloors``); floors at or
+    below ``quality_min`` are ignored. TypeError when ``more_floors`` is not a
+    collection of numbers, ValueError for a floor that is not finite."""
+    if isinstance(more_floors, (str, bytes)) or not isinstance(more_floors, collections.abc.Iterable):
+        raise TypeError(f"more_floors: expected a sequence of quality floors, got {type(more_floors).__name__}")
+    stricter = set()
+    for floor in more_floors:
+        if isinstance(floor, bool) or not isinstance(floor, numbers.Real):
+            raise TypeError(f"more_floors: expected numbers, got {type(floor).__name__} {floor!r}")
+        if not math.isfinite(floor):
+            raise ValueError(f"more_floors: {floor!r} is not a finite quality floor")
+        if floor > quality_min:
+            stricter.add(float(floor))
+    return [quality_min] + sorted(stricter)
+
+
+_CODEC_KEYS = ("compression_ratio", "encode_bytes_per_second", "decode_bytes_per_second", "overhead_seconds")
+
+
+def _hold_out(table_json: str, entries: List[Dict[str, Any]], holdout: Evaluate, workload: str,
+              floors: List[float], floor_on: str, line: Any) -> Tuple[Optional[str], List[Dict[str, Any]]]:
+    """The CLI's ``HoldOutTable`` over a labelled search table and the
+    search's ``entries`` (``_pareto_table`` dicts at the search figures):
+    scores with ``holdout`` every row of the table and, in descending CR, the
+    other entries meeting ``floors[0]`` (CR > 1) while some floor of
+    ``floors`` that a row's search figure meets has no scored row meeting it
+    held out. Returns the table -- the Pareto set of the held-out figures
+    (``floor_on``: the interval's lower end or the point estimate) at
+    ``floors[0]``, each row with ``quality_search``, ``quality_holdout``,
+    ``quality_low`` and ``quality_high`` -- or None when no scored row meets
+    ``floors[0]``, and the scored rows in the order scored."""
     doc = json.loads(table_json)
-    kept, rows = [], []
+    lower = floor_on == "lower"
+    quality_min = floors[0]
+    walk: List[Dict[str, Any]] = []
+    seen = set()
     for row in doc["profiles"]:
-        q, hw, n = _estimate(holdout(_kvserve.Profile.parse(row["spec"])), row["spec"])
-        figure = q - hw if floor_on == "lower" else q
-        searched = row["quality"].get(workload)
-        rows.append({"spec": row["spec"], "quality": q, "ci_half_width": hw, "samples": n,
-                     "search_quality": searched, "figure": figure, "kept": figure >= quality_min})
-        if line:
-            line.note(f"held out: {row['spec']} {q:.4f} ± {hw:.4f} (search {searched:.4f})"
-                      + ("" if figure >= quality_min else "  below the floor"))
-        if figure < quality_min:
+        if row["spec"] == "none":  # raw: quality 1 by definition
             continue
-        row["quality_search"] = {workload: searched}
-        row["quality_holdout"] = {workload: q}
-        row["quality_low"] = {workload: q - hw}
-        row["quality_high"] = {workload: q + hw}
-        row["quality"][workload] = figure
-        kept.append(row)
-    if not kept:
-        return None, rows
-    doc["profiles"] = kept
+        seen.add(row["spec"])
+        walk.append({"spec": row["spec"], "codec": {k: row.get(k, 0.0) for k in _CODEC_KEYS},
+                     "search": row["quality"][workload], "pareto": True})
+    for e in entries:
+        q = e["quality"].get(workload)
+        if q is None or q < quality_min or not e["codec"]["compression_ratio"] > 1 or e["spec"] in seen:
+            continue
+        seen.add(e["spec"])
+        walk.append({"spec": e["spec"], "codec": e["codec"], "search": q, "pareto": False})
+    walk.sort(key=lambda w: -w["codec"]["compression_ratio"])  # stable: at equal CR, Pareto rows first
+    met = [False] * len(floors)
+    scored: List[Dict[str, Any]] = []
+    held_entries: List[Dict[str, Any]] = []
+    extras: Dict[str, Dict[str, Any]] = {}
+    for w in walk:
+        # Below a row that holds at each floor it meets: only the Pareto rows.
+        if not (w["pareto"] or any(not m and w["search"] >= f for m, f in zip(met, floors))):
+            continue
+        spec = w["spec"]
+        q, hw, n = _estimate(holdout(_kvserve.Profile.parse(spec)), spec)
+        figure = q - hw if lower else q
+        met = [m or figure >= f for m, f in zip(met, floors)]
+        extras[spec] = {"quality_search": {workload: w["search"]}, "quality_holdout": {workload: q},
+                        "quality_low": {workload: q - hw}, "quality_high": {workload: q + hw}}
+        scored.append({"spec": spec, "quality": q, "ci_half_width": hw, "samples": n,
+                       "search_quality": w["search"], "figure": figure, "pareto": w["pareto"], "kept": False})
+        held_entries.append({"spec": spec, "quality": {workload: figure}, "codec": w["codec"]})
+        if line:
+            line.note(f"held out{'' if w['pareto'] else ' (feasible, not Pareto)'}: {spec} CR "
+                      f"{w['codec']['compression_ratio']:.2f} {q:.4f} ± {hw:.4f} (search {w['search']:.4f})"
+                      + ("" if figure >= quality_min else "  below the floor"))
+    held = _kvserve._pareto_table(held_entries, workload, quality_min)
+    if held is None:
+        return None, scored
+    profiles = json.loads(held)["profiles"]
+    for row in profiles:
+        row.update(extras[row["spec"]])
+    kept = {row["spec"] for row in profiles}
+    for s in scored:
+        s["kept"] = s["spec"] in kept
+    doc["profiles"] = profiles
     name = getattr(holdout, "name", None) or getattr(holdout, "__qualname__", type(holdout).__qualname__)
-    doc["quality_kind"] = (f"{doc['quality_kind']}; quality = the "
-                           f"{'lower end of the 95% interval' if floor_on == 'lower' else 'point estimate'} "
-                           f"on held-out samples ({name}); quality_search: the search's own")
-    return json.dumps(doc, indent=2) + "\n", rows
+    figure_name = "lower end of the 95% interval" if lower else "point estimate"
+    doc["quality_kind"] = (f"{doc['quality_kind']}; quality = the {figure_name} on held-out samples ({name}); "
+                           f"quality_search: the search's own ({figure_name}), quality_holdout: the held-out "
+                           f"point estimate, quality_low / quality_high: its interval")
+    return json.dumps(doc, indent=2) + "\n", scored
 
 
 def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float = 0.97,
@@ -312,10 +385,14 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
             quality_kind: Optional[str] = None, out: Optional[str] = None, head_scores: Any = None,
             dtype: Optional[str] = None, seed: int = 1, searcher: str = "bayes", repeats: int = 1,
             progress: Union[bool, Callable[[Dict[str, Any]], None]] = True,
-            holdout: Optional[Evaluate] = None, floor_on: str = "lower") -> ProfileResult:
+            holdout: Optional[Evaluate] = None, floor_on: str = "lower",
+            more_floors: Sequence[float] = ()) -> ProfileResult:
     """Searches ``space`` for the profiles with the highest compression ratio
     whose ``evaluate`` quality is at least ``quality_min``, with at most
-    ``budget`` calls of ``evaluate``, and returns a :class:`ProfileResult`.
+    ``budget`` calls of ``evaluate`` per search, and returns a
+    :class:`ProfileResult`. With ``holdout`` and ``more_floors`` this is
+    ``kvserve profile``'s task mode with Python evaluators: the same search
+    rule (``floor_on``), held-out walk and stricter floors.
 
     Args:
         space: a strategy-space JSON file (configs/strategy_space.json), its
@@ -329,10 +406,14 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
             :func:`kvserve.encode` takes (a 5-D ``(layers, 2, kv_heads,
             tokens, head_dim)`` array/tensor or per-layer ``(K, V)`` pairs);
             a CUDA tensor is measured with the CUDA codec.
-        quality_min: the quality floor (feasible iff quality >= it).
-        budget: the most ``evaluate`` calls (>= 1); database answers count.
+        quality_min: the quality floor (feasible iff quality >= it; with
+            ``holdout`` and ``floor_on="lower"``, iff the lower end of the
+            95% interval, ``quality - ci_half_width``, is).
+        budget: the most ``evaluate`` calls of each search (>= 1); database
+            answers count.
         db: SQLite results database path (created if missing); None: a
-            private in-memory one (nothing resumes).
+            private in-memory one (nothing resumes), or with stricter
+            ``more_floors`` a temporary file deleted before returning.
         model, workload, sample_set: the scope of the database keys -- name
             what ``evaluate`` measures (a changed model or eval set needs a
             new name). ``workload`` is also the table's workload name.
@@ -351,20 +432,40 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
         progress: True prints a live line on stderr per evaluation, False
             nothing, or a callable receiving each progress dict.
         holdout: a second evaluate function on samples the search never
-            scored (e.g. ``TaskEvaluator(..., holdout_of=<search samples>)``):
-            each Pareto row of the search is scored again with it, and the
-            table's quality becomes the held-out figure -- by default the
-            lower end of its interval (``quality - ci_half_width``;
-            ``floor_on="point"``: the point estimate); rows whose figure is
-            below ``quality_min`` are dropped, and each row keeps
-            ``quality_search``, ``quality_holdout``, ``quality_low`` and
-            ``quality_high``. Held-out calls are not stored in ``db``.
+            scored (e.g. ``TaskEvaluator(..., holdout_of=<search samples>)``).
+            With it and ``floor_on="lower"`` the search itself counts a
+            profile feasible only when the lower end of its interval meets
+            the floor (the database and ``rows`` keep the full estimates).
+            The rows scored again with ``holdout``: every row of the
+            search's Pareto table and, in descending CR, the searches' other
+            feasible rows (search figure >= ``quality_min``, CR > 1) down to
+            the first whose held-out figure meets the floor -- at each floor
+            of ``quality_min`` and ``more_floors``, so a Pareto row that
+            fails out of sample gives way to the highest-CR search-feasible
+            profile that holds. The table is then the Pareto set of the
+            held-out figures at ``quality_min`` -- by default the lower end
+            of the held-out interval (``floor_on="point"``: the point
+            estimate) -- and each row keeps ``quality_search`` (the search's
+            figure), ``quality_holdout``, ``quality_low`` and
+            ``quality_high``. ``result.holdout_rows`` lists every scored
+            row. Held-out calls are not stored in ``db``.
         floor_on: "lower" or "point" (see ``holdout``).
+        more_floors: stricter floors: after the search at ``quality_min``,
+            the same search (seed, budget, searcher, space) runs again at
+            each floor above ``quality_min`` (ascending; repeats and floors
+            at or below ``quality_min`` are ignored) through the same
+            database, so what an earlier search evaluated costs nothing.
+            The table is the Pareto set of every search's rows at
+            ``quality_min``, so it serves each stricter floor at least as
+            well as a search at that floor alone; ``result.rows`` holds
+            every search's rows, each with the ``floor`` of its search. Not
+            run when nothing meets ``quality_min``.
 
     Raises ValueError (KvserveInvalidArgumentError) for an empty space, a
-    bad ``kv``, ``budget < 1`` or an unknown searcher; TypeError for an
-    ``evaluate`` that is not callable or returns something else than a
-    number or a 1-3 tuple.
+    bad ``kv``, ``budget < 1``, an unknown searcher or a non-finite
+    ``quality_min`` or ``more_floors`` entry; TypeError for an ``evaluate``
+    that is not callable or returns something else than a number or a 1-3
+    tuple, and for a ``more_floors`` that is not a sequence of numbers.
     """
     if not callable(evaluate):
         raise TypeError(f"evaluate: expected a callable evaluate(profile), got {type(evaluate).__name__}")
@@ -377,6 +478,9 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
     budget = int(budget)
     if budget < 1:
         raise ValueError(f"budget: must be >= 1 evaluation, got {budget}")
+    quality_min = float(quality_min)
+    floors = _search_floors(quality_min, more_floors)
+    lower_ends = holdout is not None and floor_on == "lower"
     if kv is None:
         raise ValueError("kv: required (the KV cache CR and codec speed are measured on)")
     space_obj = _space(space)
@@ -407,32 +511,69 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
             if line:
                 line.note("CUDA kv but a CPU-only build: codec metrics measured with the CPU codec")
     codec_set = f"codec:{codec_device}:repeats={repeats}:kv={_kv_digest(kv)}"
+    scratch = tempfile.TemporaryDirectory(prefix="kvserve-profile-") if not db and len(floors) > 1 else None
+    db_path = os.fspath(db) if db else (os.path.join(scratch.name, "results.sqlite") if scratch else ":memory:")
+    rule = " (lower end of the 95% interval)" if lower_ends else ""
     if line:
-        line.note(f"{len(space_obj)} profiles, quality >= {quality_min}, budget {budget}, "
-                  f"evaluator {name}, db {db or ':memory:'}")
+        line.note(f"{len(space_obj)} profiles, quality{rule} >= {quality_min}"
+                  + (f" (then {', '.join(map(str, floors[1:]))})" if len(floors) > 1 else "")
+                  + f", budget {budget}, evaluator {name}, db {db_path if db or not scratch else 'a temporary file'}")
+    searches: List[Tuple[float, Dict[str, Any]]] = []
     try:
-        raw = _kvserve._profile_search(space_obj, evaluate, None if measure else kv, dtype, measure, scores,
-                                       db or ":memory:", model, workload, sample_set, codec_set, name,
-                                       float(quality_min), budget, int(seed), searcher, int(repeats), report,
-                                       line.note if line else None)
+        for floor in floors:
+            if searches and searches[0][1]["best"] < 0:
+                if line:
+                    line.note(f"nothing meets quality >= {quality_min}: the stricter floors are not searched")
+                break
+            if searches and line:
+                line.note(f"stricter floor: the same search at quality{rule} >= {floor} (budget {budget}, "
+                          f"seed {seed}; what an earlier search evaluated comes from the database)")
+            raw = _kvserve._profile_search(space_obj, evaluate, None if measure else kv, dtype, measure, scores,
+                                           db_path, model, workload, sample_set, codec_set, name, floor, budget,
+                                           int(seed), searcher, int(repeats), report, line.note if line else None,
+                                           lower_ends)
+            searches.append((floor, raw))
+            if line and len(floors) > 1:
+                line.note(f"quality >= {floor}: stopped: {raw['stop_reason']}; {len(raw['rows'])} evaluations "
+                          f"({raw['reused']} from the db), {sum(r['feasible'] for r in raw['rows'])} feasible")
     finally:
         if line:
             line.end()
-    rows = [Evaluation(spec=r["spec"], quality=r["quality"], ci_half_width=r["ci_half_width"],
-                       samples=r["samples"], feasible=r["feasible"],
-                       compression_ratio=r["codec"]["compression_ratio"],
-                       encode_bytes_per_second=r["codec"]["encode_bytes_per_second"],
-                       decode_bytes_per_second=r["codec"]["decode_bytes_per_second"],
-                       from_db=r["from_db"], seconds=r["seconds"]) for r in raw["rows"]]
+        if scratch is not None:
+            scratch.cleanup()
+    rows: List[Evaluation] = []
+    figures: List[float] = []  # what each row's search checked against its floor
+    entries: List[Dict[str, Any]] = []  # one per spec, first seen, at its search figure: the table's candidates
+    seen = set()
+    for floor, raw in searches:
+        for r in raw["rows"]:
+            rows.append(Evaluation(spec=r["spec"], quality=r["quality"], ci_half_width=r["ci_half_width"],
+                                   samples=r["samples"], feasible=r["feasible"],
+                                   compression_ratio=r["codec"]["compression_ratio"],
+                                   encode_bytes_per_second=r["codec"]["encode_bytes_per_second"],
+                                   decode_bytes_per_second=r["codec"]["decode_bytes_per_second"],
+                                   from_db=r["from_db"], seconds=r["seconds"], floor=floor))
+            figures.append(r["search_quality"])
+            if r["spec"] not in seen:
+                seen.add(r["spec"])
+                entries.append({"spec": r["spec"], "quality": {workload: r["search_quality"]}, "codec": r["codec"]})
+    first = searches[0][1]
+    best = first["best"]
+    for i, (row, figure) in enumerate(zip(rows, figures)):  # a stricter search may find more CR at quality_min
+        if best >= 0 and figure >= quality_min and row.compression_ratio > rows[best].compression_ratio:
+            best = i
     table_json = None
-    if raw["table_json"] is not None:
-        doc = json.loads(raw["table_json"])
+    searched = _kvserve._pareto_table(entries, workload, quality_min) if best >= 0 else None
+    if searched is not None:
+        doc = json.loads(searched)
         kind = quality_kind or getattr(evaluate, "quality_kind", None) or \
             f"user evaluator {name}: quality relative to uncompressed"
+        then = (f" (then again at {', '.join(map(str, floors[1:]))}, budget {budget} each)"
+                if len(searches) > 1 else "")
         labelled = {
             "format": doc["format"], "version": doc["version"], "quality_kind": kind,
-            "comment": (f"kvserve.profile (Python): {searcher} search, quality >= {quality_min}, "
-                        f"budget {budget}, seed {seed}; {len(rows)} evaluations by {name}; model {model}, "
+            "comment": (f"kvserve.profile (Python): {searcher} search, quality{rule} >= {quality_min}{then}, "
+                        f"budget {budget}, seed {seed}; {len(entries)} evaluations by {name}; model {model}, "
                         f"sample set {sample_set}. CR and codec throughputs: {codec_device} codec"
                         f"{', 1 thread' if codec_device == 'cpu' else ''}, fastest of {repeats}, "
                         f"on the caller's KV"
@@ -442,25 +583,29 @@ def profile(space: SpaceLike, evaluate: Evaluate, *, kv: Any, quality_min: float
         table_json = json.dumps(labelled, indent=2) + "\n"
     holdout_rows: List[Dict[str, Any]] = []
     if holdout is not None and table_json is not None:
-        table_json, holdout_rows = _hold_out(table_json, holdout, workload, quality_min, floor_on, line)
+        if line:
+            line.note(f"held-out scoring of {len(json.loads(table_json)['profiles'])} Pareto rows (and higher-CR "
+                      f"feasible rows until one holds); the table's quality: the held-out "
+                      f"{'lower end of the 95% interval' if floor_on == 'lower' else 'point estimate'}")
+        table_json, holdout_rows = _hold_out(table_json, entries, holdout, workload, floors, floor_on, line)
     result = ProfileResult(
-        rows=rows, best=rows[raw["best"]] if raw["best"] >= 0 else None, stop_reason=raw["stop_reason"],
-        evaluated=sum(not r.from_db for r in rows), reused=raw["reused"], codec_measured=raw["codec_measured"],
-        codec_from_db=raw["codec_from_db"], codec_device=codec_device, codec_cpu_profiles=cpu_specs,
-        space_size=len(space_obj),
+        rows=rows, best=rows[best] if best >= 0 else None, stop_reason=first["stop_reason"],
+        evaluated=sum(not r.from_db for r in rows), reused=sum(raw["reused"] for _, raw in searches),
+        codec_measured=sum(raw["codec_measured"] for _, raw in searches), codec_from_db=first["codec_from_db"],
+        codec_device=codec_device, codec_cpu_profiles=cpu_specs, space_size=len(space_obj),
         table_json=table_json, holdout_rows=holdout_rows)
     if line:
-        best = result.best
+        best_row = result.best
         line.note(f"stopped: {result.stop_reason}; {len(rows)} evaluations ({result.reused} from the db); "
-                  + (f"best feasible {best.spec} (CR {best.compression_ratio:.3f}, q {best.quality:.4f})"
-                     if best else "nothing feasible"))
+                  + (f"best feasible {best_row.spec} (CR {best_row.compression_ratio:.3f}, "
+                     f"q {best_row.quality:.4f})" if best_row else "nothing feasible"))
     if out is not None:
         if table_json is None:
             why = (f"no evaluated profile reached quality_min {quality_min}" if result.best is None else
-                   f"no Pareto row meets quality_min {quality_min} on the held-out evaluator "
+                   f"no scored row meets quality_min {quality_min} on the held-out evaluator "
                    f"({floor_on}: " + ", ".join(f"{r['spec']} {r['figure']:.4f}" for r in holdout_rows) + ")"
                    if holdout_rows else
-                   f"no feasible profile compresses (CR > 1): {raw['table_error']}")
+                   f"no feasible profile compresses (CR > 1): {first['table_error']}")
             raise NoFeasibleProfileError(f"{why} ({len(rows)} evaluations); {out} not written", result)
         _write_atomically(os.fspath(out), table_json)
         result.out = os.fspath(out)

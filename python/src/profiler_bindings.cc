@@ -1,7 +1,8 @@
 // Copyright kvserve authors. The offline profiler from Python: the strategy
-// space, codec metrics, and one Bayesian (or random / exhaustive) search
-// whose quality black box is a Python callable (kvserve.profile in
-// python/kvserve/profiling.py is the public entry point).
+// space, codec metrics, one Bayesian (or random / exhaustive) search whose
+// quality black box is a Python callable, and the Pareto table of evaluated
+// rows (kvserve.profile in python/kvserve/profiling.py is the public entry
+// point; it runs several searches and the held-out walk over these).
 //
 // GIL: the search and the codec measurements run with the GIL released; the
 // Python callables (evaluate, measure, progress) are called with it held. An
@@ -153,6 +154,32 @@ py::dict MetricsDict(const CodecMetrics& m) {
   return d;
 }
 
+// Passes every evaluation through to `inner` and keeps, per spec, the
+// estimate `inner` returned: in front of the database cache and behind a
+// lower-end wrapper it holds the full estimates (point and interval) of the
+// figures the search compared. Used from the search thread only; `inner`
+// must outlive it.
+class RecordingEvaluator final : public Evaluator {
+ public:
+  explicit RecordingEvaluator(Evaluator* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  bool is_proxy() const override { return inner_->is_proxy(); }
+  Result<QualityEstimate> Evaluate(const Profile& profile) override {
+    Result<QualityEstimate> q = inner_->Evaluate(profile);
+    if (q.ok()) estimates_[profile.ToString()] = *q;
+    return q;
+  }
+  // The estimate recorded for `spec`; nullptr when it was never evaluated.
+  const QualityEstimate* Find(const std::string& spec) const {
+    auto it = estimates_.find(spec);
+    return it == estimates_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  Evaluator* inner_;
+  std::map<std::string, QualityEstimate> estimates_;
+};
+
 // The KV the codec metrics are measured on, owned for the whole search: the
 // caller's tensor when it is one strided view, otherwise a contiguous copy.
 struct HostKv {
@@ -183,6 +210,9 @@ struct SearchArgs {
   double quality_min = 0.97;
   int budget = 80, repeats = 1;
   uint64_t seed = 1;
+  // The search checks the floor against the lower end of each evaluation's
+  // 95% interval (the database keeps the full estimates).
+  bool lower_ends = false;
 };
 
 std::unique_ptr<Searcher> MakeSearcher(const std::string& name) {
@@ -195,7 +225,12 @@ std::unique_ptr<Searcher> MakeSearcher(const std::string& name) {
 // One profiling search (see kvserve.profile). Returns a dict: "rows" (one
 // per evaluation, in order), "best" (row index or -1), "stop_reason",
 // "reused", "codec_measured", "codec_from_db", "table_json" (None when
-// nothing is feasible) and "evaluator".
+// nothing is feasible) and "evaluator". Each row carries the evaluation's
+// full estimate ("quality", "ci_half_width", "samples": what the database
+// holds), "search_quality" (the figure the search checked against the floor:
+// the lower end of the interval with a.lower_ends, else the point estimate),
+// "feasible" (search_quality >= the floor) and "codec" (with
+// "overhead_seconds"). The table is the Pareto set of the search figures.
 py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::object kv, py::object dtype,
                        py::object measure, std::shared_ptr<HeadScores> head_scores, const SearchArgs& a,
                        py::object progress, py::object note) {
@@ -219,6 +254,16 @@ py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::obje
   PyEvaluator inner(evaluate, a.evaluator_name, &pending);
   int reused = 0, measured = 0, from_db = 0;
   auto cached = MakeCachingEvaluator(&inner, db.get(), {a.model, a.workload, "", a.sample_set, ""}, &reused);
+  // The search's evaluator: the cache, recorded, then (lower ends) the lower
+  // end of each estimate -- outside the cache, so the database keeps the
+  // full estimates.
+  RecordingEvaluator recorded(cached.get());
+  std::unique_ptr<Evaluator> lower;
+  Evaluator* search_evaluator = &recorded;
+  if (a.lower_ends) {
+    lower = MakeLowerEndEvaluator(&recorded);
+    search_evaluator = lower.get();
+  }
 
   MeasureCounts counts;
   Result<std::vector<Candidate>> measured_candidates = Status::Internal("unset");
@@ -273,7 +318,7 @@ py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::obje
   Result<SearchTrace> trace = Status::Internal("unset");
   {
     py::gil_scoped_release release;
-    trace = searcher->Search(problem, *cached, on_progress);
+    trace = searcher->Search(problem, *search_evaluator, on_progress);
   }
   pending.RaiseIfAny();
   ThrowIfError(trace.status());
@@ -283,13 +328,18 @@ py::dict ProfileSearch(const StrategySpace& space, py::object evaluate, py::obje
   for (const SearchObservation& o : trace->observations) {
     const Candidate& c = candidates[o.candidate];
     const std::string spec = c.profile.ToString();
+    const QualityEstimate* full = recorded.Find(spec);
+    if (full == nullptr) ThrowIfError(Status::Internal("no recorded estimate for " + spec));
     py::dict r;
     r["spec"] = spec;
-    r["quality"] = o.quality.quality;
-    r["ci_half_width"] = o.quality.ci_half_width;
-    r["samples"] = o.quality.samples;
+    r["quality"] = full->quality;
+    r["ci_half_width"] = full->ci_half_width;
+    r["samples"] = full->samples;
+    r["search_quality"] = o.quality.quality;
     r["feasible"] = o.feasible;
-    r["codec"] = MetricsDict(c.codec);
+    py::dict codec = MetricsDict(c.codec);
+    codec["overhead_seconds"] = c.codec.overhead_seconds;
+    r["codec"] = codec;
     const bool fresh = inner.called().count(spec) > 0;
     r["from_db"] = !fresh;
     r["seconds"] = fresh ? py::object(py::float_(inner.seconds().at(spec))) : py::object(py::none());
@@ -361,20 +411,59 @@ void RegisterProfiler(py::module_& m) {
            std::shared_ptr<HeadScores> head_scores, std::string db, std::string model, std::string workload,
            std::string sample_set, std::string codec_set, std::string evaluator_name, double quality_min,
            int budget, uint64_t seed, std::string searcher, int repeats, py::object progress,
-           py::object note) {
+           py::object note, bool lower_ends) {
           SearchArgs a{std::move(db), std::move(model), std::move(workload), std::move(sample_set),
                        std::move(codec_set), std::move(evaluator_name), std::move(searcher)};
           a.quality_min = quality_min;
           a.budget = budget;
           a.seed = seed;
           a.repeats = repeats;
+          a.lower_ends = lower_ends;
           return ProfileSearch(space, std::move(evaluate), std::move(kv), std::move(dtype), std::move(measure),
                                std::move(head_scores), a, std::move(progress), std::move(note));
         },
         py::arg("space"), py::arg("evaluate"), py::arg("kv"), py::arg("dtype"), py::arg("measure"),
         py::arg("head_scores"), py::arg("db"), py::arg("model"), py::arg("workload"), py::arg("sample_set"),
         py::arg("codec_set"), py::arg("evaluator"), py::arg("quality_min"), py::arg("budget"), py::arg("seed"),
-        py::arg("searcher"), py::arg("repeats"), py::arg("progress"), py::arg("note") = py::none());
+        py::arg("searcher"), py::arg("repeats"), py::arg("progress"), py::arg("note") = py::none(),
+        py::arg("lower_ends") = false);
+
+  // BuildParetoTable over entries given as dicts ({"spec", "quality":
+  // {workload: q}, "codec": {compression_ratio, encode_bytes_per_second,
+  // decode_bytes_per_second[, overhead_seconds]}}, the shape of
+  // _profile_search's rows): the table's JSON, or None when no entry with
+  // CR > 1 reaches quality_min on `workload`. ValueError for an entry that
+  // lacks a field, a spec that does not parse or a non-finite quality_min.
+  m.def("_pareto_table", [](py::list entries, const std::string& workload, double quality_min) -> py::object {
+    if (!std::isfinite(quality_min)) ThrowInvalid("quality_min: must be finite");
+    std::vector<TableEntry> table_entries;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string where = "entries[" + std::to_string(i) + "]";
+      if (!py::isinstance<py::dict>(entries[i])) ThrowInvalid(where + ": expected a dict");
+      py::dict d = entries[i].cast<py::dict>();
+      for (const char* key : {"spec", "quality", "codec"})
+        if (!d.contains(key)) ThrowInvalid(where + ": no \"" + std::string(key) + "\"");
+      if (!py::isinstance<py::dict>(d["quality"]) || !py::isinstance<py::dict>(d["codec"]))
+        ThrowInvalid(where + ": \"quality\" and \"codec\" must be dicts");
+      TableEntry e;
+      e.profile = ValueOrThrow(Profile::Parse(d["spec"].cast<std::string>()));
+      e.quality = d["quality"].cast<std::map<std::string, double>>();
+      py::dict codec = d["codec"].cast<py::dict>();
+      for (const char* key : {"compression_ratio", "encode_bytes_per_second", "decode_bytes_per_second"})
+        if (!codec.contains(key)) ThrowInvalid(where + ": codec has no \"" + std::string(key) + "\"");
+      e.codec.compression_ratio = codec["compression_ratio"].cast<double>();
+      e.codec.encode_bytes_per_second = codec["encode_bytes_per_second"].cast<double>();
+      e.codec.decode_bytes_per_second = codec["decode_bytes_per_second"].cast<double>();
+      if (codec.contains("overhead_seconds")) e.codec.overhead_seconds = codec["overhead_seconds"].cast<double>();
+      table_entries.push_back(std::move(e));
+    }
+    Result<ProfileTable> table = BuildParetoTable(table_entries, workload, quality_min);
+    if (!table.ok()) {
+      if (table.status().code() == StatusCode::kInvalidArgument) return py::none();  // nothing feasible
+      ThrowIfError(table.status());
+    }
+    return py::str(table->ToJson());
+  }, py::arg("entries"), py::arg("workload"), py::arg("quality_min"));
 
   // The C++ quality evaluator's sample subset and relative quality, so that
   // Python task evaluators score the same samples the same way.

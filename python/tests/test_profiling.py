@@ -371,6 +371,236 @@ class HoldOutTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             run(kivi_space(bits=(8,)), bits_quality, kv, budget=2, holdout=lambda p: "good")
 
+    def test_lower_end_search_checks_the_interval_and_the_db_keeps_point_estimates(self):
+        rng = random.Random(4103)
+        kv = synth(53, shape=SHAPE)
+        space = kivi_space()
+        point_feasible_but_not_lower = 0
+        for trial in range(4):
+            quality_min = rng.uniform(0.93, 0.98)
+            half = rng.uniform(0.005, 0.03)
+            budget = rng.randint(6, 16)
+            searcher = ["bayes", "random", "exhaustive", "bayes"][trial]
+
+            def search_eval(profile, half=half):
+                return bits_quality(profile), half, 40
+
+            with self.subTest(trial=trial, quality_min=quality_min, half=half, searcher=searcher), \
+                    tempfile.TemporaryDirectory() as d:
+                db = os.path.join(d, "r.sqlite")
+                r = run(space, search_eval, kv, quality_min=quality_min, budget=budget, searcher=searcher,
+                        seed=rng.randint(1, 1000), db=db, evaluator="fixed", holdout=bits_quality)
+                self.assertTrue(r.rows)
+                for row in r.rows:
+                    # Rows report the full estimate; feasibility is the lower end's.
+                    self.assertEqual(row.quality, bits_quality(row.profile))
+                    self.assertEqual(row.ci_half_width, half)
+                    self.assertEqual(row.samples, 40)
+                    self.assertEqual(row.feasible, row.quality - row.ci_half_width >= quality_min, row.spec)
+                    self.assertEqual(row.floor, quality_min)
+                    point_feasible_but_not_lower += row.quality >= quality_min and not row.feasible
+                if r.best is not None:
+                    self.assertGreaterEqual(r.best.quality - r.best.ci_half_width, quality_min)
+                searched = {row.spec: row.quality - row.ci_half_width for row in r.rows}
+                for h in r.holdout_rows:  # the walk's search figure: the lower end too
+                    self.assertEqual(h["search_quality"], searched[h["spec"]])
+                    self.assertGreaterEqual(h["search_quality"], quality_min)
+                with sqlite3.connect(db) as conn:
+                    stored = {spec: (q, ci, n) for spec, q, ci, n in conn.execute(
+                        "select spec, quality, quality_ci, samples from evaluations where evaluator = 'fixed'")}
+                self.assertEqual(set(stored), {row.spec for row in r.rows})
+                for spec, (q, ci, n) in stored.items():
+                    self.assertEqual((q, ci, n), (bits_quality(kvserve.Profile.parse(spec)), half, 40), spec)
+                # floor_on="point" (or no holdout): the search checks point estimates.
+                p = run(space, search_eval, kv, quality_min=quality_min, budget=budget, searcher=searcher,
+                        seed=3, db=db, evaluator="fixed", holdout=bits_quality, floor_on="point")
+                for row in p.rows:
+                    self.assertEqual(row.feasible, row.quality >= quality_min, row.spec)
+        self.assertGreater(point_feasible_but_not_lower, 0)  # the rule made a difference
+
+    def test_walk_replaces_failing_pareto_rows_with_the_best_row_that_holds(self):
+        rng = random.Random(5209)
+        kv = synth(54, shape=SHAPE)
+        space = kivi_space()
+        cr = {spec: kv.nbytes / len(kvserve.encode(kv, spec)) for spec in space}
+        walked_past_pareto = 0
+        for trial in range(6):
+            quality_min = rng.uniform(0.9, 0.96)
+            half = rng.uniform(0.0, 0.01)
+            held_half = rng.uniform(0.0, 0.01)
+            searcher = ["exhaustive", "bayes", "random"][trial % 3]
+            budget = len(space) if searcher == "exhaustive" else rng.randint(10, 18)
+
+            def search_eval(profile, half=half):
+                return bits_quality(profile), half, 40
+
+            kw = dict(quality_min=quality_min, budget=budget, searcher=searcher, seed=rng.randint(1, 1000),
+                      evaluator="search")
+            with tempfile.TemporaryDirectory() as d:
+                kw["db"] = os.path.join(d, "r.sqlite")  # the second run repeats the first search exactly
+                # Every row holds: the rows scored are the search's Pareto rows.
+                first = run(space, search_eval, kv, holdout=lambda p: 1.0, **kw)
+                pareto = sorted((h["spec"] for h in first.holdout_rows if h["pareto"]), key=cr.get)
+                # Out of sample the top Pareto rows (every third trial: all of them) lose 0.2.
+                failing = set(pareto[0 if trial % 3 == 2 else rng.randrange(len(pareto)):]) if pareto else set()
+
+                def held(profile, failing=failing, held_half=held_half):
+                    return bits_quality(profile) - (0.2 if str(profile) in failing else 0.0), held_half, 30
+
+                r = run(space, search_eval, kv, holdout=held, **kw)
+            with self.subTest(trial=trial, quality_min=quality_min, failing=len(failing), searcher=searcher):
+                self.assertEqual([row.spec for row in r.rows], [row.spec for row in first.rows])
+                held_figure = {row.spec: held(row.profile)[0] - held_half for row in r.rows}
+                holds = [row.compression_ratio for row in r.rows
+                         if row.feasible and row.compression_ratio > 1 and held_figure[row.spec] >= quality_min]
+                if not holds:
+                    self.assertIsNone(r.table_json)
+                    continue
+                table = json.loads(r.table_json)["profiles"]
+                # The best row: the highest-CR search-feasible row that holds out of sample.
+                self.assertAlmostEqual(max(row["compression_ratio"] for row in table), max(holds), places=12)
+                for row in table:
+                    self.assertGreaterEqual(row["quality"]["default"], quality_min)
+                    self.assertAlmostEqual(row["quality"]["default"], held_figure[row["spec"]])
+                scored = [h["spec"] for h in r.holdout_rows]
+                self.assertEqual(len(scored), len(set(scored)))  # each row scored once
+                self.assertEqual({h["spec"] for h in r.holdout_rows if h["pareto"]}, set(pareto))
+                for h in r.holdout_rows:
+                    if not h["pareto"]:
+                        # A feasible row of the search, scored only down to the first that holds.
+                        self.assertGreaterEqual(h["search_quality"], quality_min)
+                        self.assertGreaterEqual(cr[h["spec"]], max(holds))
+                    self.assertEqual(h["kept"], h["spec"] in {row["spec"] for row in table})
+                walked_past_pareto += any(not h["pareto"] and h["kept"] for h in r.holdout_rows)
+        self.assertGreater(walked_past_pareto, 0)  # some table owes its best row to the walk
+
+
+class StricterFloorsTest(unittest.TestCase):
+    """kvserve.profile(more_floors=...): the same search again at stricter floors."""
+
+    @staticmethod
+    def best_cr_at(table_json, floor):
+        rows = json.loads(table_json)["profiles"] if table_json else []
+        return max([row["compression_ratio"] for row in rows if row["quality"]["default"] >= floor], default=0.0)
+
+    def test_merged_table_serves_each_stricter_floor_as_well_as_its_own_search(self):
+        rng = random.Random(6151)
+        kv = synth(55, shape=SHAPE)
+        space = kivi_space()
+        stricter_rows_added = 0
+        for trial in range(4):
+            quality_min = rng.uniform(0.9, 0.93)
+            strict = sorted(rng.sample([0.95, 0.96, 0.97, 0.98, 0.99], 2))
+            half = rng.choice([0.0, 0.004])
+            budget = rng.randint(5, 8)
+            seed = rng.randint(1, 1000)
+            holdout = trial % 2 == 1  # then the search checks lower ends and the walk runs at each floor
+
+            def search_eval(profile, half=half):
+                return bits_quality(profile), half, 40
+
+            kw = dict(kv=kv, budget=budget, seed=seed, searcher="bayes",
+                      holdout=search_eval if holdout else None)
+            with self.subTest(trial=trial, quality_min=quality_min, strict=strict, holdout=holdout), \
+                    tempfile.TemporaryDirectory() as d:
+                db = os.path.join(d, "r.sqlite")
+                ev = Counter(search_eval)
+                # Unsorted, repeated, and one floor below quality_min (ignored).
+                both = run(space, ev, quality_min=quality_min, db=db, more_floors=[strict[1], 0.5, strict[0],
+                                                                                      strict[1]], **kw)
+                self.assertEqual(len(ev.calls), len(set(ev.calls)))  # repeats cost nothing
+                self.assertEqual(set(ev.calls), {row.spec for row in both.rows if not row.from_db})
+                self.assertEqual([f for f in [quality_min] + strict if any(row.floor == f for row in both.rows)],
+                                 [quality_min] + strict)
+                for row in both.rows:
+                    figure = row.quality - row.ci_half_width if holdout else row.quality
+                    self.assertEqual(row.feasible, figure >= row.floor, row.spec)
+                self.assertIn(f"then again at {strict[0]}, {strict[1]}", json.loads(both.table_json)["comment"])
+                alone_low = run(space, ev, quality_min=quality_min, db=db, **kw)
+                self.assertGreaterEqual(self.best_cr_at(both.table_json, quality_min),
+                                        self.best_cr_at(alone_low.table_json, quality_min))
+                for f in strict:
+                    alone = run(space, ev, quality_min=f, db=db, **kw)
+                    if alone.table_json is None:
+                        continue  # nothing holds at f
+                    self.assertGreaterEqual(self.best_cr_at(both.table_json, f),
+                                            self.best_cr_at(alone.table_json, f), f"floor {f}")
+                    stricter_rows_added += (self.best_cr_at(both.table_json, f) >
+                                            self.best_cr_at(alone_low.table_json, f))
+        # The stricter searches added rows the quality_min search alone did not have.
+        self.assertGreater(stricter_rows_added, 0)
+
+    def test_walk_runs_at_every_floor(self):
+        rng = random.Random(7219)
+        kv = synth(58, shape=SHAPE)
+        space = kivi_space()
+        served_by_the_walk = 0
+        for trial in range(4):
+            quality_min = rng.uniform(0.9, 0.92)
+            strict = sorted(rng.sample([0.94, 0.95, 0.96, 0.97, 0.98], 2))
+            half = rng.uniform(0.0, 0.005)
+            searcher = ["exhaustive", "bayes", "random", "bayes"][trial]
+            budget = len(space) if searcher == "exhaustive" else rng.randint(10, 18)
+
+            def search_eval(profile, half=half):
+                return bits_quality(profile), half, 40
+
+            kw = dict(quality_min=quality_min, more_floors=strict, budget=budget, searcher=searcher,
+                      seed=rng.randint(1, 1000), evaluator="search")
+            with tempfile.TemporaryDirectory() as d:
+                kw["db"] = os.path.join(d, "r.sqlite")
+                first = run(space, search_eval, kv, holdout=lambda p: 1.0, **kw)
+                # Out of sample every Pareto row of the merged table fails: each floor is served
+                # only by feasible rows the walk goes on to.
+                failing = {h["spec"] for h in first.holdout_rows if h["pareto"]}
+
+                def held(profile, failing=failing):
+                    return bits_quality(profile) - (0.2 if str(profile) in failing else 0.0), 0.0, 30
+
+                r = run(space, search_eval, kv, holdout=held, **kw)
+            with self.subTest(trial=trial, quality_min=quality_min, strict=strict, searcher=searcher):
+                searched = {row.spec: (row.quality - row.ci_half_width, row.compression_ratio) for row in r.rows}
+                for f in [quality_min] + strict:
+                    holds = [c for spec, (q, c) in searched.items()
+                             if q >= f and c > 1 and held(kvserve.Profile.parse(spec))[0] >= f]
+                    got = self.best_cr_at(r.table_json, f)
+                    if f == quality_min:
+                        self.assertAlmostEqual(got, max(holds, default=0.0), places=12)
+                    else:  # a row scored for a looser floor may serve f with more CR
+                        self.assertGreaterEqual(got, max(holds, default=0.0), f"floor {f}")
+                        served_by_the_walk += bool(holds)
+        self.assertGreater(served_by_the_walk, 0)
+
+    def test_without_db_the_searches_share_a_temporary_database(self):
+        kv = synth(56, shape=SHAPE)
+        ev = Counter()
+        with tempfile.TemporaryDirectory() as d:
+            saved, tempfile.tempdir = tempfile.tempdir, d  # where the call's temporary database goes
+            try:
+                r = run(kivi_space(), ev, kv, quality_min=0.9, budget=6, seed=7, more_floors=(0.95, 0.97, 0.99))
+            finally:
+                tempfile.tempdir = saved
+            self.assertEqual(os.listdir(d), [])  # deleted afterwards
+        self.assertEqual(len(ev.calls), len(set(ev.calls)))  # a repeat was answered by the database
+        self.assertLess(len(ev.calls), len(r.rows))
+        self.assertEqual(r.evaluated, len(ev.calls))
+        self.assertEqual(r.reused, len(r.rows) - len(ev.calls))
+        # Evaluation's floor has a default: code that builds rows itself keeps working.
+        self.assertIsNone(kvserve.profiling.Evaluation("none", 1.0, 0.0, 1, True, 1.0, 1.0, 1.0, False, None).floor)
+
+    def test_bad_more_floors_raise(self):
+        kv = synth(57, shape=SHAPE)
+        space = kivi_space(bits=(4, 8))
+        for bad in ([float("nan")], [0.99, float("inf")], (float("-inf"),), np.array([0.99, np.nan])):
+            with self.subTest(bad=bad), self.assertRaisesRegex(ValueError, "more_floors"):
+                run(space, bits_quality, kv, budget=2, more_floors=bad)
+        for bad in (["0.99"], [None], [True], 0.99, "0.99", [0.99, [0.995]]):
+            with self.subTest(bad=bad), self.assertRaisesRegex(TypeError, "more_floors"):
+                run(space, bits_quality, kv, budget=2, more_floors=bad)
+        # Floors at or below quality_min are ignored: one search only.
+        r = run(space, bits_quality, kv, budget=2, quality_min=0.95, more_floors=[0.9, 0.95])
+        self.assertEqual({row.floor for row in r.rows}, {0.95})
+
 
 class StatisticsTest(unittest.TestCase):
     def test_relative_quality_matches_a_direct_computation(self):
