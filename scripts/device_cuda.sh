@@ -38,9 +38,12 @@ if [ "${1:-}" = "--stage" ]; then
   for b in test_cuda kvserve_cuda_bench; do
     strip -o "$ROOT/build-cuda/carry/$b" "$BUILD/src/cuda/$b"
   done
-  for lib in libzstd.so.1 liblz4.so.1 libxxhash.so.0 libfmt.so.9; do
-    path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
-    [ -n "$path" ] && cp -L "$path" "$ROOT/build-cuda/carry/lib/"
+  # Every shared library they load beyond the C and C++ runtimes (zstd, lz4,
+  # xxhash, fmt, libcrypto, UCX, numa: the GPU image has none of Debian's).
+  for b in test_cuda kvserve_cuda_bench; do
+    ldd "$BUILD/src/cuda/$b" | awk '$3 ~ /^\// {print $3}' |
+      grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux-x86-64|libpthread|libdl|librt)\.so' |
+      while read -r path; do cp -L "$path" "$ROOT/build-cuda/carry/lib/"; done
   done
   du -sh "$ROOT/build-cuda/carry"
   exit 0

@@ -35,7 +35,7 @@ DEBS=(libzstd-dev libzstd1 liblz4-dev liblz4-1 libxxhash-dev libxxhash0 libfmt-d
       nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev libnlopt-dev libnlopt0
       libsqlite3-dev libsqlite3-0 libhiredis-dev libhiredis0.14 libssl-dev libssl3 libasio-dev
       libonig-dev libonig5 libicu-dev libicu72 libucx-dev libucx0 libnuma1 librdmacm1 libibverbs1
-      libnlopt-cxx-dev libnlopt-cxx0)
+      libnlopt-cxx-dev libnlopt-cxx0 libgtest-dev)
 
 if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdeps
@@ -84,10 +84,29 @@ BUILD=build-device
 # The CUDA codec's bindings where nvcc is present (kvserve.CudaEncoder ...).
 NVCC="$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)"
 [ -n "$NVCC" ] && CMAKE_EXTRA+=("-DKVSERVE_CUDA=ON" "-DCMAKE_CUDA_COMPILER=$NVCC")
+# KVSERVE_DEVICE_CUDA_TESTS=1 also builds and runs the CUDA consistency,
+# window and device-connector tests (test_cuda; KVSERVE_CUDA_TEST_FILTER is
+# its --gtest_filter) in the same build.
+CUDA_TESTS="${KVSERVE_DEVICE_CUDA_TESTS:-0}"
+TESTS_FLAG=-DKVSERVE_BUILD_TESTS=OFF
+[ "$CUDA_TESTS" = "1" ] && [ -n "$NVCC" ] && TESTS_FLAG=-DKVSERVE_BUILD_TESTS=ON
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVSERVE_PYTHON=ON \
-  -DKVSERVE_BUILD_TESTS=OFF -DKVSERVE_BUILD_BENCH=OFF -DPython3_EXECUTABLE="$(command -v "$PY")" \
+  "$TESTS_FLAG" -DKVSERVE_BUILD_BENCH=OFF -DPython3_EXECUTABLE="$(command -v "$PY")" \
   "${CMAKE_EXTRA[@]}" || { echo "cmake configure failed (run 'prepare' here and carry .devdeps)"; exit 1; }
-ninja -C "$BUILD" kvserve_python || exit 1
+TARGETS=(kvserve_python)
+[ "$TESTS_FLAG" = "-DKVSERVE_BUILD_TESTS=ON" ] && TARGETS+=(test_cuda)
+ninja -C "$BUILD" "${TARGETS[@]}" || exit 1
+# What the extension exports (its entry point alone: see python/src/kvserve.map).
+EXT="$(ls "$BUILD"/python/kvserve/_kvserve*.so | head -1)"
+echo "extension exports: $(readelf --dyn-syms -W "$EXT" | awk 'NR > 3 && $7 != "UND" {print $5}' | sort | uniq -c | tr '\n' ' ')"
+if [ "$TESTS_FLAG" = "-DKVSERVE_BUILD_TESTS=ON" ]; then
+  section "CUDA tests (test_cuda ${KVSERVE_CUDA_TEST_FILTER:-*})"
+  timeout "${KVSERVE_CUDA_TEST_TIMEOUT:-300}" "$BUILD/src/cuda/test_cuda" --gtest_filter="${KVSERVE_CUDA_TEST_FILTER:-*}" \
+    > "$OUT/test_cuda.txt" 2>&1
+  cuda_rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[       OK|tested|Failure|differ" "$OUT/test_cuda.txt" | head -80
+  echo "test_cuda exit $cuda_rc"
+fi
 if [ "${KVSERVE_DEVICE_CLI:-1}" != "0" ]; then
   ninja -C "$BUILD" kvserve >/dev/null 2>&1 || echo "(kvserve CLI not built; no C++ quality reference)"
 fi
@@ -114,6 +133,7 @@ EOF
 fi
 
 rc=0
+[ "${cuda_rc:-0}" = "0" ] || rc=1
 if [ -n "${KVSERVE_DEVICE_TESTS:-}" ]; then
   section "python tests: $KVSERVE_DEVICE_TESTS"
   # shellcheck disable=SC2086  # a list of test names (modules, Class or Class.method)

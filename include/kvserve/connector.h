@@ -29,6 +29,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/kv.h"
+#include "kvserve/profile.h"
 #include "kvserve/paged.h"
 #include "kvserve/status.h"
 #include "kvserve/transport.h"
@@ -165,6 +166,91 @@ struct KvReceiveOptions {
                                                     DecoderContext& decoder,
                                                     const KvDestinationCallback& destination,
                                                     const KvReceiveOptions& options = {});
+
+// ---------------------------------------------------------------------------
+// KV in GPU memory.
+//
+// The same transfers for KV a GPU engine holds, through a DeviceConnector
+// (the CUDA backend makes one: kvserve::cuda::NewDeviceConnector,
+// kvserve/cuda.h). The KV is encoded and decoded on the GPU window by
+// window (a few records of one layer and kind at a time) through a bounded
+// ring of device slots and pinned host buffers: kvserve's device memory per
+// transfer stays under `device_budget_bytes` whatever the prompt length,
+// and records go between pinned memory and the wire with no other host
+// copy. Frames are byte-identical to the CPU encoder's, so either side may
+// be a CPU.
+//
+// Streams: the engine's stream (a cudaStream_t, or null for the legacy
+// default stream) orders the work. The connector's kernels run on a stream
+// of its own that waits for the work queued on the engine's stream before
+// the call (or, with a producer, before each layer it hands over); a
+// received cache is complete for every stream once ReceiveKv returns.
+
+struct DeviceConnectorOptions {
+  int device = 0;  // CUDA device ordinal of the caches
+  // Device memory one transfer may hold: its ring of slots (each a window's
+  // plan tables, workspace and bytes). The window size follows from it.
+  uint64_t device_budget_bytes = uint64_t{64} << 20;
+  // Pinned host memory one transfer may hold (the slots' host side).
+  uint64_t pinned_budget_bytes = uint64_t{64} << 20;
+  // Slots per ring, at most (at least 2 fit the budget, or the transfer
+  // fails with ResourceExhausted naming the record that does not fit).
+  int max_slots = 4;
+};
+
+// A KV cache in device memory, as a sender hands it over: a contiguous
+// view or an engine's pages (device pointers).
+using DeviceKvSource = std::variant<KvView, PagedKvView>;
+
+// Device memory the connector held, for measurement.
+struct DeviceMemoryStats {
+  uint64_t bytes_now = 0;   // allocated by the connector now (rings cached for reuse included)
+  uint64_t peak_bytes = 0;  // the most at any moment since it was created
+  uint64_t peak_transfer_bytes = 0;  // the most one transfer held
+};
+
+// Thread safety: thread-safe; one transfer at a time per connection, as for
+// the host calls; transfers on different connections run concurrently (each
+// takes a ring of its own).
+class DeviceConnector {
+ public:
+  virtual ~DeviceConnector() = default;
+
+  // OK when the device codec runs `profile` for `shape`; NotSupported naming
+  // why otherwise (zstd and lz4 codecs, head_dim other than 32/64/128/256).
+  virtual Status Supports(const Profile& profile, const KvShape& shape) const = 0;
+
+  // StreamKv for a cache in device memory, after the work queued on
+  // `engine_stream`. `head_scores` as EncodeOptions::head_scores. As
+  // StreamKv otherwise; ResourceExhausted when the device is out of memory
+  // for the ring (the connection stays usable: nothing was sent).
+  virtual Result<StreamResult> StreamKv(Connection& connection, const Profile& profile,
+                                        const HeadScores* head_scores, const DeviceKvSource& kv,
+                                        uint64_t transfer_id, void* engine_stream) = 0;
+
+  // StreamKvWhileProducing for a producer whose layers live in device
+  // memory: `produce` calls on_layer(l, view of layer l (layers == 1,
+  // device pointers, head_dim contiguous)) in order once layer l is queued
+  // on `engine_stream`; that memory must stay unchanged until this returns
+  // (no copy is made). The connector encodes layer l once the engine's
+  // stream has computed it, while the producer goes on. As the host
+  // StreamKvWhileProducing otherwise.
+  virtual Result<StreamResult> StreamKvWhileProducing(Connection& connection, const Profile& profile,
+                                                      const HeadScores* head_scores, const KvShape& shape,
+                                                      DType dtype, uint64_t transfer_id,
+                                                      const LayerProducer& produce, void* engine_stream) = 0;
+
+  // ReceiveKvFrom into device memory: `destination` returns device views
+  // (a contiguous view or the engine's pages). Each window's records are
+  // read from the wire into pinned memory and decoded into the destination
+  // as soon as the window is complete. The keep mask (options.keep_mask)
+  // is filled for pruning profiles. As ReceiveKvFrom otherwise.
+  virtual Result<KvReceiveResult> ReceiveKvFrom(Connection& connection, const Message& begin,
+                                                const KvDestinationCallback& destination,
+                                                const KvReceiveOptions& options, void* engine_stream) = 0;
+
+  virtual DeviceMemoryStats memory() const = 0;
+};
 
 }  // namespace kvserve
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "kvserve/codec.h"
+#include "kvserve/connector.h"
 #include "kvserve/kv.h"
 #include "kvserve/paged.h"
 #include "kvserve/profile.h"
@@ -179,6 +180,133 @@ class Decoder {
   // As Encoder::Check.
   virtual Status Check(void* workspace, Stream stream) = 0;
 };
+
+// ---------------------------------------------------------------------------
+// Windows: a frame encoded or decoded a few records at a time, in device
+// buffers ("slots") whose size does not grow with the prompt. The frame is
+// cut into windows: runs of whole records of one (layer, kind), in plan order
+// (docs/format.md §4). Encoding every window of a frame in order and
+// concatenating header() and the windows' bytes gives exactly the frame
+// Encoder::Encode writes (and the CPU encoder). The connector's device
+// paths (kvserve/connector.h) stream through a ring of slots.
+
+struct WindowOptions {
+  // Target uncompressed KV bytes per window: a window holds the records of
+  // one (layer, kind) that fit, at least one (a record larger than this is
+  // a window of its own). The slot size grows with it (SlotBytes()).
+  uint64_t window_kv_bytes = uint64_t{8} << 20;
+};
+
+// One window of a frame: records of one (layer, kind).
+struct FrameWindow {
+  int layer = 0;
+  int kind = 0;  // 0 K, 1 V
+  int64_t record_begin = 0, record_end = 0;  // plan indices (docs/format.md §4)
+  uint64_t kv_bytes = 0;   // uncompressed KV bytes of its records
+  uint64_t max_bytes = 0;  // most bytes its records take (exact for pack)
+};
+
+// A slot's status block: the first 64 bytes of every slot. One copy of
+// kSlotStatusBytes from the slot's start to the host gives both.
+inline constexpr uint64_t kSlotStatusBytes = 64;
+struct SlotStatus {
+  uint32_t error[4] = {};  // 0s when the window encoded/decoded cleanly
+  uint64_t pad[2] = {};
+  uint64_t bytes = 0;      // encode: the window's byte count
+  uint64_t pad2[3] = {};
+};
+static_assert(sizeof(SlotStatus) == kSlotStatusBytes);
+
+// Encodes the frames of one (profile, shape, dtype) window by window.
+// Thread safety: const calls are safe concurrently; EncodeWindow may run
+// concurrently on different slots (it only reads the object).
+class WindowedEncoder {
+ public:
+  // As Encoder::Create, plus the window cut. Synchronises once (uploads the
+  // frame constants every window shares). NotSupported as CheckSupported.
+  static Result<std::unique_ptr<WindowedEncoder>> Create(const Profile& profile, const KvShape& shape,
+                                                         DType dtype,
+                                                         const HeadScores* head_scores = nullptr,
+                                                         WindowOptions options = {});
+  virtual ~WindowedEncoder() = default;
+
+  // The frame header (host bytes): the frame's first bytes.
+  virtual const std::vector<uint8_t>& header() const = 0;
+  virtual const std::vector<FrameWindow>& windows() const = 0;
+  // Layer l's windows are [FirstWindow(l), FirstWindow(l + 1)); l in [0, layers].
+  virtual int FirstWindow(int layer) const = 0;
+  // Device bytes one slot needs for any window of this frame (a slot must
+  // be 256-byte aligned), and pinned host bytes of the table staging each
+  // slot needs beside it.
+  virtual uint64_t SlotBytes() const = 0;
+  virtual uint64_t TableBytes() const = 0;
+  // Where a slot holds its window's bytes once encoded (SlotStatus::bytes
+  // of them).
+  virtual uint64_t OutputOffset() const = 0;
+  virtual bool FrameSizeIsStatic() const = 0;
+  virtual const Profile& profile() const = 0;
+
+  // Encodes window `w` of the cache `kv` (device memory; the whole cache's
+  // view, as Encoder::Encode takes it) into `slot`, stream-ordered: the
+  // window's plan tables are written to `host_tables` (pinned host memory
+  // of TableBytes(); not to be written again until the stream has passed
+  // this call's work, so one per slot) and copied into the slot, then the
+  // kernels run. Afterwards the slot's status block holds the byte count
+  // and any error (a non-finite value), and its bytes lie at slot +
+  // OutputOffset(). InvalidArgument for bad arguments.
+  virtual Status EncodeWindow(int w, const KvView& kv, uint8_t* slot, uint8_t* host_tables,
+                              Stream stream) = 0;
+  // The same gathering from an engine's pages (as Encoder::EncodePaged).
+  virtual Status EncodeWindowPaged(int w, const PagedKvView& kv, uint8_t* slot, uint8_t* host_tables,
+                                   Stream stream) = 0;
+};
+
+// Decodes the frames of one header window by window: the caller gathers a
+// window's records (in any order, back to back) at slot + InputOffset()
+// and decodes them into the destination.
+class WindowedDecoder {
+ public:
+  // As Decoder::Create (synchronises once), with the window cut.
+  static Result<std::unique_ptr<WindowedDecoder>> Create(std::span<const uint8_t> header,
+                                                         WindowOptions options = {});
+  virtual ~WindowedDecoder() = default;
+
+  virtual uint64_t HeaderBytes() const = 0;
+  virtual const FrameInfo& info() const = 0;
+  virtual const std::vector<FrameWindow>& windows() const = 0;
+  // The window that holds the record whose 20-byte header starts `record`
+  // (host bytes): the index of windows(). Corruption when the header names
+  // no record of the frame.
+  virtual Result<int> WindowOfRecord(std::span<const uint8_t> record) const = 0;
+  // As WindowedEncoder's.
+  virtual uint64_t SlotBytes() const = 0;
+  virtual uint64_t TableBytes() const = 0;
+  // Where a slot takes a window's records, and how many bytes it has room
+  // for there (at least windows()[w].max_bytes for every w).
+  virtual uint64_t InputOffset() const = 0;
+  virtual uint64_t InputCapacity() const = 0;
+
+  // Decodes the `bytes` bytes of window `w`'s records at slot +
+  // InputOffset() (device memory, every record of the window once, any
+  // order) into `out`, stream-ordered; `keep_mask` as Decoder::Decode's
+  // (for the whole frame; may be null); `host_tables` as
+  // WindowedEncoder::EncodeWindow's. Errors (a corrupt record) land in the
+  // slot's status block.
+  virtual Status DecodeWindow(int w, uint8_t* slot, uint64_t bytes, const MutableKvView& out,
+                              uint8_t* keep_mask, uint8_t* host_tables, Stream stream) = 0;
+  virtual Status DecodeWindowPaged(int w, uint8_t* slot, uint64_t bytes, const MutablePagedKvView& out,
+                                   uint8_t* keep_mask, uint8_t* host_tables, Stream stream) = 0;
+};
+
+// The Status a slot's status block stands for (the record the error names
+// is the frame's index). OK when clean.
+Status SlotStatusToStatus(const SlotStatus& status, const FrameWindow& window);
+
+// The connector's device paths (kvserve/connector.h) on this backend, on
+// device options.device. NotSupported when no CUDA device is present;
+// InvalidArgument for zero budgets. Allocates nothing until a transfer
+// needs it; rings are kept for reuse.
+Result<std::unique_ptr<DeviceConnector>> NewDeviceConnector(DeviceConnectorOptions options = {});
 
 // One row of the benchmark table (docs/benchmarks.md "CUDA (H200)").
 struct BenchRow {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "cuda/context_internal.h"
 #include "cuda/kernels.h"
 #include "cuda/plan.h"
 #include "cuda/rows.cuh"
@@ -17,12 +18,16 @@
 
 namespace kvserve::cuda {
 
-namespace {
-
 Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return Status::Ok();
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // an allocation failure is not sticky: clear it
+    return Status::ResourceExhausted(std::string(what) + ": out of device memory");
+  }
   return Status::Internal(std::string(what) + ": " + cudaGetErrorString(e));
 }
+
+namespace {
 
 template <typename T>
 Status Upload(const std::vector<T>& v, T** out) {
@@ -79,6 +84,8 @@ class PlanTables {
   int32_t* segment_order_ = nullptr;
 };
 
+}  // namespace
+
 // A device view of `data` with `strides`; vec16 when every lane's 16
 // elements are contiguous and 16-byte aligned (rows start 16-byte aligned).
 DeviceView MakeDeviceView(const void* data, DType dtype, const KvShape& shape, const KvStrides& s) {
@@ -98,23 +105,15 @@ DeviceView MakeDeviceView(const void* data, DType dtype, const KvShape& shape, c
   return v;
 }
 
-// A device view of a paged cache (kvserve/paged.h). Its page pointers (as
-// element offsets from layer 0's K pages) and block table are copied into
-// the workspace's pages region, stream-ordered from host memory (the copy
-// is staged by the driver before this returns, so the view's host arrays
-// may change afterwards).
-template <typename View>
-Result<DeviceView> PagedDeviceView(const View& kv, const Plan& plan, void* workspace, Stream stream) {
-  KVSERVE_RETURN_IF_ERROR(kv.Validate());
-  if (!(kv.shape == plan.shape) || kv.dtype != plan.dtype)
-    return Status::InvalidArgument("paged KV view shape/dtype differ from the plan's");
-  if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
-    return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
+uint64_t PagedTableBytes(int layers, int32_t blocks) {
+  return 16 * static_cast<uint64_t>(layers) + 4 * static_cast<uint64_t>(blocks);
+}
+
+Result<DeviceView> PagedViewTables(const PagedKvView& kv, int32_t block_begin, int32_t block_end,
+                                   uint8_t* tables, const uint8_t* device_tables) {
   const KvShape& s = kv.shape;
   const int64_t es = static_cast<int64_t>(DTypeSize(kv.dtype));
   const auto origin = reinterpret_cast<intptr_t>(kv.key_pages[0]);
-  const int32_t blocks = kv.TableBlocks();
-  std::vector<uint8_t> tables(16 * static_cast<size_t>(s.layers) + 4 * static_cast<size_t>(blocks));
   bool aligned = true;
   for (int l = 0; l < s.layers; ++l)
     for (int kind = 0; kind < 2; ++kind) {
@@ -122,12 +121,9 @@ Result<DeviceView> PagedDeviceView(const View& kv, const Plan& plan, void* works
       if (p % es != 0) return Status::InvalidArgument("paged KV view: page pointers must be aligned to the element size");
       aligned = aligned && p % 16 == 0;
       const int64_t base = (p - origin) / es;
-      std::memcpy(tables.data() + 8 * (2 * l + kind), &base, 8);
+      std::memcpy(tables + 8 * (2 * l + kind), &base, 8);
     }
-  std::memcpy(tables.data() + 16 * s.layers, kv.block_table, 4 * static_cast<size_t>(blocks));
-  uint8_t* dst = static_cast<uint8_t*>(workspace) + plan.ws.pages;
-  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, tables.data(), tables.size(), cudaMemcpyHostToDevice, stream),
-                                     "copy the paged view's tables"));
+  std::memcpy(tables + 16 * s.layers, kv.block_table + block_begin, 4 * static_cast<size_t>(block_end - block_begin));
   DeviceView v{};
   v.data = reinterpret_cast<uint8_t*>(origin);
   v.head = kv.strides.head;
@@ -136,13 +132,35 @@ Result<DeviceView> PagedDeviceView(const View& kv, const Plan& plan, void* works
   v.block = kv.strides.block;
   v.block_size = kv.block_size;
   v.block_shift = (kv.block_size & (kv.block_size - 1)) == 0 ? __builtin_ctz(static_cast<unsigned>(kv.block_size)) : -1;
-  v.page_base = reinterpret_cast<const int64_t*>(dst);
-  v.block_table = reinterpret_cast<const int32_t*>(dst + 16 * s.layers);
+  v.page_base = reinterpret_cast<const int64_t*>(device_tables);
+  // Indexed by the absolute block (token / block_size): entry block_begin
+  // is the first one copied.
+  v.block_table = reinterpret_cast<const int32_t*>(device_tables + 16 * s.layers) - block_begin;
   v.dtype = static_cast<int>(kv.dtype);
   v.elem_bytes = static_cast<int>(es);
   auto ok16 = [&](int64_t stride, int extent) { return extent <= 1 || (stride * es) % 16 == 0; };
-  v.vec16 = aligned && ok16(kv.strides.block, blocks) && ok16(kv.strides.slot, kv.block_size) &&
+  v.vec16 = aligned && ok16(kv.strides.block, kv.TableBlocks()) && ok16(kv.strides.slot, kv.block_size) &&
             ok16(kv.strides.head, s.kv_heads);
+  return v;
+}
+
+// A device view of a paged cache (kvserve/paged.h). Its page pointers (as
+// element offsets from layer 0's K pages) and block table are copied into
+// the workspace's pages region, stream-ordered from host memory (the copy
+// is staged by the driver before this returns, so the view's host arrays
+// may change afterwards).
+Result<DeviceView> PagedDeviceView(const PagedKvView& kv, const Plan& plan, void* workspace, Stream stream) {
+  KVSERVE_RETURN_IF_ERROR(kv.Validate());
+  if (!(kv.shape == plan.shape) || kv.dtype != plan.dtype)
+    return Status::InvalidArgument("paged KV view shape/dtype differ from the plan's");
+  if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % kWsAlign != 0)
+    return Status::InvalidArgument("workspace must be non-null and 256-byte aligned");
+  const int32_t blocks = kv.TableBlocks();
+  std::vector<uint8_t> tables(PagedTableBytes(kv.shape.layers, blocks));
+  uint8_t* dst = static_cast<uint8_t*>(workspace) + plan.ws.pages;
+  KVSERVE_ASSIGN_OR_RETURN(const DeviceView v, PagedViewTables(kv, 0, blocks, tables.data(), dst));
+  KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, tables.data(), tables.size(), cudaMemcpyHostToDevice, stream),
+                                     "copy the paged view's tables"));
   return v;
 }
 
@@ -177,7 +195,11 @@ Status ReadDeviceError(void* workspace, const Plan& plan, Stream stream) {
   KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(words, err, sizeof(words), cudaMemcpyDeviceToHost),
                                      "read device error"));
   KVSERVE_RETURN_IF_ERROR(CudaStatus(cudaMemset(err, 0, sizeof(words)), "reset device error"));
-  const std::string where = " (record " + std::to_string(words[kErrIndex]) + ", check " +
+  return DeviceErrorStatus(words);
+}
+
+Status DeviceErrorStatus(const uint32_t words[4], int64_t record_base) {
+  const std::string where = " (record " + std::to_string(record_base + words[kErrIndex]) + ", check " +
                             std::to_string(words[kErrDetail]) + ")";
   switch (words[kErrCode]) {
     case kDevOk:
@@ -192,6 +214,8 @@ Status ReadDeviceError(void* workspace, const Plan& plan, Stream stream) {
       return Status::Internal("device kernel invariant failed" + where);
   }
 }
+
+namespace {
 
 class EncoderImpl final : public Encoder {
  public:
@@ -489,10 +513,8 @@ Status CheckSupported(const Profile& profile, const KvShape& shape) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Encoder>> Encoder::Create(const Profile& profile, const KvShape& shape,
-                                                 DType dtype, const HeadScores* head_scores) {
-  KVSERVE_RETURN_IF_ERROR(CheckSupported(profile, shape));
-  if (!Available()) return Status::NotSupported("no CUDA device");
+Result<std::vector<uint8_t>> EncoderState(const Profile& profile, const KvShape& shape,
+                                          const HeadScores* head_scores) {
   // The quantizer state (mixhq bits, duo flags) exactly as the CPU encoder
   // derives it.
   KVSERVE_ASSIGN_OR_RETURN(auto quantizer,
@@ -500,14 +522,10 @@ Result<std::unique_ptr<Encoder>> Encoder::Create(const Profile& profile, const K
   std::vector<uint8_t> state;
   pipeline::ByteWriter writer(&state);
   quantizer->SerializeState(writer);
-  KVSERVE_ASSIGN_OR_RETURN(Plan plan, BuildPlan(profile, shape, dtype, state, /*for_decode=*/false));
-  auto impl = std::make_unique<EncoderImpl>();
-  KVSERVE_RETURN_IF_ERROR(impl->Init(std::move(plan)));
-  return std::unique_ptr<Encoder>(std::move(impl));
+  return state;
 }
 
-Result<std::unique_ptr<Decoder>> Decoder::Create(std::span<const uint8_t> header) {
-  if (!Available()) return Status::NotSupported("no CUDA device");
+Result<std::pair<PlanBasis, size_t>> DecodeBasis(std::span<const uint8_t> header) {
   pipeline::FrameHeader h;
   KVSERVE_ASSIGN_OR_RETURN(size_t used, pipeline::ReadFrameHeader(header, &h));
   auto profile = Profile::Parse(h.profile_spec);
@@ -516,15 +534,33 @@ Result<std::unique_ptr<Decoder>> Decoder::Create(std::span<const uint8_t> header
   if (static_cast<uint32_t>(profile->Get(ParamId::kChunkTokens)) != h.chunk_tokens)
     return Status::Corruption("frame chunk size disagrees with its profile");
   KVSERVE_RETURN_IF_ERROR(CheckSupported(*profile, h.shape));
-  auto plan = BuildPlan(*profile, h.shape, h.dtype, h.state, /*for_decode=*/true);
-  if (!plan.ok()) {
-    if (plan.status().code() == StatusCode::kNotSupported) return plan.status();
-    return Status::Corruption("frame header: " + plan.status().message());
+  auto basis = BuildPlanBasis(*profile, h.shape, h.dtype, h.state, /*for_decode=*/true);
+  if (!basis.ok()) {
+    if (basis.status().code() == StatusCode::kNotSupported) return basis.status();
+    return Status::Corruption("frame header: " + basis.status().message());
   }
-  if (static_cast<uint32_t>(plan->coded_tokens) != h.coded_tokens)
+  if (static_cast<uint32_t>(basis->coded_tokens) != h.coded_tokens)
     return Status::Corruption("frame coded_tokens disagrees with its profile");
+  return std::make_pair(std::move(basis).value(), used);
+}
+
+Result<std::unique_ptr<Encoder>> Encoder::Create(const Profile& profile, const KvShape& shape,
+                                                 DType dtype, const HeadScores* head_scores) {
+  KVSERVE_RETURN_IF_ERROR(CheckSupported(profile, shape));
+  if (!Available()) return Status::NotSupported("no CUDA device");
+  KVSERVE_ASSIGN_OR_RETURN(const std::vector<uint8_t> state, EncoderState(profile, shape, head_scores));
+  KVSERVE_ASSIGN_OR_RETURN(Plan plan, BuildPlan(profile, shape, dtype, state, /*for_decode=*/false));
+  auto impl = std::make_unique<EncoderImpl>();
+  KVSERVE_RETURN_IF_ERROR(impl->Init(std::move(plan)));
+  return std::unique_ptr<Encoder>(std::move(impl));
+}
+
+Result<std::unique_ptr<Decoder>> Decoder::Create(std::span<const uint8_t> header) {
+  if (!Available()) return Status::NotSupported("no CUDA device");
+  KVSERVE_ASSIGN_OR_RETURN(auto basis, DecodeBasis(header));
+  KVSERVE_ASSIGN_OR_RETURN(Plan plan, BuildPlan(basis.first, RecordWindow{}));
   auto impl = std::make_unique<DecoderImpl>();
-  KVSERVE_RETURN_IF_ERROR(impl->Init(std::move(plan).value(), used));
+  KVSERVE_RETURN_IF_ERROR(impl->Init(std::move(plan), basis.second));
   return std::unique_ptr<Decoder>(std::move(impl));
 }
 

@@ -94,7 +94,9 @@ KV_DEV int64_t MatchHeader(const DecArgs& a, uint64_t p) {
   if (p < a.records_start || p + 24 > a.bytes_len) return -1;
   const uint8_t* h = a.bytes + p;
   if ((h[0] != 1 && h[0] != 2) || h[1] > 1 || h[2] != 0 || h[3] != 0) return -1;
-  const int64_t idx = SlotIndex(a.c, GetU32(h + 4), h[1], h[0], GetU32(h + 8));
+  const int64_t slot = SlotIndex(a.c, GetU32(h + 4), h[1], h[0], GetU32(h + 8));
+  if (slot < 0) return -1;
+  const int64_t idx = slot - a.c.record_base;  // the plan's index (a window's plan starts at record_base)
   if (idx < a.rb || idx >= a.re) return -1;
   if (GetU32(h + 12) != static_cast<uint32_t>(a.t.records[idx].tokens)) return -1;
   if (p + 24 + GetU32(h + 16) > a.bytes_len) return -1;

@@ -121,8 +121,8 @@ void HeadRuns(const Profile& p, const KvShape& shape, std::span<const uint8_t> s
 
 }  // namespace
 
-Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype,
-                       std::span<const uint8_t> state, bool for_decode) {
+Result<PlanBasis> BuildPlanBasis(const Profile& profile, const KvShape& shape, DType dtype,
+                                 std::span<const uint8_t> state, bool for_decode) {
   KVSERVE_RETURN_IF_ERROR(profile.Validate());
   if (profile.codec() != CodecType::kPack && profile.codec() != CodecType::kRans)
     return Status::NotSupported("the CUDA backend runs the pack and rans codecs only, not " +
@@ -142,10 +142,11 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   auto quantizer = pipeline::CreateQuantizerForDecode(profile, shape, state);
   if (!quantizer.ok()) return quantizer.status();
 
-  Plan plan;
+  PlanBasis plan;
   plan.profile = profile;
   plan.shape = shape;
   plan.dtype = dtype;
+  plan.for_decode = for_decode;
   plan.state.assign(state.begin(), state.end());
   const int chunk = static_cast<int>(profile.Get(ParamId::kChunkTokens));
   const int coded = std::clamp((*quantizer)->CodedTokens(shape.tokens), 0, shape.tokens);
@@ -153,9 +154,6 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   const int es = static_cast<int>(DTypeSize(dtype));
   const bool f32_scale = profile.Get(ParamId::kScaleDType) == static_cast<int64_t>(ScaleDType::kF32);
   const bool sym = profile.Get(ParamId::kSymmetric) != 0;
-  const uint32_t param_bytes_per_group = (sym ? 1u : 2u) * (f32_scale ? 4u : 2u);
-  const bool rans = profile.codec() == CodecType::kRans;
-  const bool affine = profile.transform() == TransformType::kAffine;
 
   FrameConsts& c = plan.consts;
   c.layers = shape.layers;
@@ -192,26 +190,76 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
   header.shape = shape;
   header.chunk_tokens = static_cast<uint32_t>(chunk);
   header.coded_tokens = static_cast<uint32_t>(coded);
-  const std::vector<pipeline::ChunkSlot> slots = pipeline::PlanChunks(shape, chunk, coded);
-  header.record_count = static_cast<uint32_t>(slots.size());
+  plan.slots = pipeline::PlanChunks(shape, chunk, coded);
+  header.record_count = static_cast<uint32_t>(plan.slots.size());
   header.profile_spec = profile.ToString();
   header.state = plan.state;
   pipeline::WriteFrameHeader(header, &plan.header);
 
+  return plan;
+}
+
+Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype,
+                       std::span<const uint8_t> state, bool for_decode, RecordWindow window) {
+  KVSERVE_ASSIGN_OR_RETURN(const PlanBasis basis, BuildPlanBasis(profile, shape, dtype, state, for_decode));
+  return BuildPlan(basis, window);
+}
+
+Result<Plan> BuildPlan(const PlanBasis& basis, RecordWindow window) {
+  const Profile& profile = basis.profile;
+  const KvShape& shape = basis.shape;
+  const std::span<const uint8_t> state = basis.state;
+  const std::vector<pipeline::ChunkSlot>& slots = basis.slots;
+  const bool for_decode = basis.for_decode;
+  const int D = shape.head_dim;
+  const int es = static_cast<int>(DTypeSize(basis.dtype));
+  const bool f32_scale = profile.Get(ParamId::kScaleDType) == static_cast<int64_t>(ScaleDType::kF32);
+  const bool sym = profile.Get(ParamId::kSymmetric) != 0;
+  const uint32_t param_bytes_per_group = (sym ? 1u : 2u) * (f32_scale ? 4u : 2u);
+  const bool rans = profile.codec() == CodecType::kRans;
+  const bool affine = profile.transform() == TransformType::kAffine;
+
+  Plan plan;
+  plan.profile = profile;
+  plan.shape = shape;
+  plan.dtype = basis.dtype;
+  plan.state = basis.state;
+  plan.coded_tokens = basis.coded_tokens;
+  plan.consts = basis.consts;
+  FrameConsts& c = plan.consts;
+  const int64_t all = static_cast<int64_t>(slots.size());
+  if (window.end < 0) window.end = all;
+  if (window.begin < 0 || window.begin >= window.end || window.end > all)
+    return Status::InvalidArgument("record window [" + std::to_string(window.begin) + ", " +
+                                   std::to_string(window.end) + ") outside the frame's " +
+                                   std::to_string(all) + " records");
+  const bool windowed = window.begin > 0 || window.end < all;
+  c.record_base = window.begin;
+  if (!windowed) {  // a window's caller holds the basis's (the same for every window)
+    plan.header = basis.header;
+    plan.sign_words = basis.sign_words;
+  }
+
   std::vector<RunSpec> head_runs;
   uint64_t sym_ws = 0, slot_ws = 0, params_ws = 0, affine_ws = 0, hash_ws = 0, hist_ws = 0;
-  uint64_t offset = plan.header.size();
-  uint64_t max_offset = plan.header.size();
-  const int64_t per_layer = slots.size() / shape.layers;
-  for (size_t r = 0; r < slots.size(); ++r) {
-    const pipeline::ChunkSlot& slot = slots[r];
-    if (static_cast<int64_t>(r) % per_layer == 0) {
-      plan.layer_records.push_back(static_cast<int64_t>(r));
+  // A window's bytes start with its first record (no frame header).
+  uint64_t offset = windowed ? 0 : basis.header.size();
+  uint64_t max_offset = offset;
+  // Layer l's entries of the layer_* tables: the counts before its first
+  // record (layers without records in a window get empty ranges).
+  auto layer_starts_upto = [&plan](int layer) {
+    while (static_cast<int>(plan.layer_records.size()) <= layer) {
+      plan.layer_records.push_back(static_cast<int64_t>(plan.records.size()));
       plan.layer_segments.push_back(static_cast<int64_t>(plan.segments.size()));
       plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
       plan.layer_raw_spans.push_back(static_cast<int64_t>(plan.raw_spans.size()));
       plan.layer_raw_records.push_back(static_cast<int64_t>(plan.raw_records.size()));
     }
+  };
+  for (int64_t frame_r = window.begin; frame_r < window.end; ++frame_r) {
+    const pipeline::ChunkSlot& slot = slots[frame_r];
+    const int64_t r = frame_r - window.begin;  // the plan's own record index
+    layer_starts_upto(slot.layer);
     RecordDesc rec{};
     rec.type = static_cast<uint8_t>(slot.type);
     rec.kind = static_cast<uint8_t>(slot.kind);
@@ -345,11 +393,7 @@ Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype
     max_offset += rec.static_bytes + coded_max;
     plan.records.push_back(rec);
   }
-  plan.layer_records.push_back(static_cast<int64_t>(plan.records.size()));
-  plan.layer_segments.push_back(static_cast<int64_t>(plan.segments.size()));
-  plan.layer_tiles.push_back(static_cast<int64_t>(plan.tiles.size()));
-  plan.layer_raw_spans.push_back(static_cast<int64_t>(plan.raw_spans.size()));
-  plan.layer_raw_records.push_back(static_cast<int64_t>(plan.raw_records.size()));
+  layer_starts_upto(shape.layers);
   if (rans) plan.segment_order = LongestFirst(plan.segments, plan.layer_segments);
   plan.static_sizes = !rans;
   plan.direct = !rans;

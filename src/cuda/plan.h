@@ -19,6 +19,7 @@
 #include "kvserve/kv.h"
 #include "kvserve/profile.h"
 #include "kvserve/status.h"
+#include "pipeline/frame_format.h"
 
 namespace kvserve::cuda {
 
@@ -130,6 +131,10 @@ struct FrameConsts {
   int32_t coded_tokens;
   int32_t sign_words;       // hadamard: u64 sign words per (layer, kind, head)
   float hadamard_scale;
+  // The frame's plan index of the plan's first record: 0 for a whole
+  // frame, RecordWindow::begin for a window (record tables are indexed
+  // from it).
+  int64_t record_base;
 };
 
 // Workspace layout (offsets from the workspace base).
@@ -195,11 +200,52 @@ struct Plan {
   WorkspaceLayout ws;
 };
 
+// A contiguous range [begin, end) of a frame's records in plan order
+// (format.md §4). end < 0 means to the frame's last record.
+struct RecordWindow {
+  int64_t begin = 0;
+  int64_t end = -1;
+};
+
+// What every window of one frame's plan shares, built once per frame: the
+// validated profile, shape and quantizer state, the chunk plan (format.md
+// §4), the frame header, the Hadamard sign words and the frame constants.
+struct PlanBasis {
+  Profile profile;
+  KvShape shape;
+  DType dtype = DType::kBF16;
+  std::vector<uint8_t> state;
+  bool for_decode = false;
+  FrameConsts consts{};
+  int coded_tokens = 0;
+  std::vector<pipeline::ChunkSlot> slots;  // every record of the frame, in plan order
+  std::vector<uint8_t> header;             // serialized frame header incl. checksum
+  std::vector<uint64_t> sign_words;        // [layer][kind][head][word] (hadamard)
+};
+
+// Validates (profile, shape, dtype, state) as BuildPlan does and builds the
+// basis. NotSupported / InvalidArgument as BuildPlan.
+Result<PlanBasis> BuildPlanBasis(const Profile& profile, const KvShape& shape, DType dtype,
+                                 std::span<const uint8_t> state, bool for_decode);
+
 // Builds the plan. `state` is the quantizer state (mixhq bits / duo flags),
 // empty for other modes. For `for_decode` the workspace layout is the
 // decoder's. NotSupported for codecs/shapes the GPU does not run.
+//
+// With a window narrower than the frame, the plan holds only the records of
+// `window` (whole records, any range): its tables are indexed from the
+// window's first record (consts.record_base), its workspace covers those
+// records only, and its byte offsets (static_offset, static_frame_bytes,
+// max_frame_bytes) count from the window's first record, with no frame
+// header in front: encoding it writes exactly the bytes those records have
+// in the whole frame, back to back. The header bytes are still built (the
+// frame's, for the caller to send). InvalidArgument for a window outside
+// the frame or empty.
 Result<Plan> BuildPlan(const Profile& profile, const KvShape& shape, DType dtype,
-                       std::span<const uint8_t> state, bool for_decode);
+                       std::span<const uint8_t> state, bool for_decode, RecordWindow window = {});
+// The same from a basis (the windows of one frame share it). A window's plan
+// leaves `header` and `sign_words` empty: they are the basis's.
+Result<Plan> BuildPlan(const PlanBasis& basis, RecordWindow window);
 
 }  // namespace kvserve::cuda
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -208,8 +209,18 @@ inline void RunBlock(int threads, void (*body)(void*), void* arg) {
   }
 }
 
+// One grid at a time in the process: the simulated thread and block
+// indices, shared memory and the block scheduler are process-wide, so grids
+// launched from several host threads (a connector's sender and receiver)
+// take turns.
+inline std::recursive_mutex& GridMutex() {
+  static std::recursive_mutex mu;
+  return mu;
+}
+
 template <typename F>
 void RunGrid(dim3 grid, dim3 block, F&& fn) {
+  std::lock_guard<std::recursive_mutex> lock(GridMutex());
   gridDim = {grid.x, grid.y, grid.z};
   blockDim = {block.x, block.y, block.z};
   const int threads = static_cast<int>(block.x * block.y * block.z);
@@ -336,7 +347,7 @@ inline uint64_t __umul64hi(uint64_t a, uint64_t b) { return static_cast<uint64_t
 
 // ------------------------------------------------------------ runtime API
 typedef int cudaError_t;
-enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2 };
+enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorNotReady = 600 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 struct CUstream_st;
@@ -400,6 +411,11 @@ inline cudaError_t cudaStreamCreate(cudaStream_t* s) {
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+enum : unsigned { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2 };
+// Streams are synchronous here: every call has finished when it returns.
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { return cudaStreamCreate(s); }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) {
@@ -415,6 +431,13 @@ inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t = nullptr) {
   return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+// No device memory limit here: what the process can allocate.
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = *total_bytes = size_t{1} << 40;
+  return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = std::chrono::duration<float, std::milli>(b->t - a->t).count();
   return cudaSuccess;
