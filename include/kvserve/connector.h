@@ -249,6 +249,12 @@ class DeviceConnector {
                                                 const KvDestinationCallback& destination,
                                                 const KvReceiveOptions& options, void* engine_stream) = 0;
 
+  // Encodes `kv` (device memory, after the work queued on `engine_stream`)
+  // into one whole frame appended to `sink`, through the same ring: e.g. a
+  // prefix chunk for the KV pool. The sink's error, or the encoder's.
+  virtual Status EncodeFrame(const Profile& profile, const HeadScores* head_scores, const DeviceKvSource& kv,
+                             ByteSink& sink, void* engine_stream) = 0;
+
   virtual DeviceMemoryStats memory() const = 0;
 };
 

@@ -177,6 +177,30 @@ double StreamedSeconds(const ProfileCost& p, double kv_bytes, double bandwidth,
 double PredictSeconds(const LatencyModel& model, const ProfileCost& p,
                       double kv_bytes, double bandwidth, double source_seconds = 0.0);
 
+// How long a prefill of n tokens takes, from the prefills a worker ran: the
+// source time the streamed model overlaps the movement with, and the
+// recompute time the pool path weighs a prefix hit against. The median of
+// the last `keep` prefills of exactly n tokens; for a length not seen yet,
+// the nearest seen length's median (nearest in log(n)) scaled by the token
+// ratio (a prefill is at least linear in its tokens); before any, `prior`
+// seconds per token. Thread safety: not thread-safe.
+class PrefillTimePredictor {
+ public:
+  explicit PrefillTimePredictor(double prior_seconds_per_token = 0.0, int keep = 5);
+  // Records one prefill of `tokens` tokens that took `seconds` (ignored
+  // unless both are positive and finite).
+  void Observe(int tokens, double seconds);
+  // Seconds a prefill of `tokens` tokens is expected to take (0 for
+  // tokens <= 0).
+  double Predict(int tokens) const;
+  bool empty() const { return seen_.empty(); }
+
+ private:
+  double prior_;
+  int keep_;
+  std::map<int, std::vector<double>> seen_;  // tokens -> last `keep` times, oldest first
+};
+
 // Theorem 6.1: B*_p = (1 - 1/cr_p) s_p with s_p = 1/(1/s_enc + 1/s_dec),
 // ignoring t0. Compression with p is faster than raw (serial model, t0 = 0)
 // iff B < B*_p. 0 when cr <= 1; +inf when both codec speeds are infinite

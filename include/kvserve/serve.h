@@ -35,7 +35,9 @@
 #include <string>
 #include <vector>
 
+#include "kvserve/connector.h"
 #include "kvserve/controller.h"
+#include "kvserve/engine.h"
 #include "kvserve/pool.h"
 #include "kvserve/runtime.h"
 #include "kvserve/status.h"
@@ -119,16 +121,24 @@ struct DecodeWorkerOptions {
   // Largest KV (uncompressed bytes) accepted; a frame header declaring more
   // is refused before anything is allocated.
   uint64_t max_kv_bytes = uint64_t{4} << 30;
+  // Receives frames into a device engine's KV (kvserve/connector.h; not
+  // owned). Required when the engine's KV is on a GPU, unused otherwise.
+  DeviceConnector* device = nullptr;
 };
 
-// Receives frames from prefill workers, decodes each record as it arrives,
-// imports the KV and generates. Serves each connection on its own thread.
+// Receives frames from prefill workers, decodes each record as it arrives
+// into KV its engine allocates, and has the engine generate. Serves each
+// connection on its own thread.
 // Thread safety: thread-safe; Stop may be called from any thread.
 class DecodeWorker {
  public:
-  // Starts listening on `transport` (not owned) with `model` (not owned,
+  // Starts listening on `transport` (not owned) with `engine` (not owned,
   // shared, must outlive the worker). Unavailable/IOError when it cannot
-  // listen.
+  // listen; InvalidArgument for a device engine without options.device.
+  static Result<std::unique_ptr<DecodeWorker>> Start(Transport* transport, ServingEngine* engine,
+                                                     DecodeWorkerOptions options);
+  // The same with kvserve's runtime (`model` not owned, must outlive the
+  // worker) as the engine.
   static Result<std::unique_ptr<DecodeWorker>> Start(Transport* transport, const Model* model,
                                                      DecodeWorkerOptions options);
   ~DecodeWorker();  // Stops.
@@ -144,6 +154,9 @@ class DecodeWorker {
   class Impl;
 
  private:
+  static Result<std::unique_ptr<DecodeWorker>> Start(Transport* transport, ServingEngine* engine,
+                                                     std::unique_ptr<ServingEngine> owned,
+                                                     DecodeWorkerOptions options);
   explicit DecodeWorker(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
@@ -186,7 +199,8 @@ struct PrefillWorkerOptions {
   // never stored.
   int pool_chunk_tokens = 128;
   // Prefill seconds per prompt token before the first measurement (the
-  // recompute estimate of the pool path).
+  // controller's source time and the pool path's recompute estimate; later
+  // ones come from the prefills this worker ran, PrefillTimePredictor).
   double prefill_seconds_per_token_prior = 1e-4;
   // The prompt length the table's compression ratios were measured at (the
   // shipped tables: 512 tokens, see their "comment"). The controller decides
@@ -199,15 +213,24 @@ struct PrefillWorkerOptions {
   // the table has it (the measured tables' mix of every workload), else the
   // table's first workload.
   std::string default_workload;
+  // Moves a device engine's KV (kvserve/connector.h; not owned): required
+  // when the engine's KV is on a GPU, unused otherwise. The table's profiles
+  // the device codec does not run are then left out of the choices.
+  DeviceConnector* device = nullptr;
 };
 
-// Runs prefill and sends the KV to a decode worker. Requests from all client
-// connections are served one at a time (the model uses every core).
+// Runs prefill on its engine and sends the KV to a decode worker. Requests
+// from all client connections are served one at a time (the engine uses
+// the whole machine or GPU).
 // Thread safety: thread-safe.
 class PrefillWorker {
  public:
-  // `model` and `transport` are not owned and must outlive the worker.
-  // InvalidArgument for no decode address or a table/controller error.
+  // `engine` and `transport` are not owned and must outlive the worker.
+  // InvalidArgument for no decode address, a table/controller error, or a
+  // device engine without options.device.
+  static Result<std::unique_ptr<PrefillWorker>> Start(Transport* transport, ServingEngine* engine,
+                                                      ProfileTable table, PrefillWorkerOptions options);
+  // The same with kvserve's runtime (`model`, not owned) as the engine.
   static Result<std::unique_ptr<PrefillWorker>> Start(Transport* transport, const Model* model,
                                                       ProfileTable table,
                                                       PrefillWorkerOptions options);
@@ -228,6 +251,9 @@ class PrefillWorker {
   class Impl;
 
  private:
+  static Result<std::unique_ptr<PrefillWorker>> Start(Transport* transport, ServingEngine* engine,
+                                                      std::unique_ptr<ServingEngine> owned, ProfileTable table,
+                                                      PrefillWorkerOptions options);
   explicit PrefillWorker(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -436,6 +436,17 @@ class DeviceConnectorImpl final : public DeviceConnector {
                                         const KvDestinationCallback& destination, const KvReceiveOptions& options,
                                         void* engine_stream) override;
 
+  Status EncodeFrame(const Profile& profile, const HeadScores* head_scores, const DeviceKvSource& kv,
+                     ByteSink& sink, void* engine_stream) override {
+    KVSERVE_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));
+    KVSERVE_RETURN_IF_ERROR(std::visit([](const auto& v) { return v.Validate(); }, kv));
+    const KvShape shape = std::visit([](const auto& v) { return v.shape; }, kv);
+    const DType dtype = std::visit([](const auto& v) { return v.dtype; }, kv);
+    const Encoded e = EncodeInto(sink, profile, head_scores, shape, dtype, engine_stream, &kv, nullptr);
+    KVSERVE_RETURN_IF_ERROR(e.encode);
+    return e.out;
+  }
+
  private:
   // The encoder of (profile, shape, dtype, scores) with the largest windows
   // whose slots fit the budgets at least twice (cached).
@@ -529,6 +540,16 @@ class DeviceConnectorImpl final : public DeviceConnector {
     free_rings_.push_back(std::move(ring));
   }
 
+  // What encoding a frame into a sink came to: the sink's first error
+  // (`out`), the encoder's or producer's (`encode`), and the timings.
+  struct Encoded {
+    Status out, encode;
+    double gpu_seconds = 0, producer_wait = 0, start = 0;
+  };
+  // Encodes the frame of `whole` (or of the producer behind `gate`) window
+  // by window into `out`: the header, then each window's bytes.
+  Encoded EncodeInto(ByteSink& out, const Profile& profile, const HeadScores* scores, const KvShape& shape,
+                     DType dtype, void* engine_stream, const DeviceKvSource* whole, LayerGate* gate);
   Result<StreamResult> Send(Connection& connection, const Profile& profile, const HeadScores* scores,
                             const KvShape& shape, DType dtype, uint64_t transfer_id, void* engine_stream,
                             const DeviceKvSource* whole, LayerGate* gate);
@@ -543,38 +564,37 @@ class DeviceConnectorImpl final : public DeviceConnector {
   RecentCache<WindowedDecoder> decoders_;
 };
 
-Result<StreamResult> DeviceConnectorImpl::Send(Connection& connection, const Profile& profile,
-                                               const HeadScores* scores, const KvShape& shape, DType dtype,
-                                               uint64_t transfer_id, void* engine_stream,
-                                               const DeviceKvSource* whole, LayerGate* gate) {
-  const std::string what = "transfer " + std::to_string(transfer_id);
+DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, const Profile& profile,
+                                                              const HeadScores* scores, const KvShape& shape,
+                                                              DType dtype, void* engine_stream,
+                                                              const DeviceKvSource* whole, LayerGate* gate) {
+  Encoded result;
   auto enc_or = EncoderFor(profile, scores, shape, dtype);
   if (!enc_or.ok()) {
     if (gate != nullptr) gate->Fail();
-    return enc_or.status().WithContext("encoding " + what);
+    result.encode = enc_or.status();
+    return result;
   }
   const std::shared_ptr<WindowedEncoder> enc = *enc_or;
   Slots slots;
   auto ring_or = TakeRing(enc->SlotBytes(), enc->TableBytes(), enc->SlotBytes() - enc->OutputOffset(), &slots);
   if (!ring_or.ok()) {
     if (gate != nullptr) gate->Fail();
-    return ring_or.status().WithContext("encoding " + what);
+    result.encode = ring_or.status();
+    return result;
   }
   std::unique_ptr<Ring> ring = std::move(*ring_or);
   Ring* r = ring.get();
   const bool static_sizes = enc->FrameSizeIsStatic();
   const std::vector<FrameWindow>& windows = enc->windows();
 
-  StreamResult result;
-  FrameSender sender(&connection);
-  ByteSink& wire = sender.sink(transfer_id);
   SlotQueue queue(slots.count);
   Status send_status, encode_status;
   double gpu_seconds = 0;
-  const double start = MonotonicSeconds();
+  result.start = MonotonicSeconds();
   std::thread send_thread([&] {
     (void)cudaSetDevice(options_.device);
-    Status s = wire.Append(enc->header());
+    Status s = out.Append(enc->header());
     int w = 0, i = 0;
     while (s.ok() && queue.Pop(&w, &i)) {
       s = Cuda(cudaEventSynchronize(r->done(i)), "waiting for an encoded window");
@@ -589,6 +609,7 @@ Result<StreamResult> DeviceConnectorImpl::Send(Connection& connection, const Pro
       if (cudaEventElapsedTime(&ms, r->start(i), r->end(i)) == cudaSuccess) gpu_seconds += ms / 1e3;
       if (st.bytes > windows[w].max_bytes) {
         s = Status::Internal("window " + std::to_string(w) + " encoded to more bytes than its plan allows");
+        encode_status = s;
         break;
       }
       if (!static_sizes) {
@@ -596,9 +617,12 @@ Result<StreamResult> DeviceConnectorImpl::Send(Connection& connection, const Pro
                                  cudaMemcpyDeviceToHost, r->copy()),
                  "copying a window to the host");
         if (s.ok()) s = Cuda(cudaStreamSynchronize(r->copy()), "copying a window to the host");
-        if (!s.ok()) break;
+        if (!s.ok()) {
+          encode_status = s;
+          break;
+        }
       }
-      s = wire.Append(std::span<const uint8_t>(slots.host_bytes(i), st.bytes));
+      s = out.Append(std::span<const uint8_t>(slots.host_bytes(i), st.bytes));
       queue.Release(i);
     }
     if (!s.ok()) {
@@ -662,19 +686,32 @@ Result<StreamResult> DeviceConnectorImpl::Send(Connection& connection, const Pro
     queue.Fail();
   }
   send_thread.join();
-  const double producer_wait = gate != nullptr ? gate->wait_seconds() : 0.0;
+  result.producer_wait = gate != nullptr ? gate->wait_seconds() : 0.0;
   ReturnRing(std::move(ring));
-  if (!send_status.ok()) return send_status.WithContext("sending " + what);
-  if (encode_status.ok()) encode_status = launch;
-  if (!encode_status.ok()) {
-    (void)sender.Abort(encode_status);
-    return encode_status.WithContext("encoding " + what);
+  result.gpu_seconds = gpu_seconds;
+  result.out = send_status;
+  result.encode = encode_status.ok() ? launch : encode_status;
+  return result;
+}
+
+Result<StreamResult> DeviceConnectorImpl::Send(Connection& connection, const Profile& profile,
+                                               const HeadScores* scores, const KvShape& shape, DType dtype,
+                                               uint64_t transfer_id, void* engine_stream,
+                                               const DeviceKvSource* whole, LayerGate* gate) {
+  const std::string what = "transfer " + std::to_string(transfer_id);
+  FrameSender sender(&connection);
+  const Encoded e = EncodeInto(sender.sink(transfer_id), profile, scores, shape, dtype, engine_stream, whole, gate);
+  if (!e.out.ok()) return e.out.WithContext("sending " + what);
+  if (!e.encode.ok()) {
+    (void)sender.Abort(e.encode);
+    return e.encode.WithContext("encoding " + what);
   }
   if (sender.sink_has_partial()) return Status::Internal("an incomplete record was left in " + what);
+  StreamResult result;
   KVSERVE_ASSIGN_OR_RETURN(result.transfer, sender.Finish());
   result.ack_time = MonotonicSeconds();
-  result.encode_seconds = gpu_seconds;
-  result.kv_seconds = std::max(result.ack_time - start - producer_wait, 1e-9);
+  result.encode_seconds = e.gpu_seconds;
+  result.kv_seconds = std::max(result.ack_time - e.start - e.producer_wait, 1e-9);
   return result;
 }
 

@@ -1,10 +1,10 @@
 // Copyright kvserve authors. The decode worker: receives streamed frames
-// through the connector (kvserve/connector.h), which decodes each chunk
-// record as it arrives, and on a GENERATE concatenates
-// the KV of the frames it names along tokens (one frame on the normal path;
-// one per pool chunk when the prefill worker forwards a prefix hit), imports
-// it into the runtime, runs the rest of the prompt and generates
-// (docs/e2e.md §Decode worker).
+// through the connector (kvserve/connector.h; its device paths for an
+// engine whose KV is on a GPU), which decodes each chunk record (or window of
+// records) as it arrives into KV the engine allocated, and on a GENERATE
+// hands the engine the KV of the frames it names (one frame on the normal
+// path; one per pool chunk when the prefill worker forwards a prefix hit)
+// to run the rest of the prompt and generate (docs/e2e.md §Decode worker).
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -14,6 +14,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/connector.h"
+#include "kvserve/engine.h"
 #include "kvserve/serve.h"
 #include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
@@ -24,7 +25,7 @@ namespace {
 // A complete, verified frame held until the GENERATE that names it.
 struct HeldFrame {
   uint64_t transfer_id = 0;
-  KvCache kv;
+  std::unique_ptr<EngineKv> kv;
   std::vector<uint8_t> keep_mask;  // [layer][kind][head][token], 0 = pruned
   double decode_seconds = 0;
 };
@@ -36,58 +37,12 @@ std::string IdList(const std::vector<uint64_t>& ids) {
   return out;
 }
 
-// The KV of `frames` (same layers, heads, dims and dtype; each contiguous)
-// concatenated along tokens, and their keep masks concatenated per (layer,
-// kind, head) into `*keep_mask` ([layer][kind][head][token]; left empty
-// when no frame carries one). InvalidArgument when the frames differ in
-// shape or dtype.
-Result<KvCache> Concatenate(const std::vector<HeldFrame>& frames, std::vector<uint8_t>* keep_mask) {
-  const KvShape& first = frames.front().kv.shape();
-  const DType dtype = frames.front().kv.dtype();
-  KvShape shape = first;
-  shape.tokens = 0;
-  bool any_mask = false;
-  for (const HeldFrame& f : frames) {
-    const KvShape& s = f.kv.shape();
-    if (s.layers != first.layers || s.kv_heads != first.kv_heads || s.head_dim != first.head_dim ||
-        f.kv.dtype() != dtype)
-      return Status::InvalidArgument("transfer " + std::to_string(f.transfer_id) +
-                                     ": frame shape or dtype differs from the first frame's");
-    shape.tokens += s.tokens;
-    any_mask = any_mask || !f.keep_mask.empty();
-  }
-  KvCache out(dtype, shape);
-  MutableKvView dst = out.mutable_view();
-  const size_t element = DTypeSize(dtype);
-  const size_t slots = static_cast<size_t>(shape.layers) * 2 * shape.kv_heads;
-  if (any_mask) keep_mask->assign(slots * shape.tokens, 1);
-  int offset = 0;
-  for (const HeldFrame& f : frames) {
-    const KvView src = f.kv.view();
-    const int tokens = src.shape.tokens;
-    // Contiguous caches: the tokens x dims of one (layer, kind, head) are
-    // one run of bytes in both.
-    const size_t run = static_cast<size_t>(tokens) * shape.head_dim * element;
-    for (int l = 0; l < shape.layers; ++l)
-      for (int kind = 0; kind < 2; ++kind)
-        for (int h = 0; h < shape.kv_heads; ++h) {
-          std::memcpy(dst.At(l, kind, h, offset, 0), src.At(l, kind, h, 0, 0), run);
-          if (f.keep_mask.empty()) continue;
-          const size_t slot = (static_cast<size_t>(l) * 2 + kind) * shape.kv_heads + h;
-          std::copy_n(f.keep_mask.begin() + slot * tokens, tokens,
-                      keep_mask->begin() + slot * shape.tokens + offset);
-        }
-    offset += tokens;
-  }
-  return out;
-}
-
 }  // namespace
 
 class DecodeWorker::Impl {
  public:
-  Impl(const Model* model, DecodeWorkerOptions options)
-      : model_(model), options_(std::move(options)) {}
+  Impl(ServingEngine* engine, std::unique_ptr<ServingEngine> owned, DecodeWorkerOptions options)
+      : engine_(engine), owned_(std::move(owned)), options_(std::move(options)) {}
 
   Status Start(Transport* transport) {
     KVSERVE_ASSIGN_OR_RETURN(
@@ -101,8 +56,8 @@ class DecodeWorker::Impl {
   // complete, verified frames received since the last GENERATE, in arrival
   // order (their KV bytes in total bounded by max_kv_bytes).
   struct Session {
-    std::unique_ptr<DecoderContext> decoder;
-    KvCache kv;
+    std::unique_ptr<DecoderContext> decoder;  // host engines
+    std::unique_ptr<EngineKv> kv;
     std::vector<uint8_t> keep_mask;
     uint64_t transfer_id = 0;
     std::vector<HeldFrame> held;
@@ -114,12 +69,13 @@ class DecodeWorker::Impl {
     s.held_bytes = 0;
   }
 
-  // Where a frame whose header arrived is decoded: s.kv, allocated once the
-  // header fits the model and the limits (an error refuses the frame).
+  // Where a frame whose header arrived is decoded: KV the engine allocates
+  // once the header fits the model and the limits (an error refuses the
+  // frame).
   Result<KvDestination> OnHeader(Session& s, uint64_t transfer_id, const FrameInfo& info) {
     s.transfer_id = transfer_id;
-    s.kv = KvCache();
-    const ModelConfig& c = model_->config();
+    s.kv.reset();
+    const EngineInfo& c = engine_->info();
     if (info.shape.layers != c.layers || info.shape.kv_heads != c.kv_heads ||
         info.shape.head_dim != c.head_dim || info.shape.tokens <= 0)
       return Status::InvalidArgument("frame shape " + std::to_string(info.shape.layers) + "x" +
@@ -127,28 +83,37 @@ class DecodeWorker::Impl {
                                      std::to_string(info.shape.tokens) + "x" +
                                      std::to_string(info.shape.head_dim) +
                                      " does not fit the decode worker's model");
-    if (!s.held.empty() && info.dtype != s.held.front().kv.dtype())
+    if (!s.held.empty() && info.dtype != s.held.front().kv->dtype())
       return Status::InvalidArgument("frame dtype differs from the frames held for the request");
     const uint64_t bytes = static_cast<uint64_t>(info.shape.NumElements()) * DTypeSize(info.dtype);
     if (bytes > options_.max_kv_bytes || s.held_bytes > options_.max_kv_bytes - bytes)
       return Status::ResourceExhausted("frame declares " + std::to_string(bytes) + " KV bytes (" +
                                        std::to_string(s.held_bytes) +
                                        " already held), above the decode worker's limit");
-    // KvCache memory comes from calloc: the OS commits its pages as records
-    // are decoded into it, so a header alone costs only its own bytes, not
-    // the KV it declares.
-    s.kv = KvCache(info.dtype, info.shape);
-    return KvDestination(s.kv.mutable_view());
+    KVSERVE_ASSIGN_OR_RETURN(s.kv, engine_->AllocateKv(info.shape, info.dtype));
+    return s.kv->destination();
+  }
+
+  // Receives the frame whose Begin is `begin` into the engine's KV: through
+  // the device connector for a device engine, the host connector otherwise.
+  Result<KvReceiveResult> Receive(Session& s, Connection& connection, const Message& begin,
+                                  const KvDestinationCallback& destination, bool* refused) {
+    const KvReceiveOptions options{.keep_mask = &s.keep_mask, .refused = refused};
+    if (engine_->info().device >= 0)
+      return options_.device->ReceiveKvFrom(connection, begin, destination, options, engine_->stream());
+    return ReceiveKvFrom(connection, begin, *s.decoder, destination, options);
   }
 
   void ServeConnection(Connection& connection) {
     Session s;
-    auto decoder = DecoderContext::Create({.threads = options_.decode_threads});
-    if (!decoder.ok()) {
-      connection.Fail(decoder.status());
-      return;
+    if (engine_->info().device < 0) {
+      auto decoder = DecoderContext::Create({.threads = options_.decode_threads});
+      if (!decoder.ok()) {
+        connection.Fail(decoder.status());
+        return;
+      }
+      s.decoder = std::move(*decoder);
     }
-    s.decoder = std::move(*decoder);
     const KvDestinationCallback destination = [&](uint64_t id, const FrameInfo& info) {
       return OnHeader(s, id, info);
     };
@@ -165,15 +130,14 @@ class DecodeWorker::Impl {
       }
       if (message.type == kMsgFrameBegin) {
         bool refused = false;
-        auto frame = ReceiveKvFrom(connection, message, *s.decoder, destination,
-                                   {.keep_mask = &s.keep_mask, .refused = &refused});
+        auto frame = Receive(s, connection, message, destination, &refused);
         if (!frame.ok() && !refused) return;  // connection broken, peer gone, or aborted transfer
         if (!frame.ok()) {
           // Refused (and acknowledged as such) or incomplete: the sender
           // still sends the request's GENERATE, which no longer matches the
           // frames held and is answered with a refusal.
           DropHeld(s);
-          s.kv = KvCache();
+          s.kv.reset();
           refused_frames_.fetch_add(1);
           continue;
         }
@@ -182,9 +146,8 @@ class DecodeWorker::Impl {
         held.kv = std::move(s.kv);
         held.keep_mask = std::move(s.keep_mask);
         held.decode_seconds = frame->decode_seconds;
-        s.held_bytes += static_cast<uint64_t>(held.kv.view().LogicalBytes());
+        s.held_bytes += static_cast<uint64_t>(held.kv->shape().NumElements()) * DTypeSize(held.kv->dtype());
         s.held.push_back(std::move(held));
-        s.kv = KvCache();
         s.keep_mask.clear();
         continue;
       }
@@ -226,70 +189,32 @@ class DecodeWorker::Impl {
       return result;
     }
     const double start = MonotonicSeconds();
-    std::vector<uint8_t> concatenated_mask;
-    KvCache concatenated;
-    const KvCache* kv_cache = &s.held.front().kv;
-    const std::vector<uint8_t>* keep_mask = &s.held.front().keep_mask;
-    if (s.held.size() > 1) {
-      auto joined = Concatenate(s.held, &concatenated_mask);
-      if (!joined.ok()) {
-        result.status = joined.status();
-        return result;
-      }
-      concatenated = std::move(*joined);
-      kv_cache = &concatenated;
-      keep_mask = &concatenated_mask;
+    std::vector<std::unique_ptr<EngineKv>> parts;
+    std::vector<std::vector<uint8_t>> masks;
+    for (HeldFrame& f : s.held) {
+      parts.push_back(std::move(f.kv));
+      masks.push_back(std::move(f.keep_mask));
     }
-    auto kv = KvState::FromView(kv_cache->view(), generate->prompt);
-    if (!kv.ok()) {
-      result.status = kv.status().WithContext("importing the KV");
-      return result;
-    }
-    if (!keep_mask->empty() &&
-        std::find(keep_mask->begin(), keep_mask->end(), 0) != keep_mask->end()) {
-      // Pruned tokens (duo): hide them from attention, per head ([layer][K][head][token]).
-      const KvShape& shape = kv_cache->shape();
-      for (int l = 0; l < shape.layers; ++l)
-        for (int h = 0; h < shape.kv_heads; ++h) {
-          const size_t offset = ((static_cast<size_t>(l) * 2) * shape.kv_heads + h) * shape.tokens;
-          Status st = kv->SetKeepMask(
-              l, h, std::span<const uint8_t>(*keep_mask).subspan(offset, shape.tokens));
-          if (!st.ok()) {
-            result.status = st;
-            return result;
-          }
-        }
-    }
-    std::vector<float> logits = std::move(generate->last_logits);
-    if (!generate->suffix.empty()) {
-      auto suffix_logits = model_->Decode(&*kv, generate->suffix);
-      if (!suffix_logits.ok()) {
-        result.status = suffix_logits.status().WithContext("running the prompt suffix");
-        return result;
-      }
-      logits = std::move(*suffix_logits);
-    }
-    if (logits.size() != static_cast<size_t>(model_->config().vocab_size)) {
-      result.status = Status::InvalidArgument("generate message carries " +
-                                              std::to_string(logits.size()) +
-                                              " logits, the model has a vocabulary of " +
-                                              std::to_string(model_->config().vocab_size));
-      return result;
-    }
-    result.first_token_seconds = MonotonicSeconds() - start;
-    Sampler sampler(generate->sampling);
-    auto tokens = kvserve::Generate(*model_, &*kv, logits,
-                                    generate->max_new_tokens, &sampler, generate->stop_at_eos);
+    EngineGenerate request;
+    request.prompt = std::move(generate->prompt);
+    request.suffix = std::move(generate->suffix);
+    request.last_logits = std::move(generate->last_logits);
+    request.max_new_tokens = generate->max_new_tokens;
+    request.sampling = generate->sampling;
+    request.stop_at_eos = generate->stop_at_eos;
+    auto tokens = engine_->Generate(std::move(parts), masks, request);
     result.generation_seconds = MonotonicSeconds() - start;
     if (!tokens.ok()) {
       result.status = tokens.status();
       return result;
     }
-    result.tokens = std::move(*tokens);
+    result.first_token_seconds = tokens->first_token_seconds;
+    result.tokens = std::move(tokens->tokens);
     return result;
   }
 
-  const Model* model_;
+  ServingEngine* engine_;
+  std::unique_ptr<ServingEngine> owned_;  // the runtime engine of a Model-based worker
   DecodeWorkerOptions options_;
   std::unique_ptr<transport::ConnectionServer> server_;
   // Set before server_->Stop(); the handlers poll this, not server_, which a
@@ -299,10 +224,28 @@ class DecodeWorker::Impl {
   std::atomic<int64_t> refused_frames_{0};
 };
 
+Result<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(Transport* transport, ServingEngine* engine,
+                                                          DecodeWorkerOptions options) {
+  return Start(transport, engine, nullptr, std::move(options));
+}
+
 Result<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(Transport* transport, const Model* model,
                                                           DecodeWorkerOptions options) {
   if (model == nullptr) return Status::InvalidArgument("decode worker needs a model");
-  auto impl = std::make_unique<Impl>(model, std::move(options));
+  std::unique_ptr<ServingEngine> engine = NewRuntimeEngine(model);
+  ServingEngine* raw = engine.get();
+  return Start(transport, raw, std::move(engine), std::move(options));
+}
+
+Result<std::unique_ptr<DecodeWorker>> DecodeWorker::Start(Transport* transport, ServingEngine* engine,
+                                                          std::unique_ptr<ServingEngine> owned,
+                                                          DecodeWorkerOptions options) {
+  if (engine == nullptr) return Status::InvalidArgument("decode worker needs an engine");
+  if (engine->info().device >= 0 && options.device == nullptr)
+    return Status::InvalidArgument("decode worker: the engine's KV is on CUDA device " +
+                                   std::to_string(engine->info().device) +
+                                   "; DecodeWorkerOptions::device (a DeviceConnector) is needed");
+  auto impl = std::make_unique<Impl>(engine, std::move(owned), std::move(options));
   KVSERVE_RETURN_IF_ERROR(impl->Start(transport));
   return std::unique_ptr<DecodeWorker>(new DecodeWorker(std::move(impl)));
 }

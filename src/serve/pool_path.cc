@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <variant>
 
 #include "kvserve/pool.h"
 #include "kvserve/profile.h"
@@ -86,14 +87,13 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   }
 
   const double bandwidth = estimator_.Estimate(decode_->current_key());
-  const ModelConfig& c = model_->config();
-  const double bytes_per_token = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim;
+  const double bytes_per_token = static_cast<double>(engine_->info().KvBytesPerToken());
   const double prompt_tokens = static_cast<double>(r.prompt.size());
   const double chunk_kv_bytes = bytes_per_token * chunk_tokens;
 
   // Recompute: prefill, then the controller's choice for the PD transfer.
   const double kv_bytes = bytes_per_token * prompt_tokens;
-  double recompute = seconds_per_token_ * prompt_tokens;
+  double recompute = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
   if (workload.ok()) {
     ControllerRequest cr;
     cr.workload = *workload;
@@ -126,8 +126,9 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
       if (candidate.row != nullptr)
         seconds += candidate.row->overhead_seconds +
                    chunk_kv_bytes / candidate.row->decode_bytes_per_second;
-      const double rest = prompt_tokens - static_cast<double>(k) * chunk_tokens;
-      const double total = seconds + seconds_per_token_ * rest;
+      // The decode worker runs the prompt's other tokens (at least the last).
+      const int rest = static_cast<int>(prompt_tokens) - static_cast<int>(k) * chunk_tokens;
+      const double total = seconds + prefill_time_.Predict(rest);
       const bool better = r.method == kMethodAdaptive ? total < best_seconds : k > best_chunks;
       if (better) {
         best_seconds = total;
@@ -167,23 +168,19 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   return true;
 }
 
-void PrefillWorker::Impl::QueuePoolStores(const ServeRequest& r, const KvState& kv,
+void PrefillWorker::Impl::QueuePoolStores(const ServeRequest& r, std::shared_ptr<const EngineKv> kv,
                                           const std::string& sent_spec) {
   if (r.prompt.size() < 2) return;
   const int chunk_tokens = options_.pool_chunk_tokens;
   const std::vector<uint64_t> hashes = PrefixChunkHashes(PrefixOf(r.prompt), chunk_tokens);
-  const KvView whole = kv.view();
   for (size_t i = 0; i < hashes.size(); ++i) {
-    KvView chunk = whole;
-    chunk.data = whole.At(0, 0, 0, static_cast<int>(i) * chunk_tokens, 0);
-    chunk.shape.tokens = chunk_tokens;
-    auto copy = KvCache::CopyFrom(chunk);
-    if (!copy.ok()) return;
     serve::PendingPoolStore store;
     store.key = {options_.model_id, hashes[i], ""};
     store.profiles = options_.pool_store_profiles;
     if (store.profiles.empty()) store.profiles = {sent_spec};
-    store.kv = std::move(*copy);
+    store.kv = kv;
+    store.token_begin = static_cast<int>(i) * chunk_tokens;
+    store.tokens = chunk_tokens;
     pending_stores_.push_back(std::move(store));
   }
 }
@@ -207,11 +204,22 @@ void PrefillWorker::Impl::FlushPoolStoresLocked() {
       if (stored.ok() && std::any_of(stored->begin(), stored->end(),
                                      [&](const PoolEntryInfo& e) { return e.profile == spec; }))
         continue;
-      auto encoder = Encoder(spec);
-      if (!encoder.ok()) continue;
+      auto chunk = SliceTokens(store.kv->view(), store.token_begin, store.tokens);
+      if (!chunk.ok()) continue;
       frame.clear();
       VectorSink sink(&frame);
-      if (!(*encoder)->Encode(store.kv.view(), sink).ok()) continue;
+      if (device()) {
+        auto profile = Profile::Parse(spec);
+        if (!profile.ok() ||
+            !options_.device->EncodeFrame(*profile, options_.head_scores, *chunk, sink, engine_->stream()).ok())
+          continue;
+      } else {
+        auto encoder = Encoder(spec);
+        if (!encoder.ok()) continue;
+        const Status encoded =
+            std::visit([&](const auto& view) { return (*encoder)->Encode(view, sink); }, *chunk);
+        if (!encoded.ok()) continue;
+      }
       PoolKey key = store.key;
       key.profile = spec;
       (void)options_.pool->Put(key, frame);  // best effort: a failed store is a later miss

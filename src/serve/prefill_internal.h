@@ -14,6 +14,7 @@
 
 #include "kvserve/codec.h"
 #include "kvserve/connector.h"
+#include "kvserve/engine.h"
 #include "kvserve/serve.h"
 #include "serve/decode_peers.h"
 #include "kvserve/frame_size_model.h"
@@ -34,18 +35,22 @@ struct PrefillContext {
 };
 
 // A prompt chunk's KV waiting to be stored in the pool after its response
-// went out.
+// went out: tokens [token_begin, token_begin + tokens) of the request's KV,
+// which the store keeps alive.
 struct PendingPoolStore {
   PoolKey key;                      // profile filled per encoding
   std::vector<std::string> profiles;
-  KvCache kv;  // the chunk's tokens only
+  std::shared_ptr<const EngineKv> kv;
+  int token_begin = 0;
+  int tokens = 0;
 };
 
 }  // namespace serve
 
 class PrefillWorker::Impl {
  public:
-  Impl(Transport* transport, const Model* model, PrefillWorkerOptions options);
+  Impl(Transport* transport, ServingEngine* engine, std::unique_ptr<ServingEngine> owned,
+       PrefillWorkerOptions options);
   Status Start(ProfileTable table);
   ServeResponse Serve(const ServeRequest& request);
   void SetLinkRate(double bytes_per_second);
@@ -66,14 +71,14 @@ class PrefillWorker::Impl {
   Result<Connection*> DecodeConnection();
   void DropDecodeConnection();
   Result<Chosen> Choose(const ServeRequest& request, double kv_bytes);
-  // Sends `kv` encoded with `spec` as one transfer (or, when `frames` is
+  // Sends `kv` (null with `frames`) encoded with `spec` as one transfer (or, when `frames` is
   // non-null, each stored frame as its own transfer, back to back) and the
   // generate message naming them, retrying per the failure rules; fills the
   // stage timings in `t` (summed over the frames). When `streamed` is
   // non-null, the first attempt's transfer of `kv` already ran (overlapped
   // with the prefill, on the connection DecodeConnection() returns, as
   // transfer FirstTransferId(1)) and this is its result.
-  Result<serve::ResultMessage> SendAndGenerate(serve::PrefillContext& ctx, const KvView& kv,
+  Result<serve::ResultMessage> SendAndGenerate(serve::PrefillContext& ctx, const EngineKv* kv,
                                                const std::string& spec,
                                                const std::vector<std::vector<uint8_t>>* frames,
                                                RequestTimings* t,
@@ -89,9 +94,15 @@ class PrefillWorker::Impl {
   // first attempt's transfer while it runs and stores that transfer's
   // result in `*streamed`. Sets `*prefill_end` to the MonotonicSeconds()
   // when the model finished (the transfer may end later).
-  Result<PrefillResult> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
+  Result<EnginePrefill> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
                                    std::optional<Result<StreamResult>>* streamed,
                                    double* prefill_end);
+  // True when the engine's KV is on a GPU (moved by options_.device).
+  bool device() const { return engine_->info().device >= 0; }
+  // Streams the whole `kv` encoded with `spec` (the host encoder, or the
+  // device connector for a device engine).
+  Result<StreamResult> StreamWhole(Connection& connection, const EngineKv& kv, const std::string& spec,
+                                   uint64_t transfer_id);
   // pool_path.cc: true (and ctx/t filled) when stored encodings of the
   // prompt's first chunks are fetched; false to recompute.
   Result<bool> TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t);
@@ -99,12 +110,14 @@ class PrefillWorker::Impl {
   // but the last) in `kv` for storing under the pool profiles (or
   // `sent_spec`); FlushPoolStores encodes and stores those not yet in the
   // pool.
-  void QueuePoolStores(const ServeRequest& request, const KvState& kv, const std::string& sent_spec);
+  void QueuePoolStores(const ServeRequest& request, std::shared_ptr<const EngineKv> kv,
+                       const std::string& sent_spec);
   void FlushPoolStores();
   void FlushPoolStoresLocked();
 
   Transport* transport_;
-  const Model* model_;
+  ServingEngine* engine_;
+  std::unique_ptr<ServingEngine> owned_;  // the runtime engine of a Model-based worker
   PrefillWorkerOptions options_;
   BandwidthEstimator estimator_;
   std::unique_ptr<Controller> controller_;
@@ -116,7 +129,7 @@ class PrefillWorker::Impl {
   std::mutex mu_;  // one request at a time; guards everything below
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
-  double seconds_per_token_;
+  PrefillTimePredictor prefill_time_;
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;
 };

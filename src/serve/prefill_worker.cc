@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "kvserve/codec.h"
@@ -23,24 +24,30 @@ namespace kvserve {
 
 using serve::PrefillContext;
 
-PrefillWorker::Impl::Impl(Transport* transport, const Model* model, PrefillWorkerOptions options)
+PrefillWorker::Impl::Impl(Transport* transport, ServingEngine* engine, std::unique_ptr<ServingEngine> owned,
+                          PrefillWorkerOptions options)
     : transport_(transport),
-      model_(model),
+      engine_(engine),
+      owned_(std::move(owned)),
       options_(std::move(options)),
       estimator_(options_.estimator),
-      seconds_per_token_(options_.prefill_seconds_per_token_prior),
+      prefill_time_(options_.prefill_seconds_per_token_prior),
       link_rate_(options_.decode_connection.shape_bytes_per_second) {}
 
 namespace {
 
-// `table` without the profiles whose quantizer needs head scores (mixhq,
-// duo): a worker that has none could not encode them.
-Result<ProfileTable> WithoutHeadScoreProfiles(const ProfileTable& table) {
+// `table` without the profiles this worker could not encode: those whose
+// quantizer needs head scores (mixhq, duo) when it has none, and for a
+// device engine those the device codec does not run (zstd, lz4).
+Result<ProfileTable> WithoutUnusableProfiles(const ProfileTable& table, bool head_scores,
+                                            const DeviceConnector* device, const KvShape& shape) {
   std::vector<ProfileCost> rows;
   for (int i = ProfileTable::kRaw + 1; i < table.size(); ++i) {
     auto p = Profile::Parse(table.profile(i).spec);
-    if (p.ok() && (p->quantizer() == QuantizerType::kMixHQ || p->quantizer() == QuantizerType::kDuo))
+    if (!head_scores && p.ok() &&
+        (p->quantizer() == QuantizerType::kMixHQ || p->quantizer() == QuantizerType::kDuo))
       continue;
+    if (device != nullptr && p.ok() && !device->Supports(*p, shape).ok()) continue;
     rows.push_back(table.profile(i));
   }
   return ProfileTable::FromRowsAndWorkloads(std::move(rows), table.workloads());
@@ -49,8 +56,14 @@ Result<ProfileTable> WithoutHeadScoreProfiles(const ProfileTable& table) {
 }  // namespace
 
 Status PrefillWorker::Impl::Start(ProfileTable table) {
-  if (options_.head_scores == nullptr) {
-    KVSERVE_ASSIGN_OR_RETURN(table, WithoutHeadScoreProfiles(table));
+  const EngineInfo& c = engine_->info();
+  if (device() && options_.device == nullptr)
+    return Status::InvalidArgument("prefill worker: the engine's KV is on CUDA device " + std::to_string(c.device) +
+                                   "; PrefillWorkerOptions::device (a DeviceConnector) is needed");
+  if (options_.head_scores == nullptr || device()) {
+    KVSERVE_ASSIGN_OR_RETURN(table, WithoutUnusableProfiles(table, options_.head_scores != nullptr,
+                                                            device() ? options_.device : nullptr,
+                                                            KvShape{c.layers, c.kv_heads, 1, c.head_dim}));
   }
   if (options_.decode_addresses.empty())
     return Status::InvalidArgument("prefill worker needs at least one decode worker address");
@@ -59,12 +72,11 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
     return Status::InvalidArgument("pool_chunk_tokens must be >= 1");
   if (options_.controller.model.kind == LatencyModelKind::kStreamed &&
       options_.controller.model.layers <= 0)
-    options_.controller.model.layers = model_->config().layers;
+    options_.controller.model.layers = c.layers;
   KVSERVE_ASSIGN_OR_RETURN(controller_, Controller::Create(std::move(table), options_.controller));
   decode_ = std::make_unique<serve::DecodePeers>(transport_, options_.decode_addresses, &estimator_);
-  const ModelConfig& c = model_->config();
   frame_sizes_ = std::make_unique<FrameSizeModel>(
-      controller_->table(), KvShape{c.layers, c.kv_heads, 1, c.head_dim}, DType::kF32,
+      controller_->table(), KvShape{c.layers, c.kv_heads, 1, c.head_dim}, c.kv_dtype,
       options_.head_scores, options_.table_reference_tokens);
   KVSERVE_ASSIGN_OR_RETURN(
       server_, transport::ConnectionServer::Start(transport_, options_.listen_address,
@@ -99,7 +111,7 @@ void PrefillWorker::Impl::ServeClient(Connection& connection) {
 }
 
 Status PrefillWorker::Impl::ValidateRequest(const ServeRequest& r) const {
-  const ModelConfig& c = model_->config();
+  const EngineInfo& c = engine_->info();
   if (r.prompt.empty()) return Status::InvalidArgument("request " + std::to_string(r.id) + ": empty prompt");
   for (int32_t t : r.prompt)
     if (t < 0 || t >= c.vocab_size)
@@ -148,8 +160,13 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   chosen.bandwidth = measured.bytes_per_second;
   if (r.method != kMethodAdaptive) {
     KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
+    if (device()) {
+      const EngineInfo& c = engine_->info();
+      KVSERVE_RETURN_IF_ERROR(options_.device->Supports(p, KvShape{c.layers, c.kv_heads, 1, c.head_dim})
+                                  .WithContext("request " + std::to_string(r.id) + ": method " + r.method +
+                                               " on a GPU engine"));
+    }
     chosen.spec = r.method;
-    (void)p;
     return chosen;
   }
   const ProfileTable& table = controller_->table();
@@ -159,7 +176,7 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   cr.kv_bytes = kv_bytes;
   cr.bandwidth = chosen.bandwidth;
   cr.slo_seconds = r.slo_seconds;
-  cr.model_seconds = seconds_per_token_ * static_cast<double>(r.prompt.size());
+  cr.model_seconds = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
   cr.quality_min = r.quality_min;
   cr.now_seconds = MonotonicSeconds();
   // +inf before the peer's first measurement: the risk guard then lets
@@ -175,8 +192,20 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   return chosen;
 }
 
+Result<StreamResult> PrefillWorker::Impl::StreamWhole(Connection& connection, const EngineKv& kv,
+                                                      const std::string& spec, uint64_t transfer_id) {
+  if (device()) {
+    KVSERVE_ASSIGN_OR_RETURN(Profile profile, Profile::Parse(spec));
+    return options_.device->StreamKv(connection, profile, options_.head_scores, kv.view(), transfer_id,
+                                     engine_->stream());
+  }
+  KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
+  return std::visit([&](const auto& view) { return StreamKv(connection, *encoder, view, transfer_id); },
+                    kv.view());
+}
+
 Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
-    PrefillContext& ctx, const KvView& kv, const std::string& spec,
+    PrefillContext& ctx, const EngineKv* kv, const std::string& spec,
     const std::vector<std::vector<uint8_t>>* frames, RequestTimings* t,
     const Result<StreamResult>* streamed) {
   Status last = Status::Unavailable("no attempt made");
@@ -210,8 +239,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       }
     } else {
       transfer_ids.push_back(first_id);
-      KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
-      auto one = StreamKv(**connection, *encoder, kv, first_id);
+      auto one = StreamWhole(**connection, *kv, spec, first_id);
       if (one.ok()) add(*one);
       sent = one.status();
     }
@@ -271,33 +299,40 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
                           std::to_string(options_.max_attempts) + " attempts");
 }
 
-Result<PrefillResult> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
+Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
                                                       const std::string& spec,
                                                       std::optional<Result<StreamResult>>* streamed,
                                                       double* prefill_end_out) {
   const std::vector<int32_t>& prompt = ctx.request->prompt;
   auto plain = [&] {
-    auto result = model_->Prefill(prompt);
+    auto result = engine_->Prefill(prompt, [](int, const KvView&) {});
     *prefill_end_out = MonotonicSeconds();
     return result;
   };
   if (!options_.overlap_prefill) return plain();
-  auto encoder = Encoder(spec);
   auto connection = DecodeConnection();
-  if (!encoder.ok() || !connection.ok()) return plain();  // the retry loop reports it
-  const ModelConfig& c = model_->config();
+  if (!connection.ok()) return plain();  // the retry loop reports it
+  const EngineInfo& c = engine_->info();
   const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
-  Result<PrefillResult> prefill = Status::Internal("unset");
+  Result<EnginePrefill> prefill = Status::Internal("unset");
   double prefill_end = 0;
-  auto sent = StreamKvWhileProducing(
-      **connection, **encoder, shape, DType::kF32, FirstTransferId(ctx.request->id, 1),
-      [&](const LayerReadyCallback& on_layer) {
-        PrefillOptions options;
-        options.on_layer_ready = on_layer;
-        prefill = model_->Prefill(prompt, options);
-        prefill_end = MonotonicSeconds();
-        return prefill.status();
-      });
+  const LayerProducer produce = [&](const LayerReadyCallback& on_layer) {
+    prefill = engine_->Prefill(prompt, on_layer);
+    prefill_end = MonotonicSeconds();
+    return prefill.status();
+  };
+  const uint64_t id = FirstTransferId(ctx.request->id, 1);
+  Result<StreamResult> sent = Status::Internal("unset");
+  if (device()) {
+    auto profile = Profile::Parse(spec);
+    if (!profile.ok()) return plain();
+    sent = options_.device->StreamKvWhileProducing(**connection, *profile, options_.head_scores, shape, c.kv_dtype,
+                                                   id, produce, engine_->stream());
+  } else {
+    auto encoder = Encoder(spec);
+    if (!encoder.ok()) return plain();
+    sent = StreamKvWhileProducing(**connection, **encoder, shape, c.kv_dtype, id, produce);
+  }
   if (!prefill.ok()) {
     DropDecodeConnection();  // the transfer was aborted
     return prefill;
@@ -319,14 +354,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     return response;
   }
   RequestTimings& t = response.timings;
-  const ModelConfig& config = model_->config();
+  const double kv_bytes =
+      static_cast<double>(engine_->info().KvBytesPerToken()) * static_cast<double>(request.prompt.size());
   // N x M: this request's decode worker (bandwidth and load per peer).
-  decode_->Choose(4.0 * config.layers * 2 * config.kv_heads * config.head_dim *
-                  static_cast<double>(request.prompt.size()));
+  decode_->Choose(kv_bytes);
   PrefillContext ctx;
   ctx.request = &request;
-  const ModelConfig& c = model_->config();
-  const double kv_bytes = 4.0 * c.layers * 2 * c.kv_heads * c.head_dim * static_cast<double>(request.prompt.size());
   t.kv_bytes = static_cast<uint64_t>(kv_bytes);
 
   // Prefix hit: fetch a stored encoding instead of recomputing, when faster.
@@ -337,7 +370,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
       return response;
     }
     if (*hit) {
-      auto result = SendAndGenerate(ctx, KvView{}, t.profile, &ctx.pool_frames, &t);
+      auto result = SendAndGenerate(ctx, nullptr, t.profile, &ctx.pool_frames, &t);
       if (result.ok()) {
         t.decode_kv_seconds = result->decode_kv_seconds;
         t.generation_seconds = result->generation_seconds;
@@ -373,13 +406,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     return response;
   }
   t.prefill_seconds = prefill_end - prefill_start;
-  seconds_per_token_ = 0.7 * seconds_per_token_ +
-                       0.3 * t.prefill_seconds / static_cast<double>(request.prompt.size());
+  prefill_time_.Observe(static_cast<int>(request.prompt.size()), t.prefill_seconds);
   ctx.kv_tokens = request.prompt;
-  ctx.last_logits = std::move(prefill->logits);
+  ctx.last_logits = std::move(prefill->last_logits);
+  std::shared_ptr<const EngineKv> kv = std::move(prefill->kv);
 
-  auto result = SendAndGenerate(ctx, prefill->kv.view(), chosen->spec, nullptr, &t,
-                                streamed ? &*streamed : nullptr);
+  auto result = SendAndGenerate(ctx, kv.get(), chosen->spec, nullptr, &t, streamed ? &*streamed : nullptr);
   if (!result.ok()) {
     response.status = result.status();
     return response;
@@ -402,7 +434,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   t.generation_seconds = result->generation_seconds;
   t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds + result->first_token_seconds;
   response.tokens = std::move(result->tokens);
-  if (options_.pool != nullptr && request.use_pool) QueuePoolStores(request, prefill->kv, chosen->spec);
+  if (options_.pool != nullptr && request.use_pool) QueuePoolStores(request, std::move(kv), chosen->spec);
   return response;
 }
 
@@ -416,11 +448,24 @@ double PrefillWorker::Impl::BandwidthEstimate() const {
   return estimator_.Estimate(decode_->current_key());
 }
 
+Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport, ServingEngine* engine,
+                                                            ProfileTable table, PrefillWorkerOptions options) {
+  return Start(transport, engine, nullptr, std::move(table), std::move(options));
+}
+
 Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport, const Model* model,
-                                                            ProfileTable table,
-                                                            PrefillWorkerOptions options) {
+                                                            ProfileTable table, PrefillWorkerOptions options) {
   if (model == nullptr) return Status::InvalidArgument("prefill worker needs a model");
-  auto impl = std::make_unique<Impl>(transport, model, std::move(options));
+  std::unique_ptr<ServingEngine> engine = NewRuntimeEngine(model);
+  ServingEngine* raw = engine.get();
+  return Start(transport, raw, std::move(engine), std::move(table), std::move(options));
+}
+
+Result<std::unique_ptr<PrefillWorker>> PrefillWorker::Start(Transport* transport, ServingEngine* engine,
+                                                            std::unique_ptr<ServingEngine> owned, ProfileTable table,
+                                                            PrefillWorkerOptions options) {
+  if (engine == nullptr) return Status::InvalidArgument("prefill worker needs an engine");
+  auto impl = std::make_unique<Impl>(transport, engine, std::move(owned), std::move(options));
   KVSERVE_RETURN_IF_ERROR(impl->Start(std::move(table)));
   return std::unique_ptr<PrefillWorker>(new PrefillWorker(std::move(impl)));
 }
