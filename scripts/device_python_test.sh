@@ -35,7 +35,7 @@ DEBS=(libzstd-dev libzstd1 liblz4-dev liblz4-1 libxxhash-dev libxxhash0 libfmt-d
       nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev libnlopt-dev libnlopt0
       libsqlite3-dev libsqlite3-0 libhiredis-dev libhiredis0.14 libssl-dev libssl3 libasio-dev
       libonig-dev libonig5 libicu-dev libicu72 libucx-dev libucx0 libnuma1 librdmacm1 libibverbs1
-      libnlopt-cxx-dev libnlopt-cxx0 libgtest-dev)
+      libnlopt-cxx-dev libnlopt-cxx0 libgtest-dev libgmock-dev)
 
 if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdeps

@@ -492,7 +492,8 @@ class FrameSender {
   // receiver's ack. Returns the stats, or the receiver's error (e.g.
   // Corruption when a record failed to decode there), or a connection error.
   [[nodiscard]] Result<TransferStats> Finish();
-  // Tells the receiver the transfer is abandoned (it gets `reason`).
+  // Tells the receiver the transfer is abandoned (it gets `reason`). A
+  // no-op when no transfer is open (none began, or it ended or broke).
   [[nodiscard]] Status Abort(const Status& reason);
 
   // A ByteSink fed with a frame's bytes in order: it calls Begin (with the

@@ -4,6 +4,10 @@
 
 #include <pybind11/pybind11.h>
 
+namespace kvserve {
+class KvPool;
+}
+
 namespace kvserve::python {
 
 // python/src/profile_bindings.cc: Profile, parameters, presets.
@@ -32,6 +36,12 @@ void RegisterTransport(pybind11::module_& m);
 void RegisterPool(pybind11::module_& m);
 // CUDA codec bindings (cuda_bindings.cc; only in CUDA builds).
 void RegisterCuda(pybind11::module_& m);
+// python/src/serve_bindings.cc: the serving workers around a Python engine,
+// the serve client, the device connector.
+void RegisterServe(pybind11::module_& m);
+// The KvPool behind a kvserve.KvPool object (pool_bindings.cc); it lives as
+// long as that object.
+KvPool* PoolFromPython(pybind11::handle pool);
 
 }  // namespace kvserve::python
 

@@ -20,6 +20,7 @@ PYBIND11_MODULE(_kvserve, m) {
   kvserve::python::RegisterProfiler(m);
   kvserve::python::RegisterTransport(m);
   kvserve::python::RegisterPool(m);
+  kvserve::python::RegisterServe(m);
 #ifdef KVSERVE_PY_CUDA
   kvserve::python::RegisterCuda(m);
 #else

@@ -129,6 +129,8 @@ class PyPoolServer {
 
 }  // namespace
 
+KvPool* PoolFromPython(py::handle pool) { return &pool.cast<PyPool&>().get(); }
+
 void RegisterPool(py::module_& m) {
   m.def("prefix_hash", [](const std::vector<int32_t>& tokens) { return PrefixHash(tokens); },
         py::arg("tokens"), "XXH3-64 of the token ids as little-endian int32: the pool's prefix hash.");

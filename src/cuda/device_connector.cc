@@ -544,6 +544,7 @@ class DeviceConnectorImpl final : public DeviceConnector {
   // (`out`), the encoder's or producer's (`encode`), and the timings.
   struct Encoded {
     Status out, encode;
+    bool began = false;  // the header went to `out` (a transfer to abort on failure)
     double gpu_seconds = 0, producer_wait = 0, start = 0;
   };
   // Encodes the frame of `whole` (or of the producer behind `gate`) window
@@ -591,10 +592,12 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
   SlotQueue queue(slots.count);
   Status send_status, encode_status;
   double gpu_seconds = 0;
+  bool began = false;
   result.start = MonotonicSeconds();
   std::thread send_thread([&] {
     (void)cudaSetDevice(options_.device);
     Status s = out.Append(enc->header());
+    began = s.ok();
     int w = 0, i = 0;
     while (s.ok() && queue.Pop(&w, &i)) {
       s = Cuda(cudaEventSynchronize(r->done(i)), "waiting for an encoded window");
@@ -689,6 +692,7 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
   result.producer_wait = gate != nullptr ? gate->wait_seconds() : 0.0;
   ReturnRing(std::move(ring));
   result.gpu_seconds = gpu_seconds;
+  result.began = began;
   result.out = send_status;
   result.encode = encode_status.ok() ? launch : encode_status;
   return result;
@@ -703,7 +707,9 @@ Result<StreamResult> DeviceConnectorImpl::Send(Connection& connection, const Pro
   const Encoded e = EncodeInto(sender.sink(transfer_id), profile, scores, shape, dtype, engine_stream, whole, gate);
   if (!e.out.ok()) return e.out.WithContext("sending " + what);
   if (!e.encode.ok()) {
-    (void)sender.Abort(e.encode);
+    // A transfer that never began (no ring, no encoder) leaves nothing on
+    // the wire to abort.
+    if (e.began) (void)sender.Abort(e.encode);
     return e.encode.WithContext("encoding " + what);
   }
   if (sender.sink_has_partial()) return Status::Internal("an incomplete record was left in " + what);

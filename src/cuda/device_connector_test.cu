@@ -289,22 +289,34 @@ TEST_P(DeviceConnectorTest, SmallBudgetAndCorruptRecordFailCleanly) {
 
   auto dc = NewDeviceConnector(SmallRing());
   ASSERT_TRUE(dc.ok());
-  std::vector<uint8_t> bad = CpuEncode(*Profile::Parse("kivi-2"), cache.view(), nullptr);
-  bad[bad.size() / 2] ^= 0x08;
-  DeviceReceived got;
-  std::thread rx([&] { got = ReceiveOnDevice(**dc, *pair->receiver); });
-  auto sent = StreamFrame(*pair->sender, bad, 2);
-  rx.join();
-  EXPECT_EQ(got.status.code(), StatusCode::kCorruption) << got.status.ToString();
-  EXPECT_TRUE(got.refused);
-  EXPECT_FALSE(sent.ok());
-  // The connection still carries a good transfer.
-  HostReception host;
-  std::thread again([&] { host = ReceiveOnHost(*pair->receiver); });
-  auto ok = (*dc)->StreamKv(*pair->sender, *Profile::Parse("kivi-2"), nullptr, DeviceKvSource(dev.view), 3, nullptr);
-  again.join();
-  EXPECT_TRUE(ok.ok()) << ok.status().ToString();
-  EXPECT_TRUE(host.status.ok());
+  const std::vector<uint8_t> good = CpuEncode(*Profile::Parse("kivi-2"), cache.view(), nullptr);
+  auto info = InspectFrame(good);
+  ASSERT_TRUE(info.ok());
+  const ChunkEntry& middle = info->chunks[info->chunks.size() / 2];
+  // A flipped byte in a record's body: the receiver refuses the frame. In
+  // its length: the sender sees a malformed frame and aborts the transfer
+  // (the receiver did not refuse it). Either way the connection carries
+  // the next transfer.
+  uint64_t id = 2;
+  for (const bool in_body : {true, false}) {
+    SCOPED_TRACE(in_body ? "body" : "length");
+    std::vector<uint8_t> bad = good;
+    bad[middle.offset + (in_body ? 24 + (middle.size - 28) / 2 : 18)] ^= 0x08;
+    DeviceReceived got;
+    std::thread rx([&] { got = ReceiveOnDevice(**dc, *pair->receiver); });
+    auto sent = StreamFrame(*pair->sender, bad, id++);
+    rx.join();
+    EXPECT_EQ(got.status.code(), StatusCode::kCorruption) << got.status.ToString();
+    EXPECT_EQ(got.refused, in_body) << got.status.ToString();
+    EXPECT_FALSE(sent.ok());
+    HostReception host;
+    std::thread again([&] { host = ReceiveOnHost(*pair->receiver); });
+    auto ok = (*dc)->StreamKv(*pair->sender, *Profile::Parse("kivi-2"), nullptr, DeviceKvSource(dev.view), id++,
+                              nullptr);
+    again.join();
+    EXPECT_TRUE(ok.ok()) << ok.status().ToString();
+    EXPECT_TRUE(host.status.ok()) << host.status.ToString();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, DeviceConnectorTest, ::testing::Values(Kind::kLoopback, Kind::kTcp),

@@ -186,6 +186,9 @@ Result<TransferStats> FrameSender::Finish() {
 }
 
 Status FrameSender::Abort(const Status& reason) {
+  // Nothing began (or the transfer already ended): an abort now would reach
+  // the receiver as a stray message before the next transfer's begin.
+  if (!open_) return Status::Ok();
   open_ = false;
   std::vector<uint8_t> payload;
   transport::EncodeStatus(reason.ok() ? Status::Internal("aborted") : reason, &payload);
