@@ -17,7 +17,7 @@
 # Then it runs python/examples/profile_own_model.py (profiling from Python,
 # output in $OUT/profile-qa; KVSERVE_PROFILE_EXAMPLE=0 skips it,
 # KVSERVE_PROFILE_EXAMPLE_ARGS adds flags such as "--samples 100 --budget 20").
-# KVSERVE_PD_BENCH_ARGS runs `python -m kvserve.bench.pd` with those flags
+# KVSERVE_PD_BENCH_ARGS runs `bench/pd_sweep.py` with those flags
 # (report in $OUT/e2e-gpu.md and .json).
 # KVSERVE_DEVICE_TESTS="test_pd.PdGpuTest test_hf" runs only those tests;
 # KVSERVE_DEVICE_UNITTEST=0 skips the unit tests, KVSERVE_CUDA_BENCH=0 the
@@ -162,13 +162,21 @@ if [ "${KVSERVE_PROFILE_EXAMPLE:-1}" != "0" ] && [ -f data/eval/qa.jsonl ] && "$
       | tee "$OUT/profile-qa/policy.txt" || rc=1
   fi
 fi
-# The prefill/decode sweep (issue 15) when KVSERVE_PD_BENCH_ARGS is set, e.g.
-# "--model llama-8b-random --device cuda --prompt-tokens 2048,8192 --gbps 1,5,25,0
-#  --table configs/profiles/kvs-qwen2-9m-unified.json --workload unified".
+# The prefill/decode sweep (bench/pd_sweep.py: the library's workers around
+# the transformers engine) when KVSERVE_PD_BENCH_ARGS is set, e.g.
+# "--model llama-8b-random --device cuda --prompt-tokens 8192 --gbps 25,5,0
+#  --table configs/profiles/kvs-qwen2-9m-qa.json --workload qa
+#  --baseline-quality docs/results/quality". Report in $OUT/e2e-gpu.md and
+# .json (written after every point); KVSERVE_PD_BENCH_APPEND=FILE starts
+# from an earlier call's JSON (copied to $OUT) and adds this call's points.
 if [ -n "${KVSERVE_PD_BENCH_ARGS:-}" ]; then
-  section "prefill/decode sweep (python -m kvserve.bench.pd)"
+  section "prefill/decode sweep (bench/pd_sweep.py)"
+  APPEND=()
+  if [ -n "${KVSERVE_PD_BENCH_APPEND:-}" ]; then
+    cp "$KVSERVE_PD_BENCH_APPEND" "$OUT/e2e-gpu.json" && APPEND=(--append)
+  fi
   # shellcheck disable=SC2086  # the knob is a list of flags
-  PYTHONUNBUFFERED=1 "$PY" -m kvserve.bench.pd $KVSERVE_PD_BENCH_ARGS --check \
+  PYTHONUNBUFFERED=1 "$PY" bench/pd_sweep.py $KVSERVE_PD_BENCH_ARGS --check "${APPEND[@]}" \
     --out-json "$OUT/e2e-gpu.json" --out-md "$OUT/e2e-gpu.md" || rc=1
 fi
 section "exit $rc"

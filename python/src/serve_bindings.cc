@@ -8,6 +8,7 @@
 // GIL for the call only; the engine's forward hooks hand each layer to the
 // connector, which encodes and sends it on threads that never take the GIL.
 // Every blocking call from Python (serve, submit, stop) releases the GIL.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -214,7 +215,10 @@ class PyServingEngine final : public ServingEngine {
       py::object logits = engine_.attr("prefill")(std::vector<int32_t>(prompt.begin(), prompt.end()), hook);
       raw->FinishLayers();
       EnginePrefill out;
-      out.last_logits = logits.cast<std::vector<float>>();
+      const auto array = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(logits);
+      if (!array || array.ndim() != 1)
+        ThrowInvalid("the engine's prefill must return the last token's logits as a 1-D float array");
+      out.last_logits.assign(array.data(), array.data() + array.size());
       out.kv = std::move(kv);
       return out;
     } catch (...) {
@@ -245,7 +249,8 @@ class PyServingEngine final : public ServingEngine {
       for (const auto& p : parts) objects.append(static_cast<const PyEngineKv&>(*p).object());
       for (const auto& m : keep_masks)
         masks.append(py::bytes(reinterpret_cast<const char*>(m.data()), m.size()));
-      py::tuple out = engine_.attr("generate")(objects, masks, r.prompt, r.suffix, r.last_logits, r.max_new_tokens,
+      py::array_t<float> logits(static_cast<py::ssize_t>(r.last_logits.size()), r.last_logits.data());
+      py::tuple out = engine_.attr("generate")(objects, masks, r.prompt, r.suffix, logits, r.max_new_tokens,
                                                r.sampling.temperature, r.sampling.top_p, r.sampling.seed,
                                                r.stop_at_eos);
       EngineTokens tokens;
@@ -434,7 +439,7 @@ void RegisterServe(py::module_& m) {
                        std::vector<std::string> pool_store_profiles, int pool_chunk_tokens,
                        std::shared_ptr<HeadScores> head_scores, const std::string& default_workload,
                        int table_reference_tokens, const std::string& latency_model, double epsilon,
-                       double prefill_seconds_per_token_prior, py::object device) {
+                       bool bandit, double prefill_seconds_per_token_prior, py::object device) {
              auto py_engine = std::make_unique<PyServingEngine>(engine);
              auto w = std::make_unique<PyPrefillWorker>(NewTcpTransport(), std::move(py_engine),
                                                         py::make_tuple(engine, device, pool, head_scores));
@@ -456,6 +461,7 @@ void RegisterServe(py::module_& m) {
              o.controller.model.kind =
                  latency_model == "streamed" ? LatencyModelKind::kStreamed : LatencyModelKind::kSerial;
              o.controller.epsilon = epsilon;
+             o.controller.bandit = bandit;
              o.prefill_seconds_per_token_prior = prefill_seconds_per_token_prior;
              o.device = ConnectorOf(device);
              Result<std::unique_ptr<PrefillWorker>> started = Status::Internal("unset");
@@ -471,7 +477,7 @@ void RegisterServe(py::module_& m) {
            py::arg("overlap_prefill") = true, py::arg("pool") = py::none(),
            py::arg("pool_store_profiles") = std::vector<std::string>{}, py::arg("pool_chunk_tokens") = 128,
            py::arg("head_scores") = nullptr, py::arg("default_workload") = "", py::arg("table_reference_tokens") = 512,
-           py::arg("latency_model") = "streamed", py::arg("epsilon") = 0.05,
+           py::arg("latency_model") = "streamed", py::arg("epsilon") = 0.05, py::arg("bandit") = true,
            py::arg("prefill_seconds_per_token_prior") = 1e-4, py::arg("device") = py::none())
       .def_property_readonly("address", &PyPrefillWorker::address)
       .def(

@@ -198,7 +198,12 @@ class FrameStreamingTest(unittest.TestCase):
         import io
         import re
 
-        from kvserve.bench import loopback
+        import os
+        import sys
+
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                        "bench"))
+        import loopback  # bench/loopback.py (not part of the installed package)
 
         out = io.StringIO()
         with contextlib.redirect_stdout(out):

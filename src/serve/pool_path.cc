@@ -9,8 +9,9 @@
 // for all of them the worker predicts, with the controller's latency model,
 // the time to fetch and decode the frames at the measured bandwidth plus the
 // time the decode worker takes to run the rest of the prompt, compares that
-// with recomputing, and takes the fastest that meets the quality floor. The
-// chosen frames are streamed to the decode worker as k transfers, which it
+// with recomputing, and takes the fastest that meets the quality floor (a
+// pool behind a link of its own adds the fetch, at the goodput its earlier
+// fetches measured). The chosen frames are streamed to the decode worker as k transfers, which it
 // concatenates along tokens before running the rest of the prompt. A pool
 // that fails (e.g. Redis restarting) makes the request a miss, never a
 // failure.
@@ -119,10 +120,15 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   std::string best_spec;
   size_t best_chunks = 0;
   double best_seconds = std::numeric_limits<double>::infinity();
+  // A pool across a link of its own (a remote pool, Redis): its fetches'
+  // goodput as measured so far; none yet, a local pool's, or one the
+  // fetches never measured: the fetch costs only the forwarding.
+  const double pool_bandwidth = pool_goodput_.SampleCount("pool") > 0 ? pool_goodput_.Estimate("pool") : 0.0;
   for (const auto& [spec, candidate] : candidates) {
     double seconds = 0;
     for (size_t k = 1; k <= candidate.chunk_bytes.size(); ++k) {
-      seconds += static_cast<double>(candidate.chunk_bytes[k - 1]) / bandwidth;
+      const double bytes = static_cast<double>(candidate.chunk_bytes[k - 1]);
+      seconds += bytes / bandwidth + (pool_bandwidth > 0 ? bytes / pool_bandwidth : 0.0);
       if (candidate.row != nullptr)
         seconds += candidate.row->overhead_seconds +
                    chunk_kv_bytes / candidate.row->decode_bytes_per_second;
@@ -156,6 +162,11 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     ctx.pool_frames.push_back(std::move(frames[i]));
   }
   t->pool_fetch_seconds = MonotonicSeconds() - fetch_start;
+  uint64_t fetched_bytes = 0;
+  for (const auto& f : ctx.pool_frames) fetched_bytes += f.size();
+  if (fetched_bytes > 0 && t->pool_fetch_seconds > 0)
+    (void)pool_goodput_.Observe("pool", static_cast<double>(fetched_bytes), t->pool_fetch_seconds,
+                                MonotonicSeconds());
   if (ctx.pool_frames.empty()) return false;  // recompute
   const size_t covered = ctx.pool_frames.size() * static_cast<size_t>(chunk_tokens);
   ctx.kv_tokens.assign(r.prompt.begin(), r.prompt.begin() + covered);

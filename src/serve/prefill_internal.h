@@ -130,6 +130,7 @@ class PrefillWorker::Impl {
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   PrefillTimePredictor prefill_time_;
+  BandwidthEstimator pool_goodput_;  // the pool's fetches ("pool"): bytes over GetMany seconds
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;
 };

@@ -1,7 +1,7 @@
 """Loopback throughput on this machine: plain TCP sockets with 1..n parallel
 streams, and kvserve's transport with 1..n lanes, in one run.
 
-    python -m kvserve.bench.loopback --streams 1,2,4,8 --lanes 1,2,4 --mb 1024
+    PYTHONPATH=build/release/python python3 bench/loopback.py --streams 1,2,4,8 --lanes 1,2,4 --mb 1024
 
 One TCP stream moves about one core's copy rate; the plain-socket rows say
 what several streams could reach here, the transport rows what kvserve's
@@ -113,7 +113,7 @@ def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvserve.bench.loopback", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="bench/loopback.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--streams", default="1,2,4,8", help="plain-socket stream counts (empty: none)")
     p.add_argument("--lanes", default="1,2,4", help="kvserve transport lane counts (empty: none)")
     p.add_argument("--mb", type=int, default=1024, help="bytes per measurement, MiB")

@@ -1,0 +1,687 @@
+"""The prefill/decode benchmark on kvserve's serving core: a sweep of prompt
+sizes, link rates and methods through the library's workers around a
+transformers model (kvserve.integration.transformers), with a report.
+
+    PYTHONPATH=build/release/python python3 bench/pd_sweep.py --model llama-8b-random --device cuda \\
+        --prompt-tokens 8192,32768,65536 --gbps 0,25,5 \\
+        --table configs/profiles/kvs-qwen2-9m-unified.json --workload unified \\
+        --out-json docs/results/e2e-gpu.json --out-md docs/e2e-gpu.md
+
+The decode worker runs in its own process (``python -m kvserve.pd --role
+decode``, same device); this process holds the prefill worker (the
+library's PrefillWorker; this script only submits requests and reads their
+timings). Per link rate the prefill worker's decode link is re-shaped
+(0: unshaped loopback); before the first point, unrecorded warm-up requests
+(every prompt size with every profile a request may use) and two short
+requests per profile that measure its fixed per-request overhead t0; then
+per point one unrecorded ``--warmup-method`` request and ``--requests``
+rounds: in a round every method serves the same prompt, in an order
+rotated per round. Methods: fixed profiles (``none`` is raw),
+``best-static`` (per point, the fixed method with the lowest mean JCT,
+picked after the fact) and ``kvserve`` (the controller per request, from
+the measured bandwidth, ``--slo`` and ``--quality-min``, with the table's
+CR and codec speeds re-measured on this model's KV by the codec the
+workers run).
+
+Device memory: each side's device connector reports the most device
+memory one transfer's ring held (``--device-budget-mib``); the report also
+gives each process's device memory outside torch's allocator (the CUDA
+context, libraries and kvserve) before the first transfer and after the
+last.
+
+Everything in the report is measured in this run; the prediction columns
+are the controller's latency model for the choices it made.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import kvserve
+from kvserve import hf, pd, profiling, serve
+from kvserve import pool as kvpool
+from kvserve.integration.transformers import TransformersEngine, freeze_heap, last_logits_only, load_model, new_cache
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from loopback import transport_loopback_gbps  # noqa: E402
+
+RAW = pd.RAW_SPEC
+GPU_CODECS = ("pack", "rans")
+PAPER_FIGURES = ("The paper, for comparison (vLLM, A100/H100-class GPUs, its own profiles): up to 9.13× JCT "
+                 "speedup in PD-separated serving (HotpotQA) and up to 3.15× on bandwidth-constrained prefill "
+                 "hardware (§7.2); in its artifact, Llama-8B at 5 Gbps goes from 9520 ms to 1695 ms (5.6×), "
+                 "and the gain shrinks to about 1.07× at 100 Gbps.")
+
+
+def outside_torch_bytes(device: str) -> Optional[int]:
+    """Device bytes this process holds outside torch's caching allocator
+    (CUDA context, libraries, kvserve's rings): used - torch's reserved."""
+    import torch  # noqa: PLC0415
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return int(total - free - torch.cuda.memory_reserved(torch.device(device)))
+
+
+def start_decode_process(args: argparse.Namespace, memory_file: str, timeout: float = 900.0) -> tuple:
+    """Starts ``python -m kvserve.pd --role decode`` and returns (process,
+    address, log path) once it listens; RuntimeError with its log when it
+    exits first or does not listen within ``timeout`` s."""
+    tmp = tempfile.mkdtemp(prefix="kvserve-pd-")
+    address_file = os.path.join(tmp, "address")
+    log_path = os.path.join(tmp, "decode.log")
+    log = open(log_path, "w+")
+    cmd = [sys.executable, "-m", "kvserve.pd", "--role", "decode", "--model", args.model, "--device", args.device,
+           "--address", "127.0.0.1:0", "--address-file", address_file, "--seed", str(args.seed),
+           "--secret", args.secret, "--device-budget-mib", str(args.device_budget_mib),
+           "--memory-file", memory_file]
+    if args.check:
+        cmd += ["--deterministic"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(address_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.seek(0)
+            raise RuntimeError("decode worker did not start: " + log.read()[-4000:])
+        time.sleep(0.1)
+    with open(address_file) as f:
+        return proc, f.read().strip(), log_path
+
+
+def prompt_kv(model: Any, ids: Sequence[int]) -> Any:
+    """The 5-D KV (on the model's device) of a prefill of ``ids``."""
+    import torch  # noqa: PLC0415
+
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        cache = new_cache(model)
+        model(input_ids=torch.tensor([list(ids)], device=device), past_key_values=cache, use_cache=True,
+              **last_logits_only(model))
+    return torch.stack([torch.stack([k[0], v[0]]) for k, v in hf.cache_layers(cache)])
+
+
+def calibrate(table: Any, kv: Any, dtype: str, *, repeats: int = 3, cpu_tokens: int = 512) -> Any:
+    """The table with every row's CR and codec speeds measured again on
+    ``kv`` by the codec the workers run for that row, qualities kept: for a
+    CUDA ``kv`` the GPU codec (fastest of ``repeats``); rows it does not run
+    (zstd, lz4) are dropped (a GPU engine's workers leave them out); for a
+    CPU ``kv`` the CPU codec (one thread) on its first ``cpu_tokens``
+    tokens."""
+    on_gpu = kvserve.cuda.is_cuda(kv)
+    meter = profiling._cuda_meter(kv, None, repeats, []) if on_gpu else None
+    host = None if on_gpu else kv[:, :, :, :cpu_tokens].contiguous()
+    rows = []
+    for cost in table.profiles:
+        if cost.spec == RAW:
+            continue
+        profile = kvserve.Profile(cost.spec)
+        try:
+            if on_gpu:
+                if profile.codec not in GPU_CODECS:
+                    continue
+                cr, enc, dec = meter(profile)
+            else:
+                m = kvserve.measure_codec(profile, host, dtype, None)
+                cr, enc, dec = m["compression_ratio"], m["encode_bytes_per_second"], m["decode_bytes_per_second"]
+        except kvserve.KvserveError:
+            continue
+        rows.append(kvserve.ProfileCost(cost.spec, cr, enc, dec, 0.0, dict(cost.quality)))
+    return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
+
+
+def with_baselines(table: Any, methods: Sequence[str], quality_dir: str) -> Any:
+    """``table`` plus a row for every fixed method of ``methods`` it lacks
+    (raw aside), with the relative qualities ``kvserve quality`` recorded in
+    ``quality_dir/<workload>.json`` (docs/results/quality); a workload
+    without a file (a mix such as ``unified``) gets the mean over the table's
+    other workloads when all of those were found. A method with no recorded
+    quality is not added. CR and speeds are placeholders here:
+    :func:`calibrate` measures them."""
+    recorded: Dict[str, Dict[str, float]] = {}
+    for w in table.workloads:
+        path = os.path.join(quality_dir, f"{w}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                recorded[w] = {str(kvserve.Profile(r["profile"])): float(r["relative"]) for r in json.load(f)}
+    have = {str(kvserve.Profile(c.spec)) for c in table.profiles}
+    rows = [c for c in table.profiles if c.spec != RAW]
+    for method in methods:
+        spec = str(kvserve.Profile(method))
+        if method in ("kvserve", "best-static", RAW) or spec in have or kvserve.Profile(spec).is_lossless:
+            continue
+        quality = {w: q[spec] for w, q in recorded.items() if spec in q}
+        if not quality:
+            continue
+        for w in table.workloads:
+            parts = [x for x in table.workloads if x != w]
+            if w not in quality and parts and all(x in quality for x in parts):
+                quality[w] = statistics.fmean(quality[x] for x in parts)
+        rows.append(kvserve.ProfileCost(spec, 1.0, 1.0, 1.0, 0.0, quality))
+        have.add(spec)
+    return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in [0, 100])."""
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = max(0, min(len(s) - 1, int(round(p / 100 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def summarize(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Mean / p50 / p99 of JCT and TTFT and mean stage times of ``rows``."""
+    jct = [r["jct_seconds"] for r in rows]
+    ttft = [r["ttft_seconds"] for r in rows]
+    out = {"requests": len(rows), "jct_mean": statistics.fmean(jct), "jct_p50": percentile(jct, 50),
+           "jct_p99": percentile(jct, 99), "ttft_mean": statistics.fmean(ttft), "ttft_p50": percentile(ttft, 50),
+           "ttft_p99": percentile(ttft, 99)}
+    for k in ("prefill_seconds", "encode_seconds", "kv_seconds", "transfer_seconds", "decode_kv_seconds",
+              "generation_seconds", "frame_bytes", "kv_bytes"):
+        out[k] = statistics.fmean(r[k] for r in rows)
+    out["codec_share"] = (statistics.fmean(r["encode_seconds"] + r["decode_kv_seconds"] for r in rows)
+                          / out["jct_mean"]) if out["jct_mean"] > 0 else 0.0
+    profiles: Dict[str, int] = {}
+    for r in rows:
+        profiles[r["profile"]] = profiles.get(r["profile"], 0) + 1
+    out["profiles"] = profiles
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench/pd_sweep.py", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="tiny", help="as kvserve.pd: tiny, llama-8b-random or a checkpoint")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--prompt-tokens", default="256,1024", help="comma-separated prompt sizes")
+    p.add_argument("--gbps", default="1,0", help="comma-separated link rates, Gbit/s; 0 = unshaped loopback")
+    p.add_argument("--methods", default="none,kivi-2,cachegen,kvserve",
+                   help="fixed profiles/presets and 'kvserve'; best-static is derived from the fixed ones")
+    p.add_argument("--table", required=True, help="profile table for the controller (qualities per workload)")
+    p.add_argument("--workload", default="unified", help="workload of the table")
+    p.add_argument("--baseline-quality", default="",
+                   help="directory of `kvserve quality` results (docs/results/quality): the fixed methods the "
+                        "table lacks join the controller's candidates with the qualities recorded there")
+    p.add_argument("--candidates", default="",
+                   help="more profiles/presets the controller may choose from (not swept), with the qualities "
+                        "--baseline-quality records for them")
+    p.add_argument("--quality-min", type=float, default=0.97)
+    p.add_argument("--slo", type=float, default=float("inf"), help="prefill + KV time budget per request, s")
+    p.add_argument("--requests", type=int, default=3,
+                   help="rounds per point: in a round every method serves the same prompt, in rotated order")
+    p.add_argument("--warmup-method", default="kivi-2",
+                   help="profile of the unrecorded request sent before each point's rounds")
+    p.add_argument("--new-tokens", type=int, default=8)
+    p.add_argument("--pool-tokens", default="",
+                   help="prompt sizes of the prefix-pool phase (comma-separated; empty: no pool phase)")
+    p.add_argument("--pool-gbps", default="5", help="rates of the pool server's link, Gbit/s (comma-separated)")
+    p.add_argument("--pool-requests", type=int, default=2, help="requests per pool point and source")
+    p.add_argument("--calibration-tokens", type=int, default=0,
+                   help="prompt size the codec speeds are measured on (0: the smallest prompt size)")
+    p.add_argument("--device-budget-mib", type=int, default=64, help="device memory per transfer, MiB")
+    p.add_argument("--secret", default="kvserve-bench", help="connection secret (both processes)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out-json", help="write every request and the summary here (also after every point)")
+    p.add_argument("--out-md", help="write the markdown report here")
+    p.add_argument("--append", action="store_true",
+                   help="keep the points already in --out-json (earlier device calls) and add this run's")
+    p.add_argument("--check", action="store_true",
+                   help="compare the tokens of the first lossless request per point with a single-process "
+                        "run (exit 1 on a difference)")
+    return p
+
+
+def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, flush=True),
+        on_partial: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    """Runs the sweep described by ``args``; returns the report dict."""
+    sizes = [int(x) for x in args.prompt_tokens.split(",") if x]
+    rates = [float(x) for x in args.gbps.split(",") if x]
+    methods = [m for m in args.methods.split(",") if m]
+    fixed = [m for m in methods if m not in ("kvserve", "best-static")]
+    started = time.time()
+    if args.check:
+        pd.deterministic()
+    progress(f"loading {args.model} on {args.device}")
+    model = load_model(args.model, args.device, args.seed)
+    freeze_heap()
+    engine = TransformersEngine(model)
+    layers = engine.layers
+    memory: Dict[str, Any] = {"budget_bytes": args.device_budget_mib << 20,
+                              "prefill_outside_torch_before": outside_torch_bytes(args.device)}
+    device = pd.connector_for(engine, args.device_budget_mib << 20)
+    calib_tokens = args.calibration_tokens or min(sizes)
+    rng = random.Random(args.seed)
+    vocab = engine.vocab_size or 96
+    kv = prompt_kv(model, [rng.randrange(1, vocab) for _ in range(calib_tokens)])
+    dtype = engine.info()["kv_dtype"]
+    table = kvserve.ProfileTable.load(args.table)
+    if args.baseline_quality:
+        table = with_baselines(table, fixed + [c for c in args.candidates.split(",") if c], args.baseline_quality)
+    table = calibrate(table, kv, dtype)
+    loopback_reference = transport_loopback_gbps(kvserve.encode(kv.cpu(), RAW), args.secret)
+    del kv
+    progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype}): "
+             + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
+    progress(f"kvserve's TCP transport alone over loopback: {loopback_reference:.1f} Gbps")
+    memory_file = tempfile.mktemp(prefix="kvserve-decode-memory-")
+    proc, address, decode_log = start_decode_process(args, memory_file)
+    rows: List[Dict[str, Any]] = []
+    pool_rows: List[Dict[str, Any]] = []
+    failures: List[str] = []
+    request_id = 0
+    checked: set = set()
+    reference_generator = None
+    options = dict(secret=args.secret, default_workload=args.workload, device=device, epsilon=0.0,
+                   table_reference_tokens=calib_tokens)
+    worker = serve.PrefillWorker(engine, table, [address], **options)
+
+    def submit(method: str, prompt: List[int], **kw: Any) -> Dict[str, Any]:
+        nonlocal request_id
+        r = worker.serve(serve.request(request_id, prompt, max_new_tokens=args.new_tokens,
+                                       method="adaptive" if method == "kvserve" else method,
+                                       quality_min=args.quality_min,
+                                       slo_seconds=None if args.slo == float("inf") else args.slo, **kw))
+        request_id += 1
+        if not r["ok"]:
+            failures.append(f"request {r['id']} ({method}): {r['error']}")
+        return r
+
+    def one(gbps: float, tokens: int, method: str, phase: str, prompt: List[int], round_: int) -> Dict[str, Any]:
+        nonlocal reference_generator
+        r = submit(method, prompt)
+        row = {"id": r["id"], "method": method, "prompt_tokens": tokens, "gbps": gbps, "phase": phase,
+               "round": round_, "ok": r["ok"], "error": r["error"], **r["timings"]}
+        if method == "kvserve" and r["ok"]:
+            spec = row["profile"]
+            row["quality"] = table.quality(table.index_of(spec), args.workload) if spec != RAW else 1.0
+            if row["quality"] < args.quality_min:
+                failures.append(f"request {r['id']}: {spec} quality {row['quality']} < floor")
+        point = (gbps, tokens, str(kvserve.Profile(row["profile"] or RAW)))
+        if args.check and r["ok"] and kvserve.Profile(row["profile"]).is_lossless and point not in checked:
+            checked.add(point)
+            if reference_generator is None:
+                from kvserve import generation  # noqa: PLC0415
+
+                reference_generator = generation.Generator(model)
+            row["matches_single_process"] = (pd.reference_tokens(model, prompt, args.new_tokens, reference_generator)
+                                             == r["tokens"])
+            if not row["matches_single_process"]:
+                failures.append(f"request {r['id']}: {row['profile']} tokens differ from a single-process run")
+        rows.append(row)
+        return row
+
+    def build(partial: bool) -> Dict[str, Any]:
+        report = _report(args, rates, sizes, fixed, table, layers, calib_tokens, started, rows, failures, partial)
+        report.update({"transport_loopback_gbps": loopback_reference, "pool_rows": pool_rows, "memory": memory})
+        return report
+
+    sweep_methods = fixed + (["kvserve"] if "kvserve" in methods else [])
+    try:
+        # Unrecorded warm-up on the first link: every size with every profile
+        # a request may use (plans, rings, kernels, allocations), raw first.
+        worker.set_link_rate(kvserve.gbps_to_bytes_per_second(rates[0]))
+        specs = [RAW] + [m for m in fixed if m != RAW] + [c.spec for c in table.profiles if c.spec not in fixed]
+        for tokens in sorted(sizes, reverse=True):
+            for spec in specs:
+                submit(spec, [1] * tokens)
+        table = measure_overheads(worker, table, min(sizes), layers, submit, args)
+        progress("per-request overheads: " + ", ".join(f"{c.spec} {c.overhead_seconds * 1e3:.1f} ms"
+                                                       for c in table.profiles))
+        worker.stop()
+        worker = serve.PrefillWorker(engine, table, [address], **options)
+        failures.clear()  # warm-up failures say nothing about the sweep
+        for gbps in rates:
+            worker.set_link_rate(kvserve.gbps_to_bytes_per_second(gbps))
+            submit(RAW, [1] * min(sizes))  # the new link's first sample
+            for tokens in sizes:
+                submit(args.warmup_method, [1] * tokens)
+                point_start = time.monotonic()
+                for round_ in range(args.requests):
+                    prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+                    k = round_ % len(sweep_methods)
+                    for method in sweep_methods[k:] + sweep_methods[:k]:
+                        one(gbps, tokens, method, "sweep", prompt, round_)
+                progress(f"{gbps:g} Gbps, {tokens} tokens: {args.requests} rounds in "
+                         f"{time.monotonic() - point_start:.1f} s ({time.time() - started:.0f} s since start)")
+                if on_partial is not None:
+                    on_partial(build(partial=True))
+        if args.pool_tokens:
+            worker.stop()
+            pool_rows.extend(pool_phase(args, engine, table, address, device, options, rng, vocab, progress))
+    finally:
+        worker.stop()
+        if device is not None:
+            memory["prefill_connector"] = device.memory()
+        memory["prefill_outside_torch_after"] = outside_torch_bytes(args.device)
+        proc.terminate()
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        if os.path.exists(memory_file):
+            with open(memory_file) as f:
+                memory["decode"] = json.load(f)
+        with open(decode_log) as f:
+            tail = f.read()[-2000:]
+        if proc.returncode not in (0, None, -15):
+            failures.append(f"decode worker exited with {proc.returncode}: {tail}")
+    return build(partial=False)
+
+
+def measure_overheads(worker: Any, table: Any, tokens: int, layers: int, submit: Callable[..., Dict[str, Any]],
+                      args: argparse.Namespace) -> Any:
+    """The table with every row's fixed per-request overhead t0 measured
+    through the worker (unrecorded requests of ``tokens`` tokens, the
+    second of two per profile): the KV time the bandit is told minus the
+    streamed model's prediction at the worker's bandwidth estimate with the
+    request's prefill as the source, clamped at 0."""
+    rows = []
+    for cost in table.profiles:
+        if cost.spec == RAW:
+            continue
+        for _ in range(2):
+            t = submit(cost.spec, [1] * tokens)["timings"]
+        predicted = kvserve.predict_seconds(cost, t["kv_bytes"], worker.bandwidth_estimate, "streamed", layers,
+                                            source_seconds=t["prefill_seconds"])
+        rows.append(kvserve.ProfileCost(cost.spec, cost.compression_ratio, cost.encode_bytes_per_second,
+                                        cost.decode_bytes_per_second, max(0.0, t["kv_seconds"] - predicted),
+                                        dict(cost.quality)))
+    return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
+
+
+def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, device: Any, options: Dict[str, Any],
+               rng: random.Random, vocab: int, progress: Callable[[str], None]) -> List[Dict[str, Any]]:
+    """Prefix-pool hits against recompute. A pool server in this process
+    (memory backend) sends over a link shaped to each ``--pool-gbps``; the
+    prefill worker's pool is a client of it (chunks of 512 tokens, stored
+    under the profile the controller picks for that link at the pool
+    phase's first request). Per point and request, one prompt is stored
+    (a miss), then served from the pool (``pool``: forced), recomputed
+    (``recompute``: the pool not asked) and as kvserve's pool path chooses
+    (``kvserve``). The pool link alone: the same frames fetched with the
+    pool client directly, in the same run."""
+    out: List[Dict[str, Any]] = []
+    sizes = [int(x) for x in args.pool_tokens.split(",") if x]
+    for gbps in [float(x) for x in args.pool_gbps.split(",") if x]:
+        server = kvpool.serve(kvpool.memory(budget_bytes=64 << 30), "127.0.0.1:0", secret=args.secret,
+                              shape_gbps=gbps)
+        client = kvpool.remote(server.address, secret=args.secret)
+        worker = serve.PrefillWorker(engine, table, [address], pool=client, pool_chunk_tokens=512,
+                                     model_id=args.model, **options)
+        request_id = 1 << 40
+        try:
+            for tokens in sizes:
+                probe = worker.serve(serve.request(request_id, [1] * tokens, max_new_tokens=1,
+                                                   quality_min=args.quality_min))
+                spec = probe["timings"]["profile"] or RAW
+                request_id += 1
+                for i in range(args.pool_requests):
+                    prompt = [rng.randrange(1, vocab) for _ in range(tokens)]
+                    for source in ("store", "pool", "recompute", "kvserve"):
+                        method = "adaptive" if source == "kvserve" else spec
+                        r = worker.serve(serve.request(request_id, prompt, max_new_tokens=args.new_tokens,
+                                                       method=method, quality_min=args.quality_min,
+                                                       use_pool=source != "recompute"))
+                        request_id += 1
+                        row = {"source": source, "gbps": gbps, "prompt_tokens": tokens, "stored_profile": spec,
+                               "ok": r["ok"], "error": r["error"], **r["timings"]}
+                        out.append(row)
+                    # The pool link alone: the chunk frames the hits fetched, fetched again directly.
+                    hashes = [kvpool.prefix_hash(prompt[:512 * (k + 1)]) for k in range((tokens - 1) // 512)]
+                    start = time.monotonic()
+                    nbytes = sum(len(client.get(args.model, h, spec) or b"") for h in hashes)
+                    seconds = time.monotonic() - start
+                    out.append({"source": "transport", "gbps": gbps, "prompt_tokens": tokens, "frame_bytes": nbytes,
+                                "pool_fetch_seconds": seconds, "ok": nbytes > 0})
+                progress(f"pool over {gbps:g} Gbps, {tokens} tokens: {args.pool_requests} requests per source")
+        finally:
+            worker.stop()
+            server.stop()
+    return out
+
+
+def _report(args: argparse.Namespace, rates: List[float], sizes: List[int], fixed: List[str], table: Any, layers: int,
+            calib_tokens: int, started: float, rows: List[Dict[str, Any]], failures: List[str],
+            partial: bool) -> Dict[str, Any]:
+    points = []
+    for gbps in rates:
+        for tokens in sizes:
+            point: Dict[str, Any] = {"gbps": gbps, "tokens": tokens, "methods": {}}
+            for method in fixed + ["kvserve"]:
+                sel = [r for r in rows if r["phase"] == "sweep" and r["gbps"] == gbps and r["prompt_tokens"] == tokens
+                       and r["method"] == method and r["ok"]]
+                if sel:
+                    point["methods"][method] = summarize(sel)
+            statics = {m: s for m, s in point["methods"].items() if m != "kvserve"}
+            if statics:
+                best = min(statics, key=lambda m: statics[m]["jct_mean"])
+                point["best_static"] = best
+                point["methods"]["best-static"] = dict(statics[best], profile_of=best)
+            if point["methods"]:
+                points.append(point)
+    return {
+        "command": "bench/pd_sweep.py " + " ".join(sys.argv[1:]), "machine": _machine(args.device),
+        "model": args.model, "layers": layers, "calibration_tokens": calib_tokens, "quality_min": args.quality_min,
+        "workload": args.workload, "table": args.table, "seconds": time.time() - started,
+        "controller_table": [{"spec": c.spec, "compression_ratio": c.compression_ratio,
+                              "encode_bytes_per_second": c.encode_bytes_per_second,
+                              "decode_bytes_per_second": c.decode_bytes_per_second,
+                              "overhead_seconds": c.overhead_seconds,
+                              "quality": table.quality(i, args.workload)} for i, c in enumerate(table.profiles)],
+        "points": points, "failures": failures, "rows": rows, "partial": partial,
+    }
+
+
+def checks(report: Dict[str, Any]) -> Dict[str, Any]:
+    """Issue 41's criteria on a report's numbers (several runs' points merged)."""
+    out: Dict[str, Any] = {"failures": list(report.get("failures", []))}
+    vs_static, speedup = [], []
+    layers = report["layers"]
+    for p in report["points"]:
+        m = p["methods"]
+        if "kvserve" in m and "best-static" in m:
+            vs_static.append({"gbps": p["gbps"], "tokens": p["tokens"],
+                              "ratio": m["kvserve"]["jct_mean"] / m["best-static"]["jct_mean"]})
+        if "kvserve" in m and RAW in m:
+            speedup.append(_speedup_vs_model(report, p, layers))
+    out["kvserve_vs_best_static"] = vs_static
+    out["speedup_vs_model"] = speedup
+    memory = report.get("memory_runs", [report.get("memory", {})])
+    peaks = []
+    for mem in memory:
+        for side in ("prefill_connector", "decode"):
+            if mem.get(side):
+                peaks.append(mem[side]["peak_transfer_bytes"])
+    out["peak_transfer_bytes"] = max(peaks) if peaks else None
+    budget = (report.get("memory") or {}).get("budget_bytes", 64 << 20)
+    pool = _pool_checks(report.get("pool_rows", []))
+    out["pool"] = pool
+    out["ok"] = (not out["failures"] and all(v["ratio"] <= 1.05 for v in vs_static) and
+                 all(v["ratio"] >= 0.9 for v in speedup if v["ratio"] == v["ratio"]) and
+                 (out["peak_transfer_bytes"] or 0) <= budget and all(p["ok"] for p in pool))
+    return out
+
+
+def _speedup_vs_model(report: Dict[str, Any], point: Dict[str, Any], layers: int) -> Dict[str, Any]:
+    """kvserve's measured JCT speedup over raw beside the latency model's:
+    if the model is right, raw's JCT is kvserve's minus the KV time the
+    model predicted for kvserve's choice plus the one it predicts for raw
+    (both streamed, at the bandwidth each decision saw, the request's
+    prefill as the source)."""
+    rows = [r for r in report["rows"] if r["phase"] == "sweep" and r["gbps"] == point["gbps"]
+            and r["prompt_tokens"] == point["tokens"] and r["method"] == "kvserve" and r["ok"]]
+    raw = kvserve.ProfileCost(RAW, 1.0)
+    raw_kv = statistics.fmean(
+        kvserve.predict_seconds(raw, r["kv_bytes"], r["bandwidth_estimate"], "streamed", layers,
+                                source_seconds=r["prefill_seconds"]) for r in rows)
+    chosen_kv = statistics.fmean(r["predicted_kv_seconds"] for r in rows)
+    kv_jct = point["methods"]["kvserve"]["jct_mean"]
+    predicted = (kv_jct - chosen_kv + raw_kv) / kv_jct
+    measured = point["methods"][RAW]["jct_mean"] / kv_jct
+    return {"gbps": point["gbps"], "tokens": point["tokens"], "measured": measured, "predicted": predicted,
+            "ratio": measured / predicted if predicted > 0 else float("nan")}
+
+
+def _pool_checks(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Per pool point: fetch goodput against the pool link alone, and
+    whether kvserve's pool-or-recompute took the faster of the two."""
+    out = []
+    for key in sorted({(r["gbps"], r["prompt_tokens"]) for r in rows}):
+        sel = [r for r in rows if (r["gbps"], r["prompt_tokens"]) == key and r["ok"]]
+        by = {s: [r for r in sel if r["source"] == s] for s in ("pool", "recompute", "kvserve", "transport")}
+        if not all(by.values()):
+            continue
+        fetch = statistics.fmean(r["frame_bytes"] / r["pool_fetch_seconds"] for r in by["pool"]
+                                 if r["prefix_hit"] and r["pool_fetch_seconds"] > 0) if any(
+            r["prefix_hit"] for r in by["pool"]) else 0.0
+        alone = statistics.fmean(r["frame_bytes"] / r["pool_fetch_seconds"] for r in by["transport"])
+        ttft = {s: statistics.fmean(r["ttft_seconds"] for r in by[s]) for s in ("pool", "recompute", "kvserve")}
+        faster = "pool" if ttft["pool"] < ttft["recompute"] else "recompute"
+        chosen = ["pool" if r["prefix_hit"] else "recompute" for r in by["kvserve"]]
+        out.append({"gbps": key[0], "tokens": key[1], "fetch_gbps": fetch * 8 / 1e9, "transport_gbps": alone * 8 / 1e9,
+                    "fetch_ratio": fetch / alone if alone else float("nan"), "ttft": ttft, "faster": faster,
+                    "chosen": chosen, "ok": fetch >= 0.9 * alone and all(c == faster for c in chosen)})
+    return out
+
+
+def _machine(device: str) -> Dict[str, Any]:
+    info = {"host": platform.node(), "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "load_average": os.getloadavg(), "device": device}
+    try:
+        import torch  # noqa: PLC0415
+
+        if device.startswith("cuda") and torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    except ImportError:
+        pass
+    return info
+
+
+def merge(old: Dict[str, Any], new: Dict[str, Any]) -> Dict[str, Any]:
+    """``new`` with the points, rows, pool rows and memory of ``old`` (an
+    earlier device call's) that it does not measure again."""
+    have = {(p["gbps"], p["tokens"]) for p in new["points"]}
+    merged = dict(new)
+    merged["points"] = [p for p in old["points"] if (p["gbps"], p["tokens"]) not in have] + new["points"]
+    merged["rows"] = [r for r in old["rows"] if (r["gbps"], r["prompt_tokens"]) not in have] + new["rows"]
+    pool_have = {(r["gbps"], r["prompt_tokens"]) for r in new.get("pool_rows", [])}
+    merged["pool_rows"] = [r for r in old.get("pool_rows", []) if (r["gbps"], r["prompt_tokens"]) not in pool_have] \
+        + new.get("pool_rows", [])
+    merged["commands"] = old.get("commands", [old["command"]]) + [new["command"]]
+    merged["memory_runs"] = old.get("memory_runs", [old.get("memory", {})]) + [new.get("memory", {})]
+    merged["failures"] = old.get("failures", []) + new.get("failures", [])
+    merged["seconds"] = old["seconds"] + new["seconds"]
+    merged["points"].sort(key=lambda p: (-(p["gbps"] or 1e9), p["tokens"]))
+    return merged
+
+
+def markdown(report: Dict[str, Any]) -> str:
+    """The report as markdown (docs/e2e-gpu.md)."""
+    m = report["machine"]
+    c = report["checks"]
+    commands = report.get("commands", [report["command"]])
+    lines = ["# Prefill/decode on the GPU machine: JCT by method, prompt size and link rate", "",
+             "Generated by `bench/pd_sweep.py` (do not edit by hand) from the device call(s) "
+             + "; ".join(f"`{x}`" for x in commands) + f", {report['seconds']:.0f} s in all, on "
+             f"{m.get('gpu', m['device'])}, {m['cores']} cores. Model `{report['model']}` ({report['layers']} "
+             f"layers); both workers are the library's (kvserve/serve.h) around "
+             "`kvserve.integration.transformers.TransformersEngine`, the decode worker in its own process on the "
+             f"same GPU; quality floor {report['quality_min']} on workload `{report['workload']}` of "
+             f"`{report['table']}`; codec speeds re-measured on {report['calibration_tokens']} tokens of this "
+             "model's KV.", ""]
+    if report.get("partial"):
+        lines += ["**Partial report: the sweep had not finished when this was written.**", ""]
+    lines += ["The controller's candidates (CR and codec speeds measured with the GPU codec on this model's KV; "
+              "t0 measured through the workers; quality on the floor's workload):", "",
+              "| profile | CR | encode GB/s | decode GB/s | t0 ms | quality |", "|---|---:|---:|---:|---:|---:|"]
+    for row in report.get("controller_table", []):
+        lines.append(f"| `{row['spec']}` | {row['compression_ratio']:.2f} | {row['encode_bytes_per_second'] / 1e9:.1f} | "
+                     f"{row['decode_bytes_per_second'] / 1e9:.1f} | {row.get('overhead_seconds', 0.0) * 1e3:.1f} | "
+                     f"{row['quality']:.3f} |")
+    lines += ["", PAPER_FIGURES, ""]
+    if report.get("transport_loopback_gbps"):
+        lines += [f"kvserve's TCP transport alone over this machine's loopback, in the same run: "
+                  f"{report['transport_loopback_gbps']:.2f} Gbps.", ""]
+    mem_runs = report.get("memory_runs", [report.get("memory", {})])
+    budget = (report.get("memory") or {}).get("budget_bytes", 64 << 20)
+    lines += [f"Device memory (budget {budget >> 20} MiB per transfer): the most one transfer's ring held was "
+              f"{(c['peak_transfer_bytes'] or 0) / 2**20:.1f} MiB (the device connectors' own accounting, both "
+              "processes, every call); device memory outside torch's allocator in the prefill process: "
+              + "; ".join(f"{(r.get('prefill_outside_torch_before') or 0) / 2**20:.0f} MiB before the first transfer, "
+                          f"{(r.get('prefill_outside_torch_after') or 0) / 2**20:.0f} MiB after the last"
+                          for r in mem_runs) + ".", ""]
+    lines += ["Columns: means over the point's requests. prefill: the forward pass (each layer is encoded and sent "
+              "while the next ones run); KV: the movement time the bandit is told (encode start to the decode "
+              "side's acknowledgement, less waiting for the prefill); encode / decode: GPU codec time; codec share: "
+              "(encode + decode) / JCT; TTFT: to the decode worker's first token.", "",
+              "| Gbps | tokens | method | profiles | JCT mean s | p50 | p99 | TTFT mean s | prefill s | KV s | "
+              "encode s | decode s | codec share |",
+              "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in report["points"]:
+        for name, s in p["methods"].items():
+            label = f"best-static ({s['profile_of']})" if name == "best-static" else name
+            profiles = ", ".join(f"{k} ×{v}" for k, v in s["profiles"].items())
+            rate = "loopback" if p["gbps"] == 0 else f"{p['gbps']:g}"
+            lines.append(f"| {rate} | {p['tokens']} | {label} | {profiles} | {s['jct_mean']:.3f} | {s['jct_p50']:.3f} | "
+                         f"{s['jct_p99']:.3f} | {s['ttft_mean']:.3f} | {s['prefill_seconds']:.3f} | "
+                         f"{s['kv_seconds']:.3f} | {s['encode_seconds']:.3f} | {s['decode_kv_seconds']:.3f} | "
+                         f"{s['codec_share']:.2f} |")
+    if c["pool"]:
+        lines += ["", "Prefix pool (a pool server over a shaped link, 512-token chunks; the prefill worker fetches "
+                  "the chunk frames and forwards them to the decode worker, which decodes each window into its "
+                  "cache as it arrives; recompute: the prompt prefilled and sent): fetch goodput against the same "
+                  "frames fetched by the pool client alone in the same run, mean TTFT of each source, and what "
+                  "kvserve's pool path chose per request:", "",
+                  "| pool Gbps | tokens | fetch Gbps | pool link alone Gbps | ratio | TTFT pool s | TTFT recompute s | "
+                  "TTFT kvserve s | faster | kvserve chose |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        for p in c["pool"]:
+            lines.append(f"| {p['gbps']:g} | {p['tokens']} | {p['fetch_gbps']:.2f} | {p['transport_gbps']:.2f} | "
+                         f"{p['fetch_ratio']:.2f} | {p['ttft']['pool']:.3f} | {p['ttft']['recompute']:.3f} | "
+                         f"{p['ttft']['kvserve']:.3f} | {p['faster']} | {', '.join(p['chosen'])} |")
+    lines += ["", "Checks on these numbers: kvserve / best static mean JCT "
+              + ", ".join(f"{v['ratio']:.3f} ({v['gbps']:g} Gbps, {v['tokens']})" for v in c["kvserve_vs_best_static"])
+              + "; kvserve's JCT speedup over raw measured / predicted by the latency model for its choices "
+              + ", ".join(f"{v['measured']:.2f} / {v['predicted']:.2f} ({v['gbps']:g} Gbps, {v['tokens']})"
+                          for v in c["speedup_vs_model"])
+              + f"; failures: {len(c['failures'])}" + ("".join(f"\n- {f}" for f in c["failures"][:20])) + "", ""]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    old = None
+    if args.append and args.out_json and os.path.exists(args.out_json):
+        with open(args.out_json) as f:
+            old = json.load(f)
+
+    def write(report: Dict[str, Any]) -> None:
+        if old is not None:
+            report = merge(old, report)
+        report["checks"] = checks(report)
+        if args.out_json:
+            profiling._write_atomically(args.out_json, json.dumps(report, indent=1))
+        if args.out_md:
+            profiling._write_atomically(args.out_md, markdown(report))
+        return report
+
+    report = write(run(args, on_partial=write))
+    if not args.out_md:
+        print(markdown(report))
+    return 1 if args.check and report["checks"]["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""bench/pd_sweep.py on the toy model (CPU): every point of the sweep is
+reported for every method, kvserve's requests stay within the quality
+floor, lossless requests give a single-process run's tokens, the pool
+phase reports fetches against the pool link alone, and a report merged
+from two runs keeps both runs' points."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    torch = None
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SWEEP = os.path.join(ROOT, "bench", "pd_sweep.py")
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+class PdSweepTest(unittest.TestCase):
+    def sweep(self, out_json, gbps, extra=()):
+        cmd = [sys.executable, SWEEP, "--model", "tiny", "--prompt-tokens", "256,1024", "--gbps", gbps,
+               "--requests", "2", "--table", os.path.join(ROOT, "configs/profiles/kvs-qwen2-9m-qa.json"),
+               "--workload", "qa", "--baseline-quality", os.path.join(ROOT, "docs/results/quality"),
+               "--candidates", "kivi-4", "--check", "--out-json", out_json, "--out-md", out_json + ".md", *extra]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        self.assertEqual(out.returncode, 0, out.stderr[-3000:])
+        with open(out_json) as f:
+            return json.load(f)
+
+    def test_sweep_reports_every_point_and_respects_the_floor(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "e2e.json")
+            report = self.sweep(path, "0.2", ["--pool-tokens", "1100", "--pool-gbps", "0.5", "--pool-requests", "1"])
+            points = {(p["gbps"], p["tokens"]): p for p in report["points"]}
+            self.assertEqual(set(points), {(0.2, 256), (0.2, 1024)})
+            for p in points.values():
+                self.assertEqual(set(p["methods"]), {"none", "kivi-2", "cachegen", "kvserve", "best-static"})
+            kv_rows = [r for r in report["rows"] if r["method"] == "kvserve"]
+            self.assertEqual(len(kv_rows), 4)
+            self.assertTrue(all(r["quality"] >= 0.97 for r in kv_rows))
+            self.assertTrue(any(r.get("matches_single_process") for r in report["rows"]))
+            self.assertEqual(report["checks"]["failures"], [])
+            pool = report["checks"]["pool"]
+            self.assertEqual(len(pool), 1)
+            self.assertGreater(pool[0]["transport_gbps"], 0)
+            with open(path + ".md") as f:
+                self.assertIn("Prefix pool", f.read())
+            # A second call's points join the first's.
+            merged = self.sweep(path, "0", ["--append"])
+            self.assertEqual({(p["gbps"], p["tokens"]) for p in merged["points"]},
+                             {(0.2, 256), (0.2, 1024), (0.0, 256), (0.0, 1024)})
+            self.assertEqual(len(merged["commands"]), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
