@@ -334,10 +334,10 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         # a request may use (plans, rings, kernels, allocations), raw first.
         worker.set_link_rate(kvserve.gbps_to_bytes_per_second(rates[0]))
         specs = [RAW] + [m for m in fixed if m != RAW] + [c.spec for c in table.profiles if c.spec not in fixed]
-        for tokens in sorted(sizes, reverse=True):
+        for tokens in sorted(set(sizes) | {calib_tokens}, reverse=True):
             for spec in specs:
                 submit(spec, [1] * tokens)
-        table = measure_overheads(worker, table, min(sizes), layers, submit, args)
+        table = measure_overheads(worker, table, calib_tokens, layers, submit, args)
         progress("per-request overheads: " + ", ".join(f"{c.spec} {c.overhead_seconds * 1e3:.1f} ms"
                                                        for c in table.profiles))
         worker.stop()

@@ -233,7 +233,8 @@ class DeviceConnector {
   // device pointers, head_dim contiguous)) in order once layer l is queued
   // on `engine_stream`; that memory must stay unchanged until this returns
   // (no copy is made). The connector encodes layer l once the engine's
-  // stream has computed it, while the producer goes on. As the host
+  // stream has computed it, while the producer goes on. kv_seconds counts
+  // from the last layer's completion on the GPU. As the host
   // StreamKvWhileProducing otherwise.
   virtual Result<StreamResult> StreamKvWhileProducing(Connection& connection, const Profile& profile,
                                                       const HeadScores* head_scores, const KvShape& shape,

@@ -107,7 +107,8 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     if (best.ok()) {
       ProfileCost cost = table.profile(*best);
       if (*best != ProfileTable::kRaw && frames[*best] > 0) cost.compression_ratio = kv_bytes / frames[*best];
-      recompute += PredictSeconds(options_.controller.model, cost, kv_bytes, bandwidth);
+      // The recompute's transfer overlaps its prefill (the streamed model's source).
+      recompute += PredictSeconds(options_.controller.model, cost, kv_bytes, bandwidth, recompute);
     }
   } else {
     recompute += kv_bytes / bandwidth;
