@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kvserve/connector.h"
+#include "connector/layer_gate.h"
 
 namespace kvserve {
 namespace {
@@ -73,47 +74,9 @@ class ByteQueue {
   double idle_seconds_ = 0;
 };
 
-// Layers of a cache that a producer fills in order: the encoder waits for
-// layer l to be ready, and for the producer's success before ending the
-// frame; the producer marks layers ready, then itself done, or fails.
-class LayerGate {
- public:
-  // True once `layer` is ready (`layers`: once the producer is done);
-  // false when the producer failed. Waiting time adds to wait_seconds().
-  bool Wait(int layer) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (ready_ <= layer && !failed_) {
-      const double wait_start = MonotonicSeconds();
-      cv_.wait(lock, [&] { return ready_ > layer || failed_; });
-      wait_seconds_ += MonotonicSeconds() - wait_start;
-    }
-    return ready_ > layer;
-  }
-  // The producer returned successfully: every Wait, also Wait(layers) (the
-  // "producer done" gate), returns true.
-  void MarkDone() { MarkReady(std::numeric_limits<int>::max()); }
-  void MarkReady(int layers) {
-    std::lock_guard<std::mutex> lock(mu_);
-    ready_ = std::max(ready_, layers);
-    cv_.notify_all();
-  }
-  void Fail() {
-    std::lock_guard<std::mutex> lock(mu_);
-    failed_ = true;
-    cv_.notify_all();
-  }
-  double wait_seconds() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return wait_seconds_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int ready_ = 0;
-  bool failed_ = false;
-  double wait_seconds_ = 0;
-};
+// The host producer hands over no payload with a layer.
+struct NoPayload {};
+using LayerGate = connector::LayerGate<NoPayload>;
 
 // Copies the single-layer view `from` into layer `layer` of `to`.
 void CopyLayer(const KvView& from, const MutableKvView& to, int layer) {

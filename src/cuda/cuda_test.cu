@@ -41,11 +41,6 @@ namespace {
 
 using namespace kvserve::cuda::testing;  // NOLINT: the shared test helpers
 
-#define SKIP_WITHOUT_GPU()                                      \
-  do {                                                          \
-    if (!Available()) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
-
 #define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
 
 const uint8_t kHostSecret[192] = KVSERVE_XXH3_SECRET;

@@ -22,6 +22,12 @@
 #include "kvserve/paged.h"
 #include "kvserve/profile.h"
 
+// Skips a GPU test on a machine without a CUDA device.
+#define SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                         \
+    if (!::kvserve::cuda::Available()) GTEST_SKIP() << "no CUDA device present"; \
+  } while (0)
+
 namespace kvserve::cuda::testing {
 
 

@@ -30,6 +30,7 @@
 #include <variant>
 #include <vector>
 
+#include "connector/layer_gate.h"
 #include "kvserve/connector.h"
 #include "kvserve/cuda.h"
 
@@ -204,58 +205,13 @@ class SlotQueue {
   bool failed_ = false;
 };
 
-// Layers a producer hands over: each layer's device view and the event
-// recorded on the engine's stream once the layer was queued there.
-class LayerGate {
- public:
-  explicit LayerGate(int layers) : views_(layers), events_(layers, nullptr) {}
-  // Layer `layer`'s view and event once ready; false when the producer
-  // failed. The wait adds to wait_seconds().
-  bool Wait(int layer, KvView* view, cudaEvent_t* event) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (ready_ <= layer && !failed_) {
-      const double t = MonotonicSeconds();
-      cv_.wait(lock, [&] { return ready_ > layer || failed_; });
-      wait_ += MonotonicSeconds() - t;
-    }
-    if (ready_ <= layer) return false;
-    if (view != nullptr && layer < static_cast<int>(views_.size())) {
-      *view = views_[layer];
-      *event = events_[layer];
-    }
-    return true;
-  }
-  void Ready(int layer, const KvView& view, cudaEvent_t event) {
-    std::lock_guard<std::mutex> lock(mu_);
-    views_[layer] = view;
-    events_[layer] = event;
-    ready_ = layer + 1;
-    cv_.notify_all();
-  }
-  void Done() {
-    std::lock_guard<std::mutex> lock(mu_);
-    ready_ = std::numeric_limits<int>::max();
-    cv_.notify_all();
-  }
-  void Fail() {
-    std::lock_guard<std::mutex> lock(mu_);
-    failed_ = true;
-    cv_.notify_all();
-  }
-  double wait_seconds() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return wait_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<KvView> views_;
-  std::vector<cudaEvent_t> events_;
-  int ready_ = 0;
-  bool failed_ = false;
-  double wait_ = 0;
+// What a producer hands over with each layer: its device view and the
+// event recorded on the engine's stream once the layer was queued there.
+struct ReadyLayer {
+  KvView view;
+  cudaEvent_t event = nullptr;
 };
+using LayerGate = connector::LayerGate<ReadyLayer>;
 
 // Events of one transfer's layers (destroyed with it; a pending event's
 // resources are released once it completes).
@@ -415,7 +371,7 @@ class DeviceConnectorImpl final : public DeviceConnector {
         gate.Fail();
         return;
       }
-      gate.Ready(layer, v, events[layer]);
+      gate.MarkReady(layer, ReadyLayer{v, events[layer]});
       ++next;
     });
     if (produced.ok() && (next != shape.layers || !mismatch.empty()))
@@ -423,7 +379,7 @@ class DeviceConnectorImpl final : public DeviceConnector {
                                   std::to_string(shape.layers) + " layers in the expected shape" +
                                   (mismatch.empty() ? "" : ", " + mismatch));
     if (produced.ok()) {
-      gate.Done();
+      gate.MarkDone();
     } else {
       gate.Fail();
     }
@@ -650,16 +606,16 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
   }
   for (int layer = 0; launch.ok() && layer < shape.layers && !queue.failed(); ++layer) {
     if (gate != nullptr) {
-      KvView layer_view;
-      cudaEvent_t ready = nullptr;
-      if (!gate->Wait(layer, &layer_view, &ready)) {
+      ReadyLayer ready_layer;
+      if (!gate->Wait(layer, &ready_layer)) {
         launch = Status::Unavailable("the producer of the KV failed before layer " + std::to_string(layer));
         break;
       }
-      launch = pages.Set(layer, layer_view);
-      if (launch.ok()) launch = Cuda(cudaStreamWaitEvent(kv_stream, ready, 0), "waiting for the engine's stream");
+      launch = pages.Set(layer, ready_layer.view);
+      if (launch.ok())
+        launch = Cuda(cudaStreamWaitEvent(kv_stream, ready_layer.event, 0), "waiting for the engine's stream");
       if (!launch.ok()) break;
-      last_ready = ready;
+      last_ready = ready_layer.event;
     }
     for (int w = enc->FirstWindow(layer); launch.ok() && w < enc->FirstWindow(layer + 1); ++w) {
       const int i = queue.Acquire();
@@ -691,7 +647,7 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
   if (launch.ok() && last_ready != nullptr && cudaEventSynchronize(last_ready) == cudaSuccess)
     result.producer_done = MonotonicSeconds();
   // The frame ends only once the producer succeeded.
-  if (launch.ok() && !queue.failed() && gate != nullptr && !gate->Wait(shape.layers, nullptr, nullptr))
+  if (launch.ok() && !queue.failed() && gate != nullptr && !gate->Wait(shape.layers))
     launch = Status::Unavailable("the producer of the KV failed after its last layer");
   if (launch.ok()) {
     queue.Push(-1, -1);

@@ -32,11 +32,6 @@ using namespace kvserve::cuda::testing;  // NOLINT: the shared test helpers
 using connectortest::Kind;
 using connectortest::MakePair;
 
-#define SKIP_WITHOUT_GPU()                                      \
-  do {                                                          \
-    if (!Available()) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
-
 // A small ring: the caches below are several times larger.
 DeviceConnectorOptions SmallRing() {
   DeviceConnectorOptions o;

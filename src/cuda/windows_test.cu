@@ -25,11 +25,6 @@ namespace {
 
 using namespace kvserve::cuda::testing;  // NOLINT: the shared test helpers
 
-#define SKIP_WITHOUT_GPU()                                      \
-  do {                                                          \
-    if (!Available()) GTEST_SKIP() << "no CUDA device present"; \
-  } while (0)
-
 // Two slots and their pinned table staging, as a connector's ring holds them.
 struct Slots {
   std::vector<std::unique_ptr<DeviceBuffer<>>> device;
