@@ -51,8 +51,19 @@ class LayerGate {
     cv_.notify_all();
   }
   // The producer returned successfully: every Wait, also Wait(layers) (the
-  // "producer done" gate), returns true.
-  void MarkDone() { MarkReady(std::numeric_limits<int>::max()); }
+  // "producer done" gate), returns true. `at_seconds` (MonotonicSeconds())
+  // is when it finished, if the caller knows (done_at() then returns it).
+  void MarkDone(double at_seconds = 0) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_at_ = at_seconds;
+    }
+    MarkReady(std::numeric_limits<int>::max());
+  }
+  double done_at() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return done_at_;
+  }
   void Fail() {
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = true;
@@ -70,6 +81,7 @@ class LayerGate {
   int ready_ = 0;
   bool failed_ = false;
   double wait_seconds_ = 0;
+  double done_at_ = 0;
 };
 
 }  // namespace kvserve::connector

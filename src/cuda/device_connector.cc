@@ -379,7 +379,11 @@ class DeviceConnectorImpl final : public DeviceConnector {
                                   std::to_string(shape.layers) + " layers in the expected shape" +
                                   (mismatch.empty() ? "" : ", " + mismatch));
     if (produced.ok()) {
-      gate.MarkDone();
+      // When the engine's stream has computed the last layer: the KV time
+      // counts from there (the encoder may still be busy with earlier
+      // layers' windows, waiting for free slots).
+      const bool synced = cudaEventSynchronize(events[shape.layers - 1]) == cudaSuccess;
+      gate.MarkDone(synced ? MonotonicSeconds() : 0.0);
     } else {
       gate.Fail();
     }
@@ -503,7 +507,8 @@ class DeviceConnectorImpl final : public DeviceConnector {
     bool began = false;  // the header went to `out` (a transfer to abort on failure)
     double gpu_seconds = 0, producer_wait = 0, start = 0;
     // With a producer: when its last layer was computed on the GPU (host
-    // clock), 0 otherwise. The KV time is what follows it.
+    // clock, from the producer's thread), 0 otherwise. The KV time is what
+    // follows it.
     double producer_done = 0;
   };
   // Encodes the frame of `whole` (or of the producer behind `gate`) window
@@ -595,7 +600,6 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
 
   // The whole cache's view, or the producer's layers as pages.
   LayerPages pages(shape, dtype);
-  cudaEvent_t last_ready = nullptr;
   cudaStream_t kv_stream = r->stream();
   Status launch = Status::Ok();
   if (whole != nullptr) {
@@ -615,7 +619,6 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
       if (launch.ok())
         launch = Cuda(cudaStreamWaitEvent(kv_stream, ready_layer.event, 0), "waiting for the engine's stream");
       if (!launch.ok()) break;
-      last_ready = ready_layer.event;
     }
     for (int w = enc->FirstWindow(layer); launch.ok() && w < enc->FirstWindow(layer + 1); ++w) {
       const int i = queue.Acquire();
@@ -641,11 +644,6 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
       if (launch.ok()) queue.Push(w, i);
     }
   }
-  // The engine's stream runs ahead of no one: the producer handed the last
-  // layer over once it was queued; its computation ends when this event
-  // does (the host waits for it here, the sender thread goes on sending).
-  if (launch.ok() && last_ready != nullptr && cudaEventSynchronize(last_ready) == cudaSuccess)
-    result.producer_done = MonotonicSeconds();
   // The frame ends only once the producer succeeded.
   if (launch.ok() && !queue.failed() && gate != nullptr && !gate->Wait(shape.layers))
     launch = Status::Unavailable("the producer of the KV failed after its last layer");
@@ -656,6 +654,7 @@ DeviceConnectorImpl::Encoded DeviceConnectorImpl::EncodeInto(ByteSink& out, cons
   }
   send_thread.join();
   result.producer_wait = gate != nullptr ? gate->wait_seconds() : 0.0;
+  result.producer_done = gate != nullptr ? gate->done_at() : 0.0;
   ReturnRing(std::move(ring));
   result.gpu_seconds = gpu_seconds;
   result.began = began;
