@@ -87,8 +87,6 @@ struct ClusterSimReport {
   std::vector<std::string> profile_specs;  // table order, [0] = "none"
   std::vector<ClusterChoiceBucket> adaptive_choices;
   const ClusterPolicyResult* Find(std::string_view name) const;
-  // The results and the choice table as Markdown.
-  std::string ToMarkdown() const;
 };
 
 // Runs every policy over the same arrivals, sizes, links and noise.

@@ -357,45 +357,6 @@ const ClusterPolicyResult* ClusterSimReport::Find(std::string_view name) const {
   return nullptr;
 }
 
-std::string ClusterSimReport::ToMarkdown() const {
-  std::string md =
-      "| policy | requests | throughput (req/s) | JCT mean (s) | JCT p50 (s) | JCT p99 (s) | "
-      "KV mean (s) | SLO misses | below floor | raw | fastest link |\n"
-      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const auto& p : policies)
-    md += Format("| %s | %lld | %.1f | %.3f | %.3f | %.3f | %.3f | %lld | %lld | %.0f%% | %.0f%% |\n",
-                 ("`" + p.name + "`").c_str(), static_cast<long long>(p.requests), p.throughput,
-                 p.jct_mean_seconds, p.jct_p50_seconds, p.jct_p99_seconds, p.kv_mean_seconds,
-                 static_cast<long long>(p.slo_violations),
-                 static_cast<long long>(p.floor_violations), 100 * p.raw_link_share,
-                 100 * p.fastest_link_share);
-  if (!adaptive_choices.empty()) {
-    md += "\nAdaptive: the profile chosen per request by the true bandwidth of the link it went "
-          "over (share of the bucket's requests; profiles never chosen are omitted).\n\n";
-    std::vector<size_t> used;
-    for (size_t p = 0; p < profile_specs.size(); ++p)
-      for (const auto& b : adaptive_choices)
-        if (b.profile_share[p] > 0) {
-          used.push_back(p);
-          break;
-        }
-    md += "| link Gbps | requests |";
-    for (size_t p : used) md += " `" + profile_specs[p] + "` |";
-    md += "\n|---|---:|";
-    for (size_t i = 0; i < used.size(); ++i) md += "---:|";
-    md += "\n";
-    for (const auto& b : adaptive_choices) {
-      md += std::isinf(b.max_gbps)
-                ? Format("| >= %g | %lld |", b.min_gbps, static_cast<long long>(b.requests))
-                : Format("| %g-%g | %lld |", b.min_gbps, b.max_gbps,
-                         static_cast<long long>(b.requests));
-      for (size_t p : used) md += Format(" %.0f%% |", 100 * b.profile_share[p]);
-      md += "\n";
-    }
-  }
-  return md;
-}
-
 Result<ClusterSimReport> SimulateCluster(const ProfileTable& table, const ClusterSimOptions& o) {
   if (o.prefill_workers < 1 || o.decode_workers < 1 || o.decode_slots < 1)
     return Status::InvalidArgument("cluster simulation: worker and slot counts must be >= 1");

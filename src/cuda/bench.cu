@@ -13,6 +13,7 @@
 #include "cuda/common.cuh"
 #include "cuda/kernels.h"
 #include "cuda/plan.h"
+#include "experiments/cuda_bench.h"
 #include "pipeline/stages.h"
 #include "kvserve/codec.h"
 #include "kvserve/cuda.h"

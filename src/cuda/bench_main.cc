@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kvserve/cuda.h"
+#include "experiments/cuda_bench.h"
 
 namespace {
 

@@ -3,9 +3,52 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
+#include <string>
+#include <vector>
 
 namespace kvserve::lab {
+
+namespace {
+
+// The results and the adaptive policy's choice table as Markdown.
+std::string ResultsMarkdown(const ClusterSimReport& r) {
+  std::string md =
+      "| policy | requests | throughput (req/s) | JCT mean (s) | JCT p50 (s) | JCT p99 (s) | "
+      "KV mean (s) | SLO misses | below floor | raw | fastest link |\n"
+      "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& p : r.policies)
+    md += fmt::format("| `{}` | {} | {:.1f} | {:.3f} | {:.3f} | {:.3f} | {:.3f} | {} | {} | {:.0f}% | {:.0f}% |\n",
+                      p.name, p.requests, p.throughput, p.jct_mean_seconds, p.jct_p50_seconds, p.jct_p99_seconds,
+                      p.kv_mean_seconds, p.slo_violations, p.floor_violations, 100 * p.raw_link_share,
+                      100 * p.fastest_link_share);
+  if (r.adaptive_choices.empty()) return md;
+  md += "\nAdaptive: the profile chosen per request by the true bandwidth of the link it went "
+        "over (share of the bucket's requests; profiles never chosen are omitted).\n\n";
+  std::vector<size_t> used;
+  for (size_t p = 0; p < r.profile_specs.size(); ++p)
+    for (const auto& b : r.adaptive_choices)
+      if (b.profile_share[p] > 0) {
+        used.push_back(p);
+        break;
+      }
+  md += "| link Gbps | requests |";
+  for (size_t p : used) md += " `" + r.profile_specs[p] + "` |";
+  md += "\n|---|---:|";
+  for (size_t i = 0; i < used.size(); ++i) md += "---:|";
+  md += "\n";
+  for (const auto& b : r.adaptive_choices) {
+    md += std::isinf(b.max_gbps) ? fmt::format("| >= {:g} | {} |", b.min_gbps, b.requests)
+                                 : fmt::format("| {:g}-{:g} | {} |", b.min_gbps, b.max_gbps, b.requests);
+    for (size_t p : used) md += fmt::format(" {:.0f}% |", 100 * b.profile_share[p]);
+    md += "\n";
+  }
+  return md;
+}
+
+}  // namespace
+
 
 std::string ClusterReportMarkdown(const std::string& table_path, const ClusterSimOptions& o,
                                   const ClusterSimReport& report, double seconds,
@@ -47,7 +90,7 @@ std::string ClusterReportMarkdown(const std::string& table_path, const ClusterSi
       o.goodput_noise_sigma, o.prefill_workers * o.decode_workers, o.link_walk_sigma,
       o.link_gbps_min, o.link_gbps_max, o.rack_spread, 100 * o.drop_fraction, report.mean_link_gbps,
       mix);
-  md += report.ToMarkdown();
+  md += ResultsMarkdown(report);
   const ClusterPolicyResult* adaptive = report.Find("adaptive");
   const ClusterPolicyResult* raw = report.Find("raw");
   const ClusterPolicyResult* best = report.Find("static-best");

@@ -5,6 +5,7 @@
 // Quality: with a model directory and an eval workload, the task evaluator
 // (TaskEvaluator over kvserve quality's QualityEvaluator); with synthetic or
 // KV-file caches, the reconstruction proxy, and every output says so.
+#include "experiments/ablation.h"
 #include "experiments/profiling.h"
 
 #include <fmt/format.h>

@@ -14,7 +14,7 @@
 #include "kvserve/kv_file.h"
 #include "kvserve/version.h"
 #if KVSERVE_HAVE_CUDA
-#include "kvserve/cuda.h"
+#include "experiments/cuda_bench.h"
 #endif
 
 namespace kvserve::cli {

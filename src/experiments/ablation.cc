@@ -5,7 +5,7 @@
 #include <limits>
 #include <string>
 
-#include "kvserve/profiler.h"
+#include "experiments/ablation.h"
 
 namespace kvserve {
 
