@@ -608,12 +608,8 @@ TEST(CudaDevice, PagedFramesEqualContiguousFrames) {
       SCOPED_TRACE(std::string(PagedLayoutName(layout)) + " block " + std::to_string(block_size) + " " + spec);
       const Profile p = *Profile::Parse(spec);
       const std::vector<uint8_t> want = CpuEncode(p, cache.view(), &scores);
-      HostPages sender = MakePages(rng, shape, DType::kBF16, layout, block_size);
-      const PagedKvLayers host_layers = LayersOf(sender, DType::kBF16, shape, sender.pointers);
-      ASSERT_TRUE(CopyToPages(cache.view(), *host_layers.MutableView(sender.table, shape.tokens)).ok());
-      DevicePages dev(sender);
-      const PagedKvLayers dev_layers = LayersOf(sender, DType::kBF16, shape, dev.pointers);
-      const PagedKvView view = *dev_layers.View(sender.table, shape.tokens);
+      DevicePagedCache sender(rng, shape, DType::kBF16, layout, block_size, &cache);
+      const PagedKvView view = sender.view();
 
       auto enc = Encoder::Create(p, shape, DType::kBF16, &scores);
       ASSERT_TRUE(enc.ok());
@@ -638,24 +634,17 @@ TEST(CudaDevice, PagedFramesEqualContiguousFrames) {
 
       // Receive into other pages: the next layout, the other block size, a new table.
       const PagedLayout rlayout = layouts[(static_cast<int>(layout) + 1) % 4];
-      HostPages receiver = MakePages(rng, shape, DType::kBF16, rlayout, block_size == 16 ? 32 : 16);
-      DevicePages rdev(receiver);
-      const PagedKvLayers rdev_layers = LayersOf(receiver, DType::kBF16, shape, rdev.pointers);
+      DevicePagedCache receiver(rng, shape, DType::kBF16, rlayout, block_size == 16 ? 32 : 16);
       const Decoded whole = CpuDecode(want, shape, DType::kBF16);
       ASSERT_TRUE(whole.status.ok());
       auto dec = Decoder::Create(want);
       ASSERT_TRUE(dec.ok());
       DeviceBuffer<> dws((*dec)->WorkspaceBytes()), dframe(want.size()), mask(whole.mask.size());
       (void)cudaMemcpy(dframe.ptr, want.data(), want.size(), cudaMemcpyHostToDevice);
-      ASSERT_TRUE((*dec)->DecodePaged(dframe.ptr, want.size(), *rdev_layers.MutableView(receiver.table, shape.tokens),
-                                      mask.ptr, dws.ptr, nullptr).ok());
+      ASSERT_TRUE((*dec)->DecodePaged(dframe.ptr, want.size(), receiver.mutable_view(), mask.ptr, dws.ptr, nullptr).ok());
       ASSERT_TRUE((*dec)->Check(dws.ptr, nullptr).ok());
-      rdev.CopyBack(receiver);
-      std::vector<uint8_t> values(whole.values.size()), m(whole.mask.size());
-      const PagedKvLayers rhost = LayersOf(receiver, DType::kBF16, shape, receiver.pointers);
-      ASSERT_TRUE(CopyFromPages(*rhost.View(receiver.table, shape.tokens),
-                                MutableKvView{values.data(), DType::kBF16, shape, KvStrides::Contiguous(shape)})
-                      .ok());
+      const std::vector<uint8_t> values = receiver.Contiguous();
+      std::vector<uint8_t> m(whole.mask.size());
       (void)cudaMemcpy(m.data(), mask.ptr, m.size(), cudaMemcpyDeviceToHost);
       EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
       EXPECT_EQ(m, whole.mask);

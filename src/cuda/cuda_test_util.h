@@ -334,6 +334,41 @@ struct DevicePages {
       (void)cudaMemcpy(p.layers[l].data(), buffers[l]->ptr, p.layers[l].size(), cudaMemcpyDeviceToHost);
   }
 };
+// One request's KV in device page caches of `layout` and `block_size`
+// (random block table over more blocks than it needs, other slots
+// poisoned): filled with a cache's values (sender) or empty (receiver),
+// read back as a contiguous [layer][kind][head][token][dim] buffer.
+struct DevicePagedCache {
+  KvShape shape;
+  DType dtype;
+  HostPages host;
+  std::unique_ptr<DevicePages> device;
+  std::unique_ptr<PagedKvLayers> layers;  // over the device pages
+
+  DevicePagedCache(std::mt19937& rng, const KvShape& s, DType t, PagedLayout layout, int block_size,
+                   const HostCache* fill = nullptr)
+      : shape(s), dtype(t), host(MakePages(rng, s, t, layout, block_size)) {
+    if (fill != nullptr) {
+      const PagedKvLayers host_layers = LayersOf(host, t, s, host.pointers);
+      EXPECT_TRUE(CopyToPages(fill->view(), *host_layers.MutableView(host.table, s.tokens)).ok());
+    }
+    device = std::make_unique<DevicePages>(host);
+    layers = std::make_unique<PagedKvLayers>(LayersOf(host, t, s, device->pointers));
+  }
+  PagedKvView view() const { return *layers->View(host.table, shape.tokens); }
+  MutablePagedKvView mutable_view() const { return *layers->MutableView(host.table, shape.tokens); }
+  // The device pages' values, contiguous.
+  std::vector<uint8_t> Contiguous() {
+    device->CopyBack(host);
+    std::vector<uint8_t> values(static_cast<size_t>(shape.NumElements()) * DTypeSize(dtype));
+    const PagedKvLayers host_layers = LayersOf(host, dtype, shape, host.pointers);
+    EXPECT_TRUE(CopyFromPages(*host_layers.View(host.table, shape.tokens),
+                              MutableKvView{values.data(), dtype, shape, KvStrides::Contiguous(shape)})
+                    .ok());
+    return values;
+  }
+};
+
 }  // namespace kvserve::cuda::testing
 
 #endif  // KVSERVE_CUDA_CUDA_TEST_UTIL_H_

@@ -237,29 +237,16 @@ TEST_P(DeviceConnectorTest, PagedSourceAndDestination) {
   const Profile p = *Profile::Parse("kivi-2");
   const std::vector<uint8_t> cpu = CpuEncode(p, cache.view(), nullptr);
   const Decoded want = CpuDecode(cpu, shape, DType::kBF16);
-  HostPages sender = MakePages(rng, shape, DType::kBF16, PagedLayout::kVllm, 16);
-  ASSERT_TRUE(CopyToPages(cache.view(), *LayersOf(sender, DType::kBF16, shape, sender.pointers)
-                                              .MutableView(sender.table, shape.tokens))
-                  .ok());
-  DevicePages sdev(sender);
-  const PagedKvLayers slayers = LayersOf(sender, DType::kBF16, shape, sdev.pointers);
-  HostPages receiver = MakePages(rng, shape, DType::kBF16, PagedLayout::kFlashInferHnd, 24);
-  DevicePages rdev(receiver);
-  const PagedKvLayers rlayers = LayersOf(receiver, DType::kBF16, shape, rdev.pointers);
-  const MutablePagedKvView rview = *rlayers.MutableView(receiver.table, shape.tokens);
+  DevicePagedCache sender(rng, shape, DType::kBF16, PagedLayout::kVllm, 16, &cache);
+  DevicePagedCache receiver(rng, shape, DType::kBF16, PagedLayout::kFlashInferHnd, 24);
+  const MutablePagedKvView rview = receiver.mutable_view();
   DeviceReceived got;
   std::thread rx([&] { got = ReceiveOnDevice(**dc, *pair->receiver, &rview); });
-  auto sent = (*dc)->StreamKv(*pair->sender, p, nullptr, DeviceKvSource(*slayers.View(sender.table, shape.tokens)),
-                              7, nullptr);
+  auto sent = (*dc)->StreamKv(*pair->sender, p, nullptr, DeviceKvSource(sender.view()), 7, nullptr);
   rx.join();
   ASSERT_TRUE(sent.ok()) << sent.status().ToString();
   ASSERT_TRUE(got.status.ok()) << got.status.ToString();
-  rdev.CopyBack(receiver);
-  std::vector<uint8_t> values(want.values.size());
-  ASSERT_TRUE(CopyFromPages(*LayersOf(receiver, DType::kBF16, shape, receiver.pointers)
-                                 .View(receiver.table, shape.tokens),
-                            MutableKvView{values.data(), DType::kBF16, shape, KvStrides::Contiguous(shape)})
-                  .ok());
+  const std::vector<uint8_t> values = receiver.Contiguous();
   EXPECT_EQ(FirstDifference(values, want.values), SIZE_MAX);
 }
 

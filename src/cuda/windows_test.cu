@@ -231,31 +231,19 @@ TEST(CudaWindows, PagedCachesEncodeAndDecodeByWindow) {
                  std::to_string(block_size));
     const Profile p = *Profile::Parse(spec);
     const std::vector<uint8_t> want = CpuEncode(p, cache.view(), &scores);
-    HostPages sender = MakePages(rng, shape, DType::kBF16, layout, block_size);
-    const PagedKvLayers host_layers = LayersOf(sender, DType::kBF16, shape, sender.pointers);
-    ASSERT_TRUE(CopyToPages(cache.view(), *host_layers.MutableView(sender.table, shape.tokens)).ok());
-    DevicePages dev(sender);
-    const PagedKvLayers dev_layers = LayersOf(sender, DType::kBF16, shape, dev.pointers);
-    const PagedKvView view = *dev_layers.View(sender.table, shape.tokens);
+    DevicePagedCache sender(rng, shape, DType::kBF16, layout, block_size, &cache);
+    const PagedKvView view = sender.view();
     const WindowOptions windows = RandomWindows(rng, shape, DType::kBF16);
     const GpuFrame got = WindowedEncode(p, cache, &scores, windows, &view);
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     EXPECT_EQ(FirstDifference(got.bytes, want), SIZE_MAX);
 
-    HostPages receiver = MakePages(rng, shape, DType::kBF16, layouts[round % 3], block_size == 16 ? 5 : 32);
-    DevicePages rdev(receiver);
-    const PagedKvLayers rdev_layers = LayersOf(receiver, DType::kBF16, shape, rdev.pointers);
-    const MutablePagedKvView rview = *rdev_layers.MutableView(receiver.table, shape.tokens);
+    DevicePagedCache receiver(rng, shape, DType::kBF16, layouts[round % 3], block_size == 16 ? 5 : 32);
+    const MutablePagedKvView rview = receiver.mutable_view();
     const Decoded whole = CpuDecode(want, shape, DType::kBF16);
     const Decoded d = WindowedDecode(want, shape, DType::kBF16, RandomWindows(rng, shape, DType::kBF16), rng, &rview);
     ASSERT_TRUE(d.status.ok()) << d.status.ToString();
-    rdev.CopyBack(receiver);
-    std::vector<uint8_t> values(whole.values.size());
-    const PagedKvLayers rhost = LayersOf(receiver, DType::kBF16, shape, receiver.pointers);
-    ASSERT_TRUE(CopyFromPages(*rhost.View(receiver.table, shape.tokens),
-                              MutableKvView{values.data(), DType::kBF16, shape, KvStrides::Contiguous(shape)})
-                    .ok());
-    EXPECT_EQ(FirstDifference(values, whole.values), SIZE_MAX);
+    EXPECT_EQ(FirstDifference(receiver.Contiguous(), whole.values), SIZE_MAX);
     EXPECT_EQ(d.mask, whole.mask);
   }
 }
