@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <span>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "cuda/common.cuh"
 #include "kvserve/codec.h"
 #include "kvserve/cuda.h"
+#include "kvserve/kv_file.h"
 #include "kvserve/kv.h"
 #include "kvserve/paged.h"
 #include "kvserve/profile.h"
@@ -334,6 +337,38 @@ struct DevicePages {
       (void)cudaMemcpy(p.layers[l].data(), buffers[l]->ptr, p.layers[l].size(), cudaMemcpyDeviceToHost);
   }
 };
+// A random consistency case: a profile drawn from the parameter table
+// (RandomSpec), a shape (1-3 layers and heads, 1-700 tokens, head_dim from
+// `dims`), synthesized head scores, a dtype and a cache in one of the first
+// `layouts` layouts of MakeCache -- or nullopt when the draw is no case (an
+// invalid spec, or a shape the CPU encoder refuses for it).
+struct RandomCase {
+  Profile profile;
+  KvShape shape;
+  DType dtype = DType::kBF16;
+  HeadScores scores;
+  HostCache cache;
+};
+
+inline std::optional<RandomCase> DrawCase(std::mt19937& rng, std::span<const int> dims, int layouts) {
+  auto profile = Profile::Parse(RandomSpec(rng));
+  if (!profile.ok()) return std::nullopt;
+  RandomCase c;
+  c.profile = *profile;
+  c.shape = KvShape{1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3),
+                    1 + static_cast<int>(rng() % 700), dims[rng() % dims.size()]};
+  c.scores = SynthesizeHeadScores(c.shape.layers, c.shape.kv_heads, 3);
+  EncodeOptions opt;
+  opt.head_scores = &c.scores;
+  auto cpu = EncoderContext::Create(c.profile, opt);
+  if (!cpu.ok()) return std::nullopt;
+  c.dtype = static_cast<DType>(rng() % 3);
+  c.cache = MakeCache(rng, c.shape, c.dtype, static_cast<int>(rng() % layouts));
+  CountingSink counting;
+  if (!(*cpu)->Encode(c.cache.view(), counting).ok()) return std::nullopt;
+  return c;
+}
+
 // One request's KV in device page caches of `layout` and `block_size`
 // (random block table over more blocks than it needs, other slots
 // poisoned): filled with a cache's values (sender) or empty (receiver),

@@ -176,20 +176,14 @@ TEST(CudaWindows, RandomProfilesEncodeAndDecodeByWindow) {
   int tested = 0, attempts = 0, multi = 0;
   while (tested < wanted && attempts < 100 * wanted) {
     ++attempts;
-    auto profile = Profile::Parse(RandomSpec(rng));
-    if (!profile.ok()) continue;
     static const int kDims[] = {32, 64, 128, 128, 256};
-    const KvShape shape{1 + static_cast<int>(rng() % 3), 1 + static_cast<int>(rng() % 3),
-                        1 + static_cast<int>(rng() % 700), kDims[rng() % 5]};
-    const HeadScores scores = SynthesizeHeadScores(shape.layers, shape.kv_heads, 3);
-    EncodeOptions opt;
-    opt.head_scores = &scores;
-    auto cpu_encoder = EncoderContext::Create(*profile, opt);
-    if (!cpu_encoder.ok()) continue;
-    const DType dtype = static_cast<DType>(rng() % 3);
-    const HostCache cache = MakeCache(rng, shape, dtype, static_cast<int>(rng() % 5));
-    CountingSink counting;
-    if (!(*cpu_encoder)->Encode(cache.view(), counting).ok()) continue;
+    const std::optional<RandomCase> c = DrawCase(rng, kDims, 5);
+    if (!c) continue;
+    const Profile* profile = &c->profile;
+    const KvShape& shape = c->shape;
+    const DType dtype = c->dtype;
+    const HeadScores& scores = c->scores;
+    const HostCache& cache = c->cache;
     SCOPED_TRACE("#" + std::to_string(tested) + " " + profile->ToString() + " shape " +
                  std::to_string(shape.layers) + "x" + std::to_string(shape.kv_heads) + "x" +
                  std::to_string(shape.tokens) + "x" + std::to_string(shape.head_dim));
