@@ -25,9 +25,10 @@ workers run).
 
 Device memory: each side's device connector reports the most device
 memory one transfer's ring held (``--device-budget-mib``); the report also
-gives each process's device memory outside torch's allocator (the CUDA
-context, libraries and kvserve) before the first transfer and after the
-last.
+gives the prefill process's device memory outside torch's allocator (the
+CUDA context, libraries and kvserve) before the first transfer and after
+the last -- per process with NVML (pynvml), otherwise device-wide, which
+then includes the decode process sharing the GPU; the report says which.
 
 Everything in the report is measured in this run; the prediction columns
 are the controller's latency model for the choices it made.
@@ -62,16 +63,52 @@ PAPER_FIGURES = ("The paper, for comparison (vLLM, A100/H100-class GPUs, its own
                  "and the gain shrinks to about 1.07× at 100 Gbps.")
 
 
-def outside_torch_bytes(device: str) -> Optional[int]:
-    """Device bytes this process holds outside torch's caching allocator
-    (CUDA context, libraries, kvserve's rings): used - torch's reserved."""
+def outside_torch_bytes(device: str) -> Optional[Dict[str, Any]]:
+    """Device memory outside this process's torch caching allocator (CUDA
+    context, libraries, kvserve's rings): {"bytes", "scope"}. With NVML
+    (pynvml) the scope is "process": this process's own use less torch's
+    reserved; without it "device": everything in use on the GPU (other
+    processes such as the decode worker included) less torch's reserved."""
     import torch  # noqa: PLC0415
 
     if not device.startswith("cuda") or not torch.cuda.is_available():
         return None
+    dev = torch.device(device)
     torch.cuda.synchronize()
-    free, total = torch.cuda.mem_get_info(torch.device(device))
-    return int(total - free - torch.cuda.memory_reserved(torch.device(device)))
+    reserved = torch.cuda.memory_reserved(dev)
+    try:
+        import pynvml  # noqa: PLC0415
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(dev.index or 0)
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == os.getpid() and proc.usedGpuMemory is not None:
+                return {"bytes": int(proc.usedGpuMemory - reserved), "scope": "process"}
+    except Exception:  # noqa: BLE001 - no NVML (or no per-process accounting): fall back to the device
+        pass
+    free, total = torch.cuda.mem_get_info(dev)
+    return {"bytes": int(total - free - reserved), "scope": "device"}
+
+
+def _outside_torch_text(runs: Sequence[Dict[str, Any]]) -> str:
+    """Report sentence for the memory outside torch's allocator, per device
+    call; a number from a report written before the scope was recorded is an
+    int measured device-wide."""
+    parts = []
+    for r in runs:
+        before, after = r.get("prefill_outside_torch_before"), r.get("prefill_outside_torch_after")
+        if before is None and after is None:
+            continue
+        norm = [v if isinstance(v, dict) or v is None else {"bytes": v, "scope": "device"} for v in (before, after)]
+        scope = next((v["scope"] for v in norm if v), "device")
+        where = ("in the prefill process" if scope == "process" else
+                 "on the whole GPU (the decode process, its weights and cache included), beyond the prefill "
+                 "process's torch allocator")
+        mib = [f"{(v['bytes'] if v else 0) / 2**20:.0f} MiB" for v in norm]
+        parts.append(f"{where}: {mib[0]} before the first transfer, {mib[1]} after the last")
+    if not parts:
+        return ""
+    return " Device memory outside torch's allocator " + "; ".join(parts) + "."
 
 
 def start_decode_process(args: argparse.Namespace, memory_file: str, timeout: float = 900.0) -> tuple:
@@ -210,7 +247,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gbps", default="1,0", help="comma-separated link rates, Gbit/s; 0 = unshaped loopback")
     p.add_argument("--methods", default="none,kivi-2,cachegen,kvserve",
                    help="fixed profiles/presets and 'kvserve'; best-static is derived from the fixed ones")
-    p.add_argument("--table", required=True, help="profile table for the controller (qualities per workload)")
+    p.add_argument("--table", help="profile table for the controller (qualities per workload); required unless "
+                        "--render-only")
     p.add_argument("--workload", default="unified", help="workload of the table")
     p.add_argument("--baseline-quality", default="",
                    help="directory of `kvserve quality` results (docs/results/quality): the fixed methods the "
@@ -238,6 +276,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out-md", help="write the markdown report here")
     p.add_argument("--append", action="store_true",
                    help="keep the points already in --out-json (earlier device calls) and add this run's")
+    p.add_argument("--render-only", action="store_true",
+                   help="run nothing: rewrite --out-md from the report already in --out-json (after a change to "
+                        "the report's wording)")
     p.add_argument("--check", action="store_true",
                    help="compare the tokens of the first lossless request per point with a single-process "
                         "run (exit 1 on a difference)")
@@ -619,10 +660,7 @@ def markdown(report: Dict[str, Any]) -> str:
     budget = (report.get("memory") or {}).get("budget_bytes", 64 << 20)
     lines += [f"Device memory (budget {budget >> 20} MiB per transfer): the most one transfer's ring held was "
               f"{(c['peak_transfer_bytes'] or 0) / 2**20:.1f} MiB (the device connectors' own accounting, both "
-              "processes, every call); device memory outside torch's allocator in the prefill process: "
-              + "; ".join(f"{(r.get('prefill_outside_torch_before') or 0) / 2**20:.0f} MiB before the first transfer, "
-                          f"{(r.get('prefill_outside_torch_after') or 0) / 2**20:.0f} MiB after the last"
-                          for r in mem_runs) + ".", ""]
+              "processes, every call)." + _outside_torch_text(mem_runs), ""]
     lines += ["Columns: means over the point's requests. prefill: the forward pass (each layer is encoded and sent "
               "while the next ones run); KV: the movement time the bandit is told (encode start to the decode "
               "side's acknowledgement, less waiting for the prefill); encode / decode: GPU codec time; codec share: "
@@ -662,6 +700,18 @@ def markdown(report: Dict[str, Any]) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.render_only:
+        if not args.out_json or not args.out_md:
+            print("pd_sweep: --render-only needs --out-json (the report to read) and --out-md", file=sys.stderr)
+            return 2
+        with open(args.out_json) as f:
+            report = json.load(f)
+        report["checks"] = checks(report)
+        profiling._write_atomically(args.out_md, markdown(report))
+        return 0
+    if not args.table:
+        print("pd_sweep: --table is required (the controller's profile table)", file=sys.stderr)
+        return 2
     old = None
     if args.append and args.out_json and os.path.exists(args.out_json):
         with open(args.out_json) as f:

@@ -15,7 +15,6 @@
 // chosen one), the others use a fixed rule.
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <functional>
 #include <limits>
@@ -108,16 +107,6 @@ struct PolicyRun {
   ClusterPolicyResult result;
   std::vector<ClusterChoiceBucket> choices;
 };
-
-// printf into a std::string (the controller library does without fmt).
-std::string Format(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  char buf[1024];
-  std::vsnprintf(buf, sizeof(buf), format, args);
-  va_end(args);
-  return buf;
-}
 
 // Spread assumed for a peer no transfer has measured yet.
 constexpr double kUnknownPeerLogSigma = 0.5;
