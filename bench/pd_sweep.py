@@ -40,6 +40,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -111,11 +112,11 @@ def _outside_torch_text(runs: Sequence[Dict[str, Any]]) -> str:
     return " Device memory outside torch's allocator " + "; ".join(parts) + "."
 
 
-def start_decode_process(args: argparse.Namespace, memory_file: str, timeout: float = 900.0) -> tuple:
-    """Starts ``python -m kvserve.pd --role decode`` and returns (process,
-    address, log path) once it listens; RuntimeError with its log when it
-    exits first or does not listen within ``timeout`` s."""
-    tmp = tempfile.mkdtemp(prefix="kvserve-pd-")
+def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, timeout: float = 900.0) -> tuple:
+    """Starts ``python -m kvserve.pd --role decode`` with its address file
+    and log in the directory ``tmp`` (the caller removes it) and returns
+    (process, address, log path) once it listens; RuntimeError with its log
+    when it exits first or does not listen within ``timeout`` s."""
     address_file = os.path.join(tmp, "address")
     log_path = os.path.join(tmp, "decode.log")
     log = open(log_path, "w+")
@@ -317,8 +318,13 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     progress(f"calibrated {len(table)} profiles on {calib_tokens} tokens of KV ({dtype}): "
              + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
     progress(f"kvserve's TCP transport alone over loopback: {loopback_reference:.1f} Gbps")
-    memory_file = tempfile.mktemp(prefix="kvserve-decode-memory-")
-    proc, address, decode_log = start_decode_process(args, memory_file)
+    tmp = tempfile.mkdtemp(prefix="kvserve-pd-")
+    memory_file = os.path.join(tmp, "decode-memory.json")
+    try:
+        proc, address, decode_log = start_decode_process(args, tmp, memory_file)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     rows: List[Dict[str, Any]] = []
     pool_rows: List[Dict[str, Any]] = []
     failures: List[str] = []
@@ -419,6 +425,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
             tail = f.read()[-2000:]
         if proc.returncode not in (0, None, -15):
             failures.append(f"decode worker exited with {proc.returncode}: {tail}")
+        shutil.rmtree(tmp, ignore_errors=True)
     return build(partial=False)
 
 

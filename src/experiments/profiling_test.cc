@@ -160,8 +160,9 @@ TEST_F(TaskProfilingTest, FailingParetoRowsGiveWayToTheNextFeasibleRowsInCrOrder
     });
     for (size_t i = 1; i < lines.size(); ++i) EXPECT_GE(lines[i - 1].cr, lines[i].cr);
     const auto first = std::find_if(lines.begin(), lines.end(), [](const Line& l) { return l.holds; });
-    if (first != lines.end())
+    if (first != lines.end()) {
       for (auto it = first + 1; it != lines.end(); ++it) EXPECT_TRUE(it->pareto) << it->spec;
+    }
     if (first == lines.end()) {
       EXPECT_FALSE(r.ok());  // nothing held: NotFound, naming what was tried
       continue;

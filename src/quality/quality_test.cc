@@ -306,7 +306,9 @@ TEST(QualityStatsTest, HeldOutSamplesAreTheComplementOfTheSearchSubset) {
     ASSERT_EQ(held.size(), static_cast<size_t>(total - n));
     for (size_t i = 0; i < held.size(); ++i) {
       EXPECT_EQ(searched.count(held[i].id), 0u) << held[i].id << " is in both sets";
-      if (i > 0) EXPECT_LT(std::stoi(held[i - 1].id.substr(1)), std::stoi(held[i].id.substr(1)));
+      if (i > 0) {
+        EXPECT_LT(std::stoi(held[i - 1].id.substr(1)), std::stoi(held[i].id.substr(1)));
+      }
     }
   }
 }

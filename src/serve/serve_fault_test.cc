@@ -264,7 +264,10 @@ bool SpawnDecodeChild(const std::string& dir, int index, transporttest::Kind kin
   child->pid = transporttest::SpawnSelf(
       "ServeRole.DecodeWorkerProcess",
       {"KVSERVE_SERVE_ADDRESS_FILE=" + file,
-       "KVSERVE_SERVE_KIND=" + std::to_string(static_cast<int>(kind))});
+       "KVSERVE_SERVE_KIND=" + std::to_string(static_cast<int>(kind)),
+       // The child is SIGKILLed and cannot clean up: its model directory
+       // goes under `dir`, which the parent removes.
+       "TMPDIR=" + dir});
   if (child->pid <= 0) return false;
   for (int i = 0; i < 400; ++i) {  // up to 20 s
     std::ifstream in(file);

@@ -7,7 +7,6 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
@@ -17,19 +16,15 @@
 #include "kvserve/controller.h"
 #include "kvserve/runtime.h"
 #include "kvserve/serve.h"
+#include "runtime/test_model_util.h"
 #include "transport/transport_test_util.h"
 
 namespace kvserve::servetest {
 
 using transporttest::Kind;
 
-inline std::string TempDir(const std::string& tag) {
-  static std::mt19937_64 rng(std::random_device{}());
-  auto dir = std::filesystem::temp_directory_path() /
-             ("kvserve_serve_" + tag + "_" + std::to_string(rng() % 1000000000));
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
+// A fresh temp directory, removed when the test process exits.
+inline std::string TempDir(const std::string& tag) { return kvserve::testing::TempDir("serve_" + tag); }
 
 // A Qwen2-family random model: 4 layers, 4 KV heads of 16 dims (2 KiB of
 // f32 KV per token), vocabulary 211.
