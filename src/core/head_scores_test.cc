@@ -8,15 +8,15 @@
 
 #include <gtest/gtest.h>
 
+#include "core/temp_dir.h"
 #include "kvserve/codec.h"
 
 namespace kvserve {
 namespace {
 
 std::string TempPath(const std::string& name) {
-  std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "kvserve_head_scores";
-  std::filesystem::create_directories(dir);
-  return (dir / name).string();
+  static const std::string dir = kvserve::testing::TempDir("head_scores");
+  return (std::filesystem::path(dir) / name).string();
 }
 
 void WriteFile(const std::string& path, const std::string& text) {
@@ -71,7 +71,7 @@ TEST(HeadScores, MissingFileIsNotFoundWithPath) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find(path), std::string::npos);
-  Result<HeadScores> dir = HeadScores::Load(testing::TempDir());
+  Result<HeadScores> dir = HeadScores::Load(::testing::TempDir());
   EXPECT_EQ(dir.status().code(), StatusCode::kIOError);
 }
 

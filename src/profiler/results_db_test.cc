@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
-#include <unistd.h>
 
+#include "core/temp_dir.h"
 #include "profiler/test_util.h"
 
 namespace kvserve::profiler {
@@ -17,10 +17,8 @@ using testing::MakeSyntheticProblem;
 using testing::TableEvaluator;
 
 std::string TempPath(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("kvserve_profiler_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
+  static const std::string dir = kvserve::testing::TempDir("profiler");
+  const auto path = std::filesystem::path(dir) / name;
   std::filesystem::remove(path);
   return path.string();
 }

@@ -5,16 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
-
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
+#include "core/temp_dir.h"
 #include "kvserve/runtime.h"
 
 namespace kvserve::testing {
@@ -27,31 +24,6 @@ inline nlohmann::json TinyConfigJson(const TinyModelSpec& s) {
 
 inline bool WriteTinyModel(const std::string& dir, const TinyModelSpec& s) {
   return WriteRandomModel(dir, s).ok();
-}
-
-// A fresh directory under the system temp dir, removed with everything in
-// it when the test process exits (only by the process that created it, so
-// a forked child that exits leaves its parent's directories alone).
-inline std::string TempDir(const std::string& tag) {
-  struct Registry {
-    std::mutex mu;
-    std::vector<std::pair<pid_t, std::filesystem::path>> dirs;
-    ~Registry() {
-      const pid_t self = ::getpid();
-      for (const auto& [pid, dir] : dirs) {
-        std::error_code ec;
-        if (pid == self) std::filesystem::remove_all(dir, ec);
-      }
-    }
-  };
-  static Registry registry;
-  static std::mt19937_64 rng(std::random_device{}());
-  std::lock_guard<std::mutex> lock(registry.mu);
-  auto dir = std::filesystem::temp_directory_path() /
-             ("kvserve_" + tag + "_" + std::to_string(rng() % 1000000000));
-  std::filesystem::create_directories(dir);
-  registry.dirs.emplace_back(::getpid(), dir);
-  return dir.string();
 }
 
 // Writes an exact-match workload of `n` samples (JSONL, ids "s-<i>") to

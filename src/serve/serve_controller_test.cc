@@ -161,7 +161,9 @@ TEST(ServeControllerTest, FrameSizeModelIsExactForPackAndLearnsEntropyGains) {
         sizes.Observe(2, tokens, sink.count());
         const double predicted = sizes.For(tokens)[2];
         // The first observation sets the gain; later ones move it by 0.3.
-        if (tokens == 20) EXPECT_NEAR(predicted, static_cast<double>(sink.count()), 1.0);
+        if (tokens == 20) {
+          EXPECT_NEAR(predicted, static_cast<double>(sink.count()), 1.0);
+        }
         EXPECT_NEAR(predicted / static_cast<double>(sink.count()), 1.0, 0.1) << tokens;
       }
     }

@@ -201,8 +201,9 @@ TEST_P(ServeSecurityTest, HostileFrameHeaderCostsOnlyWhatArrives) {
   for (int records = 0; records <= 1; ++records) {
     FrameSender sender(peer.connection.get());
     ASSERT_TRUE(sender.Begin(50 + records, header).ok());
-    if (records == 1)
+    if (records == 1) {
       ASSERT_TRUE(sender.SendRecord(testing::RawRecord(shape, DType::kF32, 0, 0, 0, 16, 7)).ok());
+    }
     (void)sender.Finish();  // the worker acknowledges; the frame is incomplete
   }
   // A request over the same connection proves the worker handled both.

@@ -24,7 +24,9 @@ namespace kvserve::servetest {
 using transporttest::Kind;
 
 // A fresh temp directory, removed when the test process exits.
-inline std::string TempDir(const std::string& tag) { return kvserve::testing::TempDir("serve_" + tag); }
+inline std::string TempDir(const std::string& tag) {
+  return kvserve::testing::TempDir("serve_" + tag);
+}
 
 // A Qwen2-family random model: 4 layers, 4 KV heads of 16 dims (2 KiB of
 // f32 KV per token), vocabulary 211.
