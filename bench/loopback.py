@@ -66,14 +66,16 @@ def plain_socket_gbps(streams: int, nbytes: int) -> float:
     return part * streams * 8 / seconds / 1e9
 
 
-def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int = 1) -> float:
+def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int = 1,
+                            shape_gbps: float = 0.0) -> float:
     """Goodput (Gbit/s) of kvserve's TCP transport alone over this
-    machine's unshaped loopback: ``frame`` (bytes-like, a whole frame) sent
+    machine's loopback: ``frame`` (bytes-like, a whole frame) sent
     ``sends`` times between two threads of this process, striped over
-    ``lanes`` connections, the receiver reading the records straight into
-    one buffer (no Python per record); the mean of frame bytes / sender busy
-    seconds. The reference for a PD sweep's rate-0 point, which adds the
-    workers' GPU copies and Python."""
+    ``lanes`` connections (each shaped to ``shape_gbps``, 0: unshaped), the
+    receiver reading the records straight into one buffer (no Python per
+    record); the mean of frame bytes / sender busy seconds. The reference
+    for a PD sweep's rate-0 point, which adds the workers' GPU copies and
+    Python, and, shaped, for its pool fetches."""
     import numpy  # noqa: PLC0415
 
     t = transport.tcp()
@@ -97,7 +99,7 @@ def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int 
     thread = threading.Thread(target=receive, daemon=True)
     thread.start()
     rates = []
-    conns = [transport.dial(t, listener.address, secret=secret) for _ in range(lanes)]
+    conns = [transport.dial(t, listener.address, secret=secret, shape_gbps=shape_gbps) for _ in range(lanes)]
     try:
         for i in range(sends):
             stats = transport.send_frame(conns[0], i, frame, lanes=conns[1:] or None)

@@ -459,8 +459,9 @@ def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, 
     phase's first request). Per point and request, one prompt is stored
     (a miss), then served from the pool (``pool``: forced), recomputed
     (``recompute``: the pool not asked) and as kvserve's pool path chooses
-    (``kvserve``). The pool link alone: the same frames fetched with the
-    pool client directly, in the same run."""
+    (``kvserve``). The references, in the same run: the same frames
+    fetched with the pool client alone, and sent by kvserve's transport
+    alone over a link shaped to the same rate."""
     out: List[Dict[str, Any]] = []
     sizes = [int(x) for x in args.pool_tokens.split(",") if x]
     for gbps in [float(x) for x in args.pool_gbps.split(",") if x]:
@@ -487,13 +488,22 @@ def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, 
                         row = {"source": source, "gbps": gbps, "prompt_tokens": tokens, "stored_profile": spec,
                                "ok": r["ok"], "error": r["error"], **r["timings"]}
                         out.append(row)
-                    # The pool link alone: the chunk frames the hits fetched, fetched again directly.
+                    # The references: the chunk frames the hits fetched, fetched again with the
+                    # pool client alone, and sent by kvserve's transport alone over a link shaped
+                    # like the pool's (bytes over the sender's busy seconds, frame by frame).
                     hashes = [kvpool.prefix_hash(prompt[:512 * (k + 1)]) for k in range((tokens - 1) // 512)]
                     start = time.monotonic()
-                    nbytes = sum(len(client.get(args.model, h, spec) or b"") for h in hashes)
+                    frames = [f for f in (client.get(args.model, h, spec) for h in hashes) if f]
                     seconds = time.monotonic() - start
-                    out.append({"source": "transport", "gbps": gbps, "prompt_tokens": tokens, "frame_bytes": nbytes,
+                    nbytes = sum(len(f) for f in frames)
+                    out.append({"source": "pool-client", "gbps": gbps, "prompt_tokens": tokens, "frame_bytes": nbytes,
                                 "pool_fetch_seconds": seconds, "ok": nbytes > 0})
+                    busy = sum(len(f) * 8 / 1e9 / transport_loopback_gbps(f, args.secret, sends=1, shape_gbps=gbps)
+                               for f in frames)
+                    out.append({"source": "transport", "reference": "transport-shaped", "gbps": gbps,
+                                "prompt_tokens": tokens, "frame_bytes": nbytes, "pool_fetch_seconds": busy,
+                                "ok": nbytes > 0})
+                    del frames
                 progress(f"pool over {gbps:g} Gbps, {tokens} tokens: {args.pool_requests} requests per source")
         finally:
             worker.stop()
@@ -584,24 +594,35 @@ def _speedup_vs_model(report: Dict[str, Any], point: Dict[str, Any], layers: int
 
 
 def _pool_checks(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """Per pool point: fetch goodput against the pool link alone, and
-    whether kvserve's pool-or-recompute took the faster of the two."""
+    """Per pool point: fetch goodput against kvserve's transport alone over
+    a link shaped like the pool's (and against the pool client fetching the
+    same frames alone), and whether kvserve's pool-or-recompute took the
+    faster of the two. Reports written before the transport reference was
+    measured have "transport" rows that were the pool client alone."""
+    def rate(sel: List[Dict[str, Any]]) -> float:
+        return statistics.fmean(r["frame_bytes"] / r["pool_fetch_seconds"] for r in sel) if sel else float("nan")
+
     out = []
     for key in sorted({(r["gbps"], r["prompt_tokens"]) for r in rows}):
         sel = [r for r in rows if (r["gbps"], r["prompt_tokens"]) == key and r["ok"]]
-        by = {s: [r for r in sel if r["source"] == s] for s in ("pool", "recompute", "kvserve", "transport")}
+        by = {s: [r for r in sel if r["source"] == s] for s in ("pool", "recompute", "kvserve")}
         if not all(by.values()):
             continue
+        shaped = [r for r in sel if r["source"] == "transport" and r.get("reference") == "transport-shaped"]
+        client = [r for r in sel if r["source"] == "pool-client"
+                  or (r["source"] == "transport" and "reference" not in r)]
         fetch = statistics.fmean(r["frame_bytes"] / r["pool_fetch_seconds"] for r in by["pool"]
                                  if r["prefix_hit"] and r["pool_fetch_seconds"] > 0) if any(
             r["prefix_hit"] for r in by["pool"]) else 0.0
-        alone = statistics.fmean(r["frame_bytes"] / r["pool_fetch_seconds"] for r in by["transport"])
+        alone = rate(shaped)
         ttft = {s: statistics.fmean(r["ttft_seconds"] for r in by[s]) for s in ("pool", "recompute", "kvserve")}
         faster = "pool" if ttft["pool"] < ttft["recompute"] else "recompute"
         chosen = ["pool" if r["prefix_hit"] else "recompute" for r in by["kvserve"]]
         out.append({"gbps": key[0], "tokens": key[1], "fetch_gbps": fetch * 8 / 1e9, "transport_gbps": alone * 8 / 1e9,
-                    "fetch_ratio": fetch / alone if alone else float("nan"), "ttft": ttft, "faster": faster,
-                    "chosen": chosen, "ok": fetch >= 0.9 * alone and all(c == faster for c in chosen)})
+                    "pool_client_gbps": rate(client) * 8 / 1e9,
+                    "fetch_ratio": fetch / alone if shaped and alone else float("nan"), "ttft": ttft,
+                    "faster": faster, "chosen": chosen,
+                    "ok": bool(shaped) and fetch >= 0.9 * alone and all(c == faster for c in chosen)})
     return out
 
 
@@ -685,16 +706,29 @@ def markdown(report: Dict[str, Any]) -> str:
                          f"{s['kv_seconds']:.3f} | {s['encode_seconds']:.3f} | {s['decode_kv_seconds']:.3f} | "
                          f"{s['codec_share']:.2f} |")
     if c["pool"]:
-        lines += ["", "Prefix pool (a pool server over a shaped link, 512-token chunks; the prefill worker fetches "
-                  "the chunk frames and forwards them to the decode worker, which decodes each window into its "
-                  "cache as it arrives; recompute: the prompt prefilled and sent): fetch goodput against the same "
-                  "frames fetched by the pool client alone in the same run, mean TTFT of each source, and what "
-                  "kvserve's pool path chose per request:", "",
-                  "| pool Gbps | tokens | fetch Gbps | pool link alone Gbps | ratio | TTFT pool s | TTFT recompute s | "
-                  "TTFT kvserve s | faster | kvserve chose |", "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        # Reports without the shaped-transport reference came from the code that fetched every chunk
+        # whole before forwarding any.
+        relayed = any(r.get("reference") == "transport-shaped" for r in report.get("pool_rows", []))
+        how = ("relays each chunk frame record by record from the pool to the decode worker" if relayed else
+               "fetches all the chunk frames whole, then forwards them to the decode worker")
+        lines += ["", f"Prefix pool (a pool server over a shaped link, 512-token chunks; the prefill worker {how}, "
+                  "which decodes each window into its cache as it arrives; recompute: the prompt prefilled and "
+                  f"sent): fetch goodput (frame bytes over the {'relay' if relayed else 'fetch'}'s seconds) against "
+                  "kvserve's transport alone sending the same frames over a link "
+                  "shaped to the same rate, and against the pool client fetching them alone, both in the same run; "
+                  "mean TTFT of each source, and what kvserve's pool path chose per request (— : not measured in "
+                  "that run):", "",
+                  "| pool Gbps | tokens | fetch Gbps | transport alone Gbps | ratio | pool client alone Gbps | "
+                  "TTFT pool s | TTFT recompute s | TTFT kvserve s | faster | kvserve chose |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+
+        def num(v: float) -> str:
+            return "—" if v != v else f"{v:.2f}"  # NaN: not measured
+
         for p in c["pool"]:
-            lines.append(f"| {p['gbps']:g} | {p['tokens']} | {p['fetch_gbps']:.2f} | {p['transport_gbps']:.2f} | "
-                         f"{p['fetch_ratio']:.2f} | {p['ttft']['pool']:.3f} | {p['ttft']['recompute']:.3f} | "
+            lines.append(f"| {p['gbps']:g} | {p['tokens']} | {p['fetch_gbps']:.2f} | {num(p['transport_gbps'])} | "
+                         f"{num(p['fetch_ratio'])} | {num(p.get('pool_client_gbps', float('nan')))} | "
+                         f"{p['ttft']['pool']:.3f} | {p['ttft']['recompute']:.3f} | "
                          f"{p['ttft']['kvserve']:.3f} | {p['faster']} | {', '.join(p['chosen'])} |")
     lines += ["", "Checks on these numbers: kvserve / best static mean JCT "
               + ", ".join(f"{v['ratio']:.3f} ({v['gbps']:g} Gbps, {v['tokens']})" for v in c["kvserve_vs_best_static"])

@@ -77,6 +77,22 @@ class KvPool {
   // answer in about one round trip.
   [[nodiscard]] virtual std::vector<Status> GetMany(std::span<const PoolKey> keys,
                                                     std::vector<std::vector<uint8_t>>* frames);
+  // Streams the frame stored under `key` to `handler`, record by record:
+  // on_header (transfer id 0) with the frame's header, then on_record per
+  // chunk record in frame order (through place_record when set), each as
+  // the backend delivers it, so a caller can forward or decode a record
+  // while the rest is still on the wire. NotFound when absent; Corruption,
+  // before anything is delivered, when the stored value is not a frame;
+  // the handler's first error (nothing more is delivered); Unavailable
+  // when the backend is lost mid-frame. The default splits what GetShared
+  // gives; the remote pool has its server stream the records.
+  [[nodiscard]] virtual Status GetRecords(const PoolKey& key, const FrameHandler& handler);
+  // The value of `key` as shared, immutable bytes, as Get would give them:
+  // without a copy where the backend keeps values in this process (the
+  // embedded pool, whose evicted or replaced value then lives on until the
+  // last holder lets go); the default Gets a copy.
+  [[nodiscard]] virtual Result<std::shared_ptr<const std::vector<uint8_t>>> GetShared(
+      const PoolKey& key);
   // Removes `key`. NotFound when absent.
   [[nodiscard]] virtual Status Delete(const PoolKey& key) = 0;
   // The profiles stored for (model_id, prefix_hash) with their sizes, sorted

@@ -83,7 +83,8 @@ struct RequestTimings {
   double decode_kv_seconds = 0;   // decode worker: sum of record decode times
   double generation_seconds = 0;  // decode worker: import + token generation
   double kv_seconds = 0;          // KV movement: encode start to receiver ack (bandit feedback)
-  double pool_fetch_seconds = 0;  // pool Get of the chosen encoding (prefix hit)
+  // Prefix hit: the chunks' relay, pool request to the decode worker's last ack.
+  double pool_fetch_seconds = 0;
   double ttft_seconds = 0;        // request start at the prefill worker to first token
   double jct_seconds = 0;         // client: submit to response
   uint64_t kv_bytes = 0;          // uncompressed KV bytes (the model's V)

@@ -1,7 +1,8 @@
 """bench/pd_sweep.py on the toy model (CPU): every point of the sweep is
 reported for every method, kvserve's requests stay within the quality
 floor, lossless requests give a single-process run's tokens, the pool
-phase reports fetches against the pool link alone, and a report merged
+phase reports fetches against kvserve's transport alone over a link
+shaped like the pool's and against the pool client alone, and a report merged
 from two runs keeps both runs' points."""
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ class PdSweepTest(unittest.TestCase):
             pool = report["checks"]["pool"]
             self.assertEqual(len(pool), 1)
             self.assertGreater(pool[0]["transport_gbps"], 0)
+            self.assertGreater(pool[0]["pool_client_gbps"], 0)
+            self.assertAlmostEqual(pool[0]["fetch_ratio"], pool[0]["fetch_gbps"] / pool[0]["transport_gbps"])
             with open(path + ".md") as f:
                 self.assertIn("Prefix pool", f.read())
             # A second call's points join the first's.

@@ -8,23 +8,74 @@
 #include <cstring>
 #include <list>
 #include <memory>
+#include <random>
 #include <span>
 #include <thread>
 
 #include "experiments/serving.h"
+#include "kvserve/codec.h"
+#include "kvserve/profile.h"
 
 namespace kvserve::lab {
 
+namespace {
+
+// A raw frame of about `bytes` bytes: seeded f32 KV of 512 tokens and 8
+// heads of 128 dims (2 MiB per layer and kind), as many layers as fit.
+Result<std::vector<uint8_t>> RawFrame(uint64_t bytes) {
+  constexpr int32_t kTokens = 512, kHeads = 8, kDims = 128;
+  constexpr uint64_t kPerLayer = uint64_t{2} * kTokens * kHeads * kDims * 4;
+  const auto layers = static_cast<int32_t>(std::clamp<uint64_t>(bytes / kPerLayer, 1, 4096));
+  const KvShape shape{layers, kHeads, kTokens, kDims};
+  KvCache cache(DType::kF32, shape);
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  float* p = reinterpret_cast<float*>(cache.bytes());
+  for (int64_t i = 0; i < shape.NumElements(); ++i) p[i] = normal(rng);
+  KVSERVE_ASSIGN_OR_RETURN(auto encoder, EncoderContext::Create(*Profile::Parse("none")));
+  std::vector<uint8_t> frame;
+  VectorSink sink(&frame);
+  KVSERVE_RETURN_IF_ERROR(encoder->Encode(cache.view(), sink));
+  return frame;
+}
+
+// GetRecords of `key` (whose value is `frame`): its goodput in Gbps, the
+// records checked against the frame's as they arrive.
+Result<double> RecordsRound(KvPool& pool, const PoolKey& key, std::span<const uint8_t> frame) {
+  size_t at = 0;
+  FrameHandler handler;
+  auto expect = [&](std::span<const uint8_t> unit) {
+    if (at + unit.size() > frame.size() || std::memcmp(frame.data() + at, unit.data(), unit.size()) != 0)
+      return Status::Corruption("GetRecords delivered other bytes than the stored frame's");
+    at += unit.size();
+    return Status::Ok();
+  };
+  handler.on_header = [&](uint64_t, std::span<const uint8_t> header) { return expect(header); };
+  handler.on_record = expect;
+  const double t0 = NowSeconds();
+  KVSERVE_RETURN_IF_ERROR(pool.GetRecords(key, handler));
+  const double seconds = NowSeconds() - t0;
+  if (at != frame.size()) return Status::Corruption("GetRecords delivered part of the stored frame");
+  return BytesPerSecondToGbps(static_cast<double>(frame.size()) / seconds);
+}
+
+}  // namespace
+
 Result<std::vector<PoolBenchRow>> RunPoolBench(
     KvPool& pool, const std::vector<uint64_t>& sizes, int count,
-    const std::function<void(const PoolBenchRound&)>& on_round) {
+    const std::function<void(const PoolBenchRound&)>& on_round, bool records) {
   if (sizes.empty() || count < 1)
     return Status::InvalidArgument("pool bench: needs a size and count >= 1");
-  const std::vector<uint8_t> value = RandomBytes(*std::max_element(sizes.begin(), sizes.end()), 1);
+  const std::vector<uint8_t> random = RandomBytes(*std::max_element(sizes.begin(), sizes.end()), 1);
   std::vector<PoolBenchRow> rows;
   for (uint64_t bytes : sizes) {
-    const std::span<const uint8_t> frame(value.data(), bytes);
-    std::vector<double> put_gbps, get_gbps;
+    std::vector<uint8_t> raw;
+    if (records) {
+      KVSERVE_ASSIGN_OR_RETURN(raw, RawFrame(bytes));
+    }
+    const std::span<const uint8_t> frame =
+        records ? std::span<const uint8_t>(raw) : std::span<const uint8_t>(random.data(), bytes);
+    std::vector<double> put_gbps, get_gbps, records_gbps;
     std::vector<uint8_t> got;
     for (int i = 0; i < count; ++i) {
       PoolKey key{"bench", static_cast<uint64_t>(i), "none"};
@@ -33,31 +84,45 @@ Result<std::vector<PoolBenchRow>> RunPoolBench(
       const double t1 = NowSeconds();
       if (s.ok()) s = pool.Get(key, &got);
       const double t2 = NowSeconds();
-      if (s.ok() && (got.size() != bytes || std::memcmp(got.data(), frame.data(), bytes) != 0))
+      if (s.ok() && (got.size() != frame.size() ||
+                     std::memcmp(got.data(), frame.data(), frame.size()) != 0))
         s = Status::Corruption("the pool returned other bytes than were stored");
+      if (s.ok() && records) {
+        auto gbps = RecordsRound(pool, key, frame);
+        if (gbps.ok()) records_gbps.push_back(*gbps);
+        s = gbps.status();
+      }
       if (s.ok()) s = pool.Delete(key);
       KVSERVE_RETURN_IF_ERROR(s);
-      put_gbps.push_back(BytesPerSecondToGbps(bytes / (t1 - t0)));
-      get_gbps.push_back(BytesPerSecondToGbps(bytes / (t2 - t1)));
-      if (on_round) on_round({bytes, i, put_gbps.back(), get_gbps.back()});
+      put_gbps.push_back(BytesPerSecondToGbps(frame.size() / (t1 - t0)));
+      get_gbps.push_back(BytesPerSecondToGbps(frame.size() / (t2 - t1)));
+      if (on_round)
+        on_round({frame.size(), i, put_gbps.back(), get_gbps.back(),
+                  records ? records_gbps.back() : 0.0});
     }
-    rows.push_back({bytes, Summarize(put_gbps), Summarize(get_gbps)});
+    rows.push_back({frame.size(), Summarize(put_gbps), Summarize(get_gbps),
+                    records ? Summarize(records_gbps) : SampleSummary{}});
   }
   return rows;
 }
 
 std::string PoolBenchRow::Json(const std::string& backend, int count, double shape_gbps) const {
+  const std::string by_record =
+      records_gbps.count > 0 ? fmt::format("{:.4f}", records_gbps.median) : std::string("null");
   return fmt::format(
       "{{\"backend\": \"{}\", \"bytes\": {}, \"count\": {}, \"shape_gbps\": {}, "
       "\"put_gbps\": {:.4f}, \"get_gbps\": {:.4f}, \"put_gbps_max\": {:.4f}, "
-      "\"get_gbps_max\": {:.4f}, \"put_GBps\": {:.4f}, \"get_GBps\": {:.4f}}}\n",
+      "\"get_gbps_max\": {:.4f}, \"put_GBps\": {:.4f}, \"get_GBps\": {:.4f}, "
+      "\"records_gbps\": {}}}\n",
       backend, bytes, count, shape_gbps, put_gbps.median, get_gbps.median, put_gbps.max,
-      get_gbps.max, put_gbps.median / 8, get_gbps.median / 8);
+      get_gbps.max, put_gbps.median / 8, get_gbps.median / 8, by_record);
 }
 
 std::string PoolBenchRow::Text() const {
-  return fmt::format("{} MiB: put_gbps {:.4f} get_gbps {:.4f}\n", bytes >> 20, put_gbps.median,
-                     get_gbps.median);
+  std::string text = fmt::format("{} MiB: put_gbps {:.4f} get_gbps {:.4f}", bytes >> 20,
+                                 put_gbps.median, get_gbps.median);
+  if (records_gbps.count > 0) text += fmt::format(" records_gbps {:.4f}", records_gbps.median);
+  return text + "\n";
 }
 
 std::string TransportBenchFrame::Json() const {

@@ -33,6 +33,21 @@ TEST(PoolBenchTest, EveryRoundOfEverySize) {
   EXPECT_EQ(stats->entries, 0u);  // every value was deleted again
   EXPECT_EQ(RunPoolBench(*pool, {}, 3).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(RunPoolBench(*pool, {1024}, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*rows)[0].records_gbps.count, 0u);  // records were off
+  EXPECT_NE((*rows)[0].Json("memory", 3, 0).find("\"records_gbps\": null"), std::string::npos);
+}
+
+TEST(PoolBenchTest, RecordRoundsGetTheStoredFrameRecordByRecord) {
+  auto pool = NewMemoryPool({.budget_bytes = uint64_t{64} << 20});
+  std::vector<PoolBenchRound> rounds;
+  auto rows = RunPoolBench(
+      *pool, {4 << 20}, 2, [&](const PoolBenchRound& r) { rounds.push_back(r); }, true);
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rounds.size(), 2u);
+  for (const PoolBenchRound& r : rounds) EXPECT_GT(r.records_gbps, 0);
+  EXPECT_EQ((*rows)[0].records_gbps.count, 2u);
+  EXPECT_GE((*rows)[0].bytes, uint64_t{4} << 20);  // a frame of the size, header included
+  EXPECT_EQ(pool->Stats()->entries, 0u);
 }
 
 // A pool that flips a byte of what it returns.

@@ -32,16 +32,17 @@ class MemoryPool final : public KvPool {
       return Status::ResourceExhausted("value of " + std::to_string(frame.size()) +
                                        " bytes exceeds the pool budget of " +
                                        std::to_string(options_.budget_bytes));
-    std::vector<uint8_t> value(frame.begin(), frame.end());  // copy outside the lock
+    // Copied outside the lock; shared so that GetShared hands it out as is.
+    auto value = std::make_shared<const std::vector<uint8_t>>(frame.begin(), frame.end());
     std::lock_guard<std::mutex> lock(mu_);
     EraseLocked(key);
-    while (stats_.bytes + value.size() > options_.budget_bytes && !lru_.empty()) {
+    while (stats_.bytes + value->size() > options_.budget_bytes && !lru_.empty()) {
       EraseLocked(lru_.back());
       ++stats_.evictions;
     }
     lru_.push_front(key);
-    stats_.bytes += value.size();
-    index_[{key.model_id, key.prefix_hash}][key.profile] = value.size();
+    stats_.bytes += value->size();
+    index_[{key.model_id, key.prefix_hash}][key.profile] = value->size();
     map_.emplace(key, Entry{std::move(value), lru_.begin()});
     stats_.entries = map_.size();
     return Status::Ok();
@@ -57,8 +58,21 @@ class MemoryPool final : public KvPool {
     }
     ++stats_.hits;
     lru_.splice(lru_.begin(), lru_, it->second.lru);
-    frame->assign(it->second.value.begin(), it->second.value.end());
+    frame->assign(it->second.value->begin(), it->second.value->end());
     return Status::Ok();
+  }
+
+  Result<std::shared_ptr<const std::vector<uint8_t>>> GetShared(const PoolKey& key) override {
+    KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(key);
+    if (it == map_.end()) {
+      ++stats_.misses;
+      return Status::NotFound("pool: no entry for this prefix and profile");
+    }
+    ++stats_.hits;
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    return it->second.value;
   }
 
   Status Delete(const PoolKey& key) override {
@@ -85,7 +99,7 @@ class MemoryPool final : public KvPool {
 
  private:
   struct Entry {
-    std::vector<uint8_t> value;
+    std::shared_ptr<const std::vector<uint8_t>> value;
     std::list<PoolKey>::iterator lru;
   };
 
@@ -93,7 +107,7 @@ class MemoryPool final : public KvPool {
     auto it = map_.find(key_ref);
     if (it == map_.end()) return false;
     const PoolKey key = it->first;  // key_ref may alias the LRU node erased below
-    stats_.bytes -= it->second.value.size();
+    stats_.bytes -= it->second.value->size();
     lru_.erase(it->second.lru);
     map_.erase(it);
     auto idx = index_.find({key.model_id, key.prefix_hash});

@@ -39,15 +39,6 @@ std::vector<uint64_t> PrefixChunkHashes(std::span<const int32_t> tokens, int chu
   return out;
 }
 
-std::vector<Status> KvPool::GetMany(std::span<const PoolKey> keys,
-                                    std::vector<std::vector<uint8_t>>* frames) {
-  frames->assign(keys.size(), {});
-  std::vector<Status> statuses;
-  statuses.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) statuses.push_back(Get(keys[i], &(*frames)[i]));
-  return statuses;
-}
-
 Status ValidatePoolKey(const PoolKey& key) {
   if (key.model_id.empty() || key.model_id.size() > kMaxPoolModelIdBytes)
     return Status::InvalidArgument("pool key: model id must be 1.." +

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kvserve/pool.h"
+#include "pool/frame_units.h"
 #include "pool/pool_wire.h"
 #include "transport/connection_server.h"
 
@@ -35,20 +36,43 @@ class PoolServer::Impl {
 
   void Serve(Connection& c) {
     Message request;
-    std::vector<uint8_t> reply, body, value;
+    std::vector<uint8_t> reply, body;
+    std::shared_ptr<const std::vector<uint8_t>> value;  // a Get's: the pool's own bytes, no copy
     while (!stopping_.load()) {
       Status s = c.Receive(&request, options_.idle_timeout_seconds);
       if (!s.ok()) return;  // idle, closed or broken: drop the client
       body.clear();
+      value.reset();
       Status result = Handle(request, &body, &value);
+      pool::FrameUnits units;
+      if (result.ok() && request.type == pool::kMsgGetFrame) {
+        auto split = pool::SplitFrame(*value, c.options().max_message_bytes);
+        if (split.ok()) units = std::move(*split);
+        result = split.status();  // not a frame: refused before anything is streamed
+      }
       pool::EncodeReplyHeader(result, &reply);
       std::span<const uint8_t> parts[3] = {reply, body, {}};
-      if (result.ok() && request.type == pool::kMsgGet) parts[2] = value;
+      if (result.ok() && value && request.type == pool::kMsgGet) parts[2] = *value;
       if (!c.SendParts(pool::kMsgReply, 0, parts).ok()) return;
+      if (result.ok() && request.type == pool::kMsgGetFrame && !StreamUnits(c, units).ok()) return;
     }
   }
 
-  Status Handle(const Message& m, std::vector<uint8_t>* body, std::vector<uint8_t>* value) {
+  // Streams a frame's units as transfer 0 and waits for the client's ack.
+  // The ack's verdict is the client's business (its handler refused a
+  // record: the connection stays usable); a broken connection fails the
+  // next Receive.
+  static Status StreamUnits(Connection& c, const pool::FrameUnits& units) {
+    FrameSender sender(&c);
+    Status s = sender.Begin(0, units.header);
+    if (s.ok() && !units.records.empty()) s = sender.SendRecords(units.records);
+    if (!s.ok()) return s;
+    (void)sender.Finish();
+    return Status::Ok();
+  }
+
+  Status Handle(const Message& m, std::vector<uint8_t>* body,
+                std::shared_ptr<const std::vector<uint8_t>>* value) {
     std::span<const uint8_t> p(m.payload);
     PoolKey key;
     switch (m.type) {
@@ -56,10 +80,12 @@ class PoolServer::Impl {
         KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(p, &key));
         return pool_->Put(key, p.subspan(used));
       }
-      case pool::kMsgGet: {
+      case pool::kMsgGet:
+      case pool::kMsgGetFrame: {
         KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(p, &key));
         if (used != p.size()) return Status::Corruption("trailing bytes in get");
-        return pool_->Get(key, value);
+        KVSERVE_ASSIGN_OR_RETURN(*value, pool_->GetShared(key));
+        return Status::Ok();
       }
       case pool::kMsgDelete: {
         KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(p, &key));

@@ -4,9 +4,12 @@
 // restarted server is redialled; large Gets report goodput.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
+#include "kvserve/codec.h"
 #include "kvserve/pool.h"
+#include "kvserve/profile.h"
 #include "kvserve/transport.h"
 #include "silent_flood.h"
 #include "transport/transport_test_util.h"
@@ -128,6 +131,141 @@ TEST_P(PoolServerTest, DroppedConnectionsFailClearlyAndRecover) {
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   ASSERT_TRUE(remote->Get({"m", 2, "none"}, &got).ok());
   EXPECT_EQ(got, value);
+}
+
+// A "none" frame of a seeded random cache: 2 layers, 2 heads of 64 dims,
+// 256 tokens, f32 (records of tens of KiB).
+std::vector<uint8_t> RandomFrame(std::mt19937& rng) {
+  const KvShape shape{2, 2, 256, 64};
+  KvCache cache(DType::kF32, shape);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  float* p = reinterpret_cast<float*>(cache.bytes());
+  for (int64_t i = 0; i < shape.NumElements(); ++i) p[i] = normal(rng);
+  auto enc = EncoderContext::Create(*Profile::Parse("none"), {.threads = 1});
+  EXPECT_TRUE(enc.ok());
+  std::vector<uint8_t> frame;
+  VectorSink sink(&frame);
+  EXPECT_TRUE(enc.ok() && (*enc)->Encode(cache.view(), sink).ok());
+  return frame;
+}
+
+// What GetRecords delivered.
+struct Delivered {
+  int headers = 0;
+  std::vector<uint8_t> header;
+  std::vector<std::vector<uint8_t>> records;
+  FrameHandler Handler(int fail_at_record = -1) {
+    FrameHandler h;
+    h.on_header = [this](uint64_t, std::span<const uint8_t> bytes) {
+      ++headers;
+      header.assign(bytes.begin(), bytes.end());
+      return Status::Ok();
+    };
+    h.on_record = [this, fail_at_record](std::span<const uint8_t> record) {
+      if (static_cast<int>(records.size()) == fail_at_record) return Status::OutOfRange("enough");
+      records.emplace_back(record.begin(), record.end());
+      return Status::Ok();
+    };
+    return h;
+  }
+};
+
+// GetRecords gives the stored frame as its header and records, in frame
+// order, whether the pool is embedded or served; a missing key, a value
+// that is not a frame and a handler that stops each end it with their
+// status, and the client stays usable.
+TEST_P(PoolServerTest, GetRecordsDeliversTheStoredFrameRecordByRecord) {
+  auto tcp = transporttest::MakeTransport(GetParam());
+  auto backing = NewMemoryPool({.budget_bytes = 64 << 20});
+  auto server = PoolServer::Start(tcp.get(), backing.get(),
+                                  {.listen_address = "127.0.0.1:0", .connection = Conn("k")});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto remote =
+      NewRemotePool(tcp.get(), {.address = (*server)->address(), .connection = Conn("k")});
+  std::mt19937 rng(12);
+  for (KvPool* pool : {remote.get(), backing.get()}) {
+    SCOPED_TRACE(pool == remote.get() ? "remote" : "embedded");
+    for (int round = 0; round < 2; ++round) {
+      const std::vector<uint8_t> frame = RandomFrame(rng);
+      auto info = InspectFrame(frame);
+      ASSERT_TRUE(info.ok()) << info.status().ToString();
+      const PoolKey key{"m", rng(), "none"};
+      ASSERT_TRUE(pool->Put(key, frame).ok());
+      Delivered got;
+      ASSERT_TRUE(pool->GetRecords(key, got.Handler()).ok());
+      EXPECT_EQ(got.headers, 1);
+      ASSERT_EQ(got.records.size(), info->chunks.size());
+      EXPECT_TRUE(std::ranges::equal(got.header, std::span(frame).first(info->chunks[0].offset)));
+      for (size_t i = 0; i < got.records.size(); ++i)
+        EXPECT_TRUE(std::ranges::equal(
+            got.records[i], std::span(frame).subspan(info->chunks[i].offset, info->chunks[i].size)))
+            << "record " << i;
+
+      Delivered stopped;
+      const Status s = pool->GetRecords(key, stopped.Handler(/*fail_at_record=*/1));
+      EXPECT_EQ(s.code(), StatusCode::kOutOfRange) << s.ToString();
+      EXPECT_EQ(stopped.records.size(), 1u);
+
+      Delivered none;
+      EXPECT_EQ(pool->GetRecords({"m", rng(), "none"}, none.Handler()).code(), StatusCode::kNotFound);
+      const PoolKey junk{"m", rng(), "none"};
+      ASSERT_TRUE(pool->Put(junk, RandomBytes(rng, 5000)).ok());
+      EXPECT_EQ(pool->GetRecords(junk, none.Handler()).code(), StatusCode::kCorruption);
+      EXPECT_EQ(none.headers, 0);
+      std::vector<uint8_t> again;
+      ASSERT_TRUE(pool->Get(key, &again).ok());
+      EXPECT_EQ(again, frame);
+    }
+  }
+}
+
+// A connection found broken before anything was delivered is redialled
+// and the frame delivered whole; one lost mid-frame is Unavailable, the
+// frame's records cut short (what was delivered cannot be taken back).
+TEST_P(PoolServerTest, GetRecordsRetriesBeforeDeliveryAndFailsClearlyAfter) {
+  auto tcp = transporttest::MakeTransport(GetParam());
+  FaultInjectingTransport faulty(tcp.get());
+  auto backing = NewMemoryPool({.budget_bytes = 64 << 20});
+  auto server = PoolServer::Start(&faulty, backing.get(),
+                                  {.listen_address = "127.0.0.1:0", .connection = Conn("k")});
+  ASSERT_TRUE(server.ok());
+  RemotePoolOptions ro;
+  ro.address = (*server)->address();
+  ro.connection = Conn("k");
+  ro.reconnect_attempts = 1;
+  auto remote = NewRemotePool(tcp.get(), ro);
+  std::mt19937 rng(13);
+  const std::vector<uint8_t> frame = RandomFrame(rng);
+  auto info = InspectFrame(frame);
+  ASSERT_TRUE(info.ok());
+  const PoolKey key{"m", 1, "none"};
+  ASSERT_TRUE(remote->Put(key, frame).ok());
+
+  // The server restarts on the same address: the client's connection is
+  // dead before the request; it redials.
+  const std::string address = (*server)->address();
+  (*server)->Stop();
+  server->reset();
+  auto again = PoolServer::Start(&faulty, backing.get(),
+                                 {.listen_address = address, .connection = Conn("k")});
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  Delivered whole;
+  ASSERT_TRUE(remote->GetRecords(key, whole.Handler()).ok());
+  EXPECT_EQ(whole.records.size(), info->chunks.size());
+
+  // The server's streams accepted from now on die inside the first record;
+  // a new client dials one.
+  FaultPlan drop;
+  drop.drop_after_bytes = static_cast<int64_t>(info->chunks[0].offset) + 4096;
+  faulty.SetAcceptPlan(drop);
+  auto fresh = NewRemotePool(tcp.get(), ro);
+  Delivered cut;
+  const Status s = fresh->GetRecords(key, cut.Handler());
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_EQ(cut.headers, 1);
+  EXPECT_LT(cut.records.size(), info->chunks.size());
+  (*again)->Stop();  // joins the server's threads: the drop is counted
+  EXPECT_EQ(faulty.counters().drops, 1) << s.ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PoolServerTest,

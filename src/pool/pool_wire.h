@@ -17,6 +17,9 @@ inline constexpr uint8_t kMsgGet = 0x21;
 inline constexpr uint8_t kMsgDelete = 0x22;
 inline constexpr uint8_t kMsgLookup = 0x23;
 inline constexpr uint8_t kMsgStats = 0x24;
+// Get whose value, a frame, follows the (ok) reply as a streamed transfer
+// (FRAME_BEGIN, records, FRAME_END; the client acknowledges).
+inline constexpr uint8_t kMsgGetFrame = 0x25;
 inline constexpr uint8_t kMsgReply = 0x2F;
 
 // key := u8 model_len, model, u64 prefix_hash, u16 profile_len, profile.

@@ -41,6 +41,68 @@ class RemotePool final : public KvPool {
     return Status::Ok();
   }
 
+  // The server streams the frame after its reply; a connection lost before
+  // the first byte reached `handler` is redialled and the request retried,
+  // one lost later is Unavailable (what was delivered cannot be taken back).
+  Status GetRecords(const PoolKey& key, const FrameHandler& handler) override {
+    KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
+    std::vector<uint8_t> k;
+    pool::EncodeKey(key, &k);
+    std::span<const uint8_t> parts[1] = {k};
+    bool delivered = false;
+    Status handler_error;
+    FrameHandler wrapped;
+    wrapped.on_header = [&](uint64_t id, std::span<const uint8_t> header) {
+      delivered = true;
+      handler_error = handler.on_header(id, header);
+      return handler_error;
+    };
+    wrapped.on_record = [&](std::span<const uint8_t> record) {
+      handler_error = handler.on_record(record);
+      return handler_error;
+    };
+    wrapped.place_record = handler.place_record;
+    std::lock_guard<std::mutex> lock(mu_);
+    Status last;
+    for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
+      if (!conn_) {
+        last = Dial();
+        if (!last.ok()) {
+          if (last.code() == StatusCode::kPermissionDenied ||
+              last.code() == StatusCode::kInvalidArgument)
+            break;
+          continue;
+        }
+      }
+      const double start = MonotonicSeconds();
+      Status s = conn_->SendParts(pool::kMsgGetFrame, 0, parts);
+      if (s.ok()) s = conn_->Receive(&reply_);
+      if (s.ok() && reply_.type != pool::kMsgReply)
+        s = Status::Corruption("unexpected pool reply type " + std::to_string(reply_.type));
+      if (s.ok()) {
+        std::span<const uint8_t> body;
+        KVSERVE_RETURN_IF_ERROR(pool::DecodeReply(reply_.payload, &body));  // e.g. NotFound
+        auto stats = ReceiveFrame(*conn_, wrapped);
+        if (stats.ok()) {
+          const double seconds = MonotonicSeconds() - start;
+          if (stats->frame_bytes >= options_.goodput_min_bytes && seconds > 0)
+            conn_->ReportGoodput(static_cast<double>(stats->frame_bytes), seconds);
+          return Status::Ok();
+        }
+        // The handler's error: the transfer was drained and acknowledged,
+        // the connection stays.
+        if (!handler_error.ok()) return handler_error;
+        s = stats.status();
+      }
+      conn_.reset();
+      last = s;
+      if (delivered || s.code() == StatusCode::kResourceExhausted) break;
+    }
+    return Status(
+        last.code() == StatusCode::kPermissionDenied ? last.code() : StatusCode::kUnavailable,
+        "pool at " + options_.address + ": " + last.ToString());
+  }
+
   Status Delete(const PoolKey& key) override {
     KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
     std::vector<uint8_t> k;
@@ -72,6 +134,14 @@ class RemotePool final : public KvPool {
   }
 
  private:
+  // Dials the server into conn_. Caller holds mu_.
+  Status Dial() {
+    auto c = Connection::Dial(*transport_, options_.address, options_.connection);
+    if (!c.ok()) return c.status();
+    conn_ = std::move(*c);
+    return Status::Ok();
+  }
+
   // Sends a request and waits for its reply, redialling and retrying after a
   // connection failure. *body points into reply_. Caller holds mu_.
   Status Request(uint8_t type, std::span<const std::span<const uint8_t>> parts,
@@ -79,15 +149,13 @@ class RemotePool final : public KvPool {
     Status last;
     for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
       if (!conn_) {
-        auto c = Connection::Dial(*transport_, options_.address, options_.connection);
-        if (!c.ok()) {
-          last = c.status();
+        last = Dial();
+        if (!last.ok()) {
           if (last.code() == StatusCode::kPermissionDenied ||
               last.code() == StatusCode::kInvalidArgument)
             break;
           continue;
         }
-        conn_ = std::move(*c);
       }
       Status s = conn_->SendParts(type, 0, parts);
       if (s.ok()) s = conn_->Receive(&reply_);

@@ -10,9 +10,13 @@
 // the time to fetch and decode the frames at the measured bandwidth plus the
 // time the decode worker takes to run the rest of the prompt, compares that
 // with recomputing, and takes the fastest that meets the quality floor (a
-// pool behind a link of its own adds the fetch, at the goodput its earlier
-// fetches measured). The chosen frames are streamed to the decode worker as k transfers, which it
-// concatenates along tokens before running the rest of the prompt. A pool
+// pool behind a link of its own: per chunk the slower of that link, at the
+// goodput earlier relays measured, and the decode link). Each chosen chunk
+// is relayed record by record (KvPool::GetRecords): every record the pool
+// delivers is forwarded to the decode worker at once, as one transfer per
+// chunk, so the two links work together and no chunk is held whole here;
+// the decode worker decodes each record as it arrives and concatenates the
+// chunks along tokens before running the rest of the prompt. A pool
 // that fails (e.g. Redis restarting) makes the request a miss, never a
 // failure.
 #include <algorithm>
@@ -128,8 +132,10 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   for (const auto& [spec, candidate] : candidates) {
     double seconds = 0;
     for (size_t k = 1; k <= candidate.chunk_bytes.size(); ++k) {
+      // Each chunk is relayed record by record from the pool to the
+      // decode worker: it moves at the slower of the two links.
       const double bytes = static_cast<double>(candidate.chunk_bytes[k - 1]);
-      seconds += bytes / bandwidth + (pool_bandwidth > 0 ? bytes / pool_bandwidth : 0.0);
+      seconds += std::max(bytes / bandwidth, pool_bandwidth > 0 ? bytes / pool_bandwidth : 0.0);
       if (candidate.row != nullptr)
         seconds += candidate.row->overhead_seconds +
                    chunk_kv_bytes / candidate.row->decode_bytes_per_second;
@@ -149,35 +155,74 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     t->recomputed = true;
     return false;
   }
-  const double fetch_start = MonotonicSeconds();
-  ctx.pool_frames.clear();
-  // One batch (pipelined where the backend can): a request's chunk gets cost
-  // about one round trip, not one per chunk.
-  std::vector<PoolKey> keys;
-  for (size_t i = 0; i < best_chunks; ++i) keys.push_back({options_.model_id, hashes[i], best_spec});
-  std::vector<std::vector<uint8_t>> frames;
-  const std::vector<Status> fetched = options_.pool->GetMany(keys, &frames);
-  for (size_t i = 0; i < best_chunks; ++i) {
-    // Evicted meanwhile, lost, or pool down: use the chunks fetched so far.
-    if (!fetched[i].ok()) break;
-    ctx.pool_frames.push_back(std::move(frames[i]));
-  }
-  t->pool_fetch_seconds = MonotonicSeconds() - fetch_start;
-  uint64_t fetched_bytes = 0;
-  for (const auto& f : ctx.pool_frames) fetched_bytes += f.size();
-  if (fetched_bytes > 0 && t->pool_fetch_seconds > 0)
-    (void)pool_goodput_.Observe("pool", static_cast<double>(fetched_bytes), t->pool_fetch_seconds,
-                                MonotonicSeconds());
-  if (ctx.pool_frames.empty()) return false;  // recompute
-  const size_t covered = ctx.pool_frames.size() * static_cast<size_t>(chunk_tokens);
-  ctx.kv_tokens.assign(r.prompt.begin(), r.prompt.begin() + covered);
-  ctx.suffix.assign(r.prompt.begin() + covered, r.prompt.end());
+  // SendAndGenerate relays the chunks from the pool to the decode worker.
+  ctx.pool_keys.clear();
+  for (size_t i = 0; i < best_chunks; ++i) ctx.pool_keys.push_back({options_.model_id, hashes[i], best_spec});
+  ctx.pool_chunk_tokens = chunk_tokens;
   t->profile = best_spec;
   t->prefix_hit = true;
-  t->prefix_chunks = static_cast<int>(ctx.pool_frames.size());
   t->bandwidth_estimate = bandwidth;
   t->predicted_kv_seconds = best_seconds;
   return true;
+}
+
+Result<StreamResult> PrefillWorker::Impl::RelayPoolChunks(serve::PrefillContext& ctx,
+                                                          Connection& connection, uint64_t first_id,
+                                                          std::vector<uint64_t>* transfer_ids) {
+  StreamResult total;
+  const double start = MonotonicSeconds();
+  for (size_t i = 0; i < ctx.pool_keys.size(); ++i) {
+    const uint64_t id = first_id + i;
+    FrameSender sender(&connection);
+    bool begun = false;
+    Status forward;  // the decode link's first error
+    FrameHandler relay;
+    relay.on_header = [&](uint64_t, std::span<const uint8_t> header) {
+      begun = true;
+      forward = sender.Begin(id, header);
+      return forward;
+    };
+    relay.on_record = [&](std::span<const uint8_t> record) {
+      forward = sender.SendRecord(record);
+      return forward;
+    };
+    const Status fetched = options_.pool->GetRecords(ctx.pool_keys[i], relay);
+    if (!forward.ok()) return forward.WithContext("forwarding pool chunk " + std::to_string(i));
+    if (!fetched.ok()) {
+      // Gone before its first byte (evicted since the lookup, pool down):
+      // the hit ends with the chunks before it.
+      if (!begun) break;
+      (void)sender.Abort(fetched);
+      return Status::Unavailable("pool chunk " + std::to_string(i) +
+                                 " lost mid-transfer: " + fetched.ToString());
+    }
+    transfer_ids->push_back(id);
+    KVSERVE_ASSIGN_OR_RETURN(TransferStats stats, sender.Finish());  // the decode worker's verdict
+    total.transfer.busy_seconds += stats.busy_seconds;
+    total.transfer.frame_bytes += stats.frame_bytes;
+  }
+  total.ack_time = MonotonicSeconds();
+  total.kv_seconds = total.ack_time - start;
+  ctx.pool_relay_seconds = total.kv_seconds;
+  ctx.pool_relay_bytes = total.transfer.frame_bytes;
+  return total;
+}
+
+void PrefillWorker::Impl::CoverPoolChunks(serve::PrefillContext& ctx, size_t chunks) {
+  const ServeRequest& r = *ctx.request;
+  const size_t covered =
+      std::min(r.prompt.size() - 1, chunks * static_cast<size_t>(ctx.pool_chunk_tokens));
+  ctx.kv_tokens.assign(r.prompt.begin(), r.prompt.begin() + covered);
+  ctx.suffix.assign(r.prompt.begin() + covered, r.prompt.end());
+}
+
+void PrefillWorker::Impl::RecordPoolHit(const serve::PrefillContext& ctx, RequestTimings* t) {
+  t->pool_fetch_seconds = ctx.pool_relay_seconds;
+  t->prefix_chunks =
+      static_cast<int>(ctx.kv_tokens.size() / static_cast<size_t>(ctx.pool_chunk_tokens));
+  if (ctx.pool_relay_bytes > 0 && ctx.pool_relay_seconds > 0)
+    (void)pool_goodput_.Observe("pool", static_cast<double>(ctx.pool_relay_bytes),
+                                ctx.pool_relay_seconds, MonotonicSeconds());
 }
 
 void PrefillWorker::Impl::QueuePoolStores(const ServeRequest& r, std::shared_ptr<const EngineKv> kv,

@@ -30,8 +30,12 @@ struct PrefillContext {
   std::vector<int32_t> kv_tokens;   // ids of the KV sent
   std::vector<int32_t> suffix;      // prompt tokens the decode worker runs first
   std::vector<float> last_logits;   // when suffix is empty
-  // A prefix hit's stored frames, one per pool chunk, in token order.
-  std::vector<std::vector<uint8_t>> pool_frames;
+  // A prefix hit: the pool keys of its chunks (pool_chunk_tokens tokens
+  // each) in token order, and what the last relay of them moved.
+  std::vector<PoolKey> pool_keys;
+  int pool_chunk_tokens = 0;
+  double pool_relay_seconds = 0;
+  uint64_t pool_relay_bytes = 0;
 };
 
 // A prompt chunk's KV waiting to be stored in the pool after its response
@@ -71,8 +75,10 @@ class PrefillWorker::Impl {
   Result<Connection*> DecodeConnection();
   void DropDecodeConnection();
   Result<Chosen> Choose(const ServeRequest& request, double kv_bytes);
-  // Sends `kv` (null with `frames`) encoded with `spec` as one transfer (or, when `frames` is
-  // non-null, each stored frame as its own transfer, back to back) and the
+  // Sends `kv` (null on a prefix hit) encoded with `spec` as one transfer
+  // (or, on a prefix hit, ctx's pool chunks relayed as one transfer each,
+  // then ctx's kv_tokens and suffix cover the chunks sent; NotFound without
+  // a GENERATE when not even the first chunk could be had) and the
   // generate message naming them, retrying per the failure rules; fills the
   // stage timings in `t` (summed over the frames). When `streamed` is
   // non-null, the first attempt's transfer of `kv` already ran (overlapped
@@ -80,7 +86,7 @@ class PrefillWorker::Impl {
   // transfer FirstTransferId(1)) and this is its result.
   Result<serve::ResultMessage> SendAndGenerate(serve::PrefillContext& ctx, const EngineKv* kv,
                                                const std::string& spec,
-                                               const std::vector<std::vector<uint8_t>>* frames,
+                                               bool pool_hit,
                                                RequestTimings* t,
                                                const Result<StreamResult>* streamed = nullptr);
   // The first transfer id of `attempt` of `request_id`: distinct per
@@ -105,7 +111,21 @@ class PrefillWorker::Impl {
                                    uint64_t transfer_id);
   // pool_path.cc: true (and ctx/t filled) when stored encodings of the
   // prompt's first chunks are fetched; false to recompute.
+  // ctx.pool_keys then names the chunks to relay.
   Result<bool> TryPoolHit(serve::PrefillContext& ctx, RequestTimings* t);
+  // pool_path.cc: relays ctx.pool_keys from the pool to `connection` record
+  // by record, chunk i as transfer first_id + i, appending the id of each
+  // chunk forwarded whole to `transfer_ids`; stops at the first chunk the
+  // pool cannot give. The decode link's errors, the decode worker's
+  // verdicts, and Unavailable for a chunk lost mid-transfer (aborted).
+  Result<StreamResult> RelayPoolChunks(serve::PrefillContext& ctx, Connection& connection,
+                                       uint64_t first_id, std::vector<uint64_t>* transfer_ids);
+  // pool_path.cc: ctx's kv_tokens and suffix for the first `chunks` pool
+  // chunks (at least the prompt's last token stays in the suffix).
+  void CoverPoolChunks(serve::PrefillContext& ctx, size_t chunks);
+  // pool_path.cc: a hit's timings (relay seconds, chunks used) and the
+  // pool's goodput sample.
+  void RecordPoolHit(const serve::PrefillContext& ctx, RequestTimings* t);
   // pool_path.cc: queues the full chunks of the prompt's prefix (all tokens
   // but the last) in `kv` for storing under the pool profiles (or
   // `sent_spec`); FlushPoolStores encodes and stores those not yet in the
@@ -130,7 +150,7 @@ class PrefillWorker::Impl {
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   PrefillTimePredictor prefill_time_;
-  BandwidthEstimator pool_goodput_;  // the pool's fetches ("pool"): bytes over GetMany seconds
+  BandwidthEstimator pool_goodput_;  // prefix hits' relays ("pool"): bytes over relay seconds
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;
 };

@@ -206,7 +206,7 @@ Result<StreamResult> PrefillWorker::Impl::StreamWhole(Connection& connection, co
 
 Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     PrefillContext& ctx, const EngineKv* kv, const std::string& spec,
-    const std::vector<std::vector<uint8_t>>* frames, RequestTimings* t,
+    bool pool_hit, RequestTimings* t,
     const Result<StreamResult>* streamed) {
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
@@ -230,13 +230,13 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       transfer_ids.push_back(first_id);
       if (streamed->ok()) add(**streamed);
       sent = streamed->status();
-    } else if (frames != nullptr) {
-      for (size_t i = 0; i < frames->size(); ++i) transfer_ids.push_back(first_id + i);
-      for (size_t i = 0; i < frames->size() && sent.ok(); ++i) {
-        auto one = StreamFrame(**connection, (*frames)[i], transfer_ids[i]);
-        if (one.ok()) add(*one);
-        sent = one.status();
-      }
+    } else if (pool_hit) {
+      auto relayed = RelayPoolChunks(ctx, **connection, first_id, &transfer_ids);
+      if (relayed.ok()) add(*relayed);
+      sent = relayed.status();
+      if (sent.ok() && transfer_ids.empty())
+        return Status::NotFound("prefix hit: the pool no longer has its first chunk");
+      CoverPoolChunks(ctx, transfer_ids.size());
     } else {
       transfer_ids.push_back(first_id);
       auto one = StreamWhole(**connection, *kv, spec, first_id);
@@ -370,7 +370,8 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
       return response;
     }
     if (*hit) {
-      auto result = SendAndGenerate(ctx, nullptr, t.profile, &ctx.pool_frames, &t);
+      auto result = SendAndGenerate(ctx, nullptr, t.profile, /*pool_hit=*/true, &t);
+      RecordPoolHit(ctx, &t);
       if (result.ok()) {
         t.decode_kv_seconds = result->decode_kv_seconds;
         t.generation_seconds = result->generation_seconds;
@@ -408,10 +409,12 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   t.prefill_seconds = prefill_end - prefill_start;
   prefill_time_.Observe(static_cast<int>(request.prompt.size()), t.prefill_seconds);
   ctx.kv_tokens = request.prompt;
+  ctx.suffix.clear();  // a failed prefix hit may have split the prompt
   ctx.last_logits = std::move(prefill->last_logits);
   std::shared_ptr<const EngineKv> kv = std::move(prefill->kv);
 
-  auto result = SendAndGenerate(ctx, kv.get(), chosen->spec, nullptr, &t, streamed ? &*streamed : nullptr);
+  auto result = SendAndGenerate(ctx, kv.get(), chosen->spec, /*pool_hit=*/false, &t,
+                                streamed ? &*streamed : nullptr);
   if (!result.ok()) {
     response.status = result.status();
     return response;

@@ -44,7 +44,8 @@ struct PoolArgs {
   std::string sizes_mb;
   uint64_t bench_mb = 64;
   int count = 3;
-  double shape_gbps = 0;
+  double shape_gbps = 0;  // serve: what the server sends; bench: what the client sends
+  bool records = false;
   bool json = false;
 };
 
@@ -117,11 +118,18 @@ int RunBench(const PoolArgs& a) {
   if (!pool.ok()) return ReportError(kCommand, pool.status());
   std::vector<uint64_t> sizes;
   for (double mb : *sizes_mb) sizes.push_back(static_cast<uint64_t>(mb * (1 << 20)));
-  auto rows = lab::RunPoolBench(**pool, sizes, a.count, [&](const lab::PoolBenchRound& r) {
-    if (!a.json)
-      Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps", r.bytes >> 20,
-               r.round, r.put_gbps, r.get_gbps);
-  });
+  auto rows = lab::RunPoolBench(
+      **pool, sizes, a.count,
+      [&](const lab::PoolBenchRound& r) {
+        if (a.json) return;
+        if (a.records)
+          Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps, by record {:.3f} Gbps",
+                   r.bytes >> 20, r.round, r.put_gbps, r.get_gbps, r.records_gbps);
+        else
+          Progress(kCommand, "{} MiB round {}: put {:.3f} Gbps, get {:.3f} Gbps", r.bytes >> 20,
+                   r.round, r.put_gbps, r.get_gbps);
+      },
+      a.records);
   if (!rows.ok()) return ReportError(kCommand, rows.status());
   for (const lab::PoolBenchRow& r : *rows)
     fmt::print("{}", a.json ? r.Json(a.bench_backend, a.count, a.shape_gbps) : r.Text());
@@ -152,6 +160,9 @@ RunFn SetupPool(CLI::App& sub) {
       ->capture_default_str();
   AddRedisFlags(serve, &a->store);
   serve->add_option("--duration", a->duration_seconds, "Stop after this many seconds (0: never)");
+  serve->add_option("--shape-gbps", a->shape_gbps,
+                    "Token-bucket shaping of what the server sends (its replies), Gbps (0: off)")
+      ->check(CLI::NonNegativeNumber);
   std::vector<std::pair<std::string, CLI::App*>> ops;
   for (const char* op : {"put", "get", "delete", "lookup", "stats"}) {
     auto c = sub.add_subcommand(op, std::string(op) + " on a pool server");
@@ -182,6 +193,9 @@ RunFn SetupPool(CLI::App& sub) {
   bench->add_option("--count", a->count, "Rounds (the median is printed)")->capture_default_str();
   bench->add_option("--shape-gbps", a->shape_gbps,
                     "Token-bucket shaping of what this client sends, Gbps (0: off)");
+  bench->add_flag("--records", a->records,
+                  "Store raw frames of about each size and also get each record by record, as a "
+                  "prefix hit does (records_gbps)");
   bench->add_flag("--json", a->json, "One JSON line per size");
   return [a, serve, bench, ops]() -> int {
     if (serve->parsed()) return RunServe(*a);

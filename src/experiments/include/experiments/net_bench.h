@@ -18,17 +18,21 @@
 namespace kvserve::lab {
 
 // One put + get of a value of `bytes` bytes: goodput of each direction in
-// Gbps (bytes over request-to-reply seconds).
+// Gbps (bytes over request-to-reply seconds); with records on, also of a
+// record-by-record get (GetRecords) of it, else 0.
 struct PoolBenchRound {
   uint64_t bytes = 0;
   int round = 0;
   double put_gbps = 0, get_gbps = 0;
+  double records_gbps = 0;
 };
 struct PoolBenchRow {
   uint64_t bytes = 0;
   SampleSummary put_gbps, get_gbps;  // over the rounds of this size
+  SampleSummary records_gbps;        // count 0 when records were off
   // One JSON line: medians and maxima in Gbps, medians in GB/s, with the
-  // backend, round count and shaping rate the run used.
+  // backend, round count and shaping rate the run used (records_gbps is
+  // null when records were off).
   std::string Json(const std::string& backend, int count, double shape_gbps) const;
   // "64 MiB: put_gbps 1.2345 get_gbps 2.3456\n" (medians).
   std::string Text() const;
@@ -37,12 +41,16 @@ struct PoolBenchRow {
 // For each size in `sizes` (bytes; the order is kept), `count` (>= 1)
 // rounds of Put, Get and Delete of a seeded random value under the key
 // ("bench", round, "none") on `pool`, with `on_round` (may be empty) told
-// of each round as it ends. A Get that returns other bytes than were put is
-// Corruption; the pool's first error is returned (InvalidArgument for no
-// sizes or count < 1).
+// of each round as it ends. With `records` the value is a raw frame of
+// about that size (f32 KV of 512 tokens, 8 heads of 128 dims, 2 MiB
+// records: a prefix chunk's shape) and each round also gets it record by
+// record (KvPool::GetRecords, as a prefix hit does). A Get that returns
+// other bytes than were put, or GetRecords other records than the frame's,
+// is Corruption; the pool's first error is returned (InvalidArgument for
+// no sizes or count < 1).
 Result<std::vector<PoolBenchRow>> RunPoolBench(
     KvPool& pool, const std::vector<uint64_t>& sizes, int count,
-    const std::function<void(const PoolBenchRound&)>& on_round = {});
+    const std::function<void(const PoolBenchRound&)>& on_round = {}, bool records = false);
 
 // "1,2.5,64" -> MiB sizes, each in (0, 1024]; InvalidArgument naming the
 // bad item, or for an empty list.

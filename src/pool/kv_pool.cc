@@ -1,0 +1,50 @@
+// Copyright kvserve authors. KvPool's default implementations: GetMany,
+// GetShared and GetRecords in terms of Get.
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvserve/pool.h"
+#include "pool/frame_units.h"
+
+namespace kvserve {
+
+std::vector<Status> KvPool::GetMany(std::span<const PoolKey> keys,
+                                    std::vector<std::vector<uint8_t>>* frames) {
+  frames->assign(keys.size(), {});
+  std::vector<Status> statuses;
+  statuses.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) statuses.push_back(Get(keys[i], &(*frames)[i]));
+  return statuses;
+}
+
+Result<std::shared_ptr<const std::vector<uint8_t>>> KvPool::GetShared(const PoolKey& key) {
+  auto value = std::make_shared<std::vector<uint8_t>>();
+  KVSERVE_RETURN_IF_ERROR(Get(key, value.get()));
+  return std::shared_ptr<const std::vector<uint8_t>>(std::move(value));
+}
+
+Status KvPool::GetRecords(const PoolKey& key, const FrameHandler& handler) {
+  KVSERVE_ASSIGN_OR_RETURN(auto value, GetShared(key));
+  KVSERVE_ASSIGN_OR_RETURN(pool::FrameUnits units,
+                           pool::SplitFrame(*value, std::numeric_limits<uint64_t>::max()));
+  KVSERVE_RETURN_IF_ERROR(handler.on_header(0, units.header));
+  for (std::span<const uint8_t> record : units.records) {
+    std::span<uint8_t> placed = handler.place_record ? handler.place_record(record.size())
+                                                     : std::span<uint8_t>();
+    if (!placed.empty()) {
+      if (placed.size() != record.size())
+        return Status::InvalidArgument("GetRecords: place_record gave " +
+                                       std::to_string(placed.size()) + " bytes for a " +
+                                       std::to_string(record.size()) + "-byte record");
+      std::memcpy(placed.data(), record.data(), record.size());
+      record = placed;
+    }
+    KVSERVE_RETURN_IF_ERROR(handler.on_record(record));
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvserve

@@ -1,0 +1,124 @@
+// A prefix hit's chunks are relayed from the pool record by record: a
+// chunk the pool no longer has ends the hit with the chunks before it (or,
+// the first one, makes the request recompute); a stored chunk the decode
+// worker refuses makes the request recompute, with the whole prompt; every
+// answer is what a single process generates.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+
+#include "kvserve/pool.h"
+#include "serve/serve_test_util.h"
+
+namespace kvserve {
+namespace {
+
+using servetest::Reference;
+using servetest::SmallModel;
+
+// The memory pool, except that Get of the listed prefix hashes finds
+// nothing (evicted since the worker's lookup) or gives the stored frame
+// with its last byte flipped (a record that fails its checksum at the
+// decode worker).
+class LossyPool final : public KvPool {
+ public:
+  explicit LossyPool(KvPool* base) : base_(base) {}
+  std::set<uint64_t> evicted, garbled;
+
+  Status Put(const PoolKey& key, std::span<const uint8_t> frame) override {
+    return base_->Put(key, frame);
+  }
+  Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
+    if (evicted.count(key.prefix_hash)) return Status::NotFound("evicted");
+    KVSERVE_RETURN_IF_ERROR(base_->Get(key, frame));
+    if (garbled.count(key.prefix_hash) && !frame->empty()) frame->back() ^= 0x5A;
+    return Status::Ok();
+  }
+  Status Delete(const PoolKey& key) override { return base_->Delete(key); }
+  Result<std::vector<PoolEntryInfo>> Lookup(std::string_view model_id,
+                                            uint64_t prefix_hash) override {
+    return base_->Lookup(model_id, prefix_hash);
+  }
+  Result<PoolStats> Stats() override { return base_->Stats(); }
+
+ private:
+  KvPool* base_;
+};
+
+ServeRequest Request(uint64_t id, std::vector<int32_t> prompt) {
+  ServeRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = 6;
+  r.method = "none";
+  r.use_pool = true;
+  return r;
+}
+
+std::vector<uint64_t> ChunkHashes(const ServeRequest& r, int chunk_tokens) {
+  return PrefixChunkHashes(std::span<const int32_t>(r.prompt).first(r.prompt.size() - 1),
+                           chunk_tokens);
+}
+
+struct RelayCluster {
+  std::unique_ptr<KvPool> base = NewMemoryPool();
+  LossyPool pool{base.get()};
+  servetest::ClusterOptions options;
+  std::unique_ptr<servetest::Cluster> cluster;
+  RelayCluster() {
+    options.pool = &pool;
+    options.pool_store_profiles = {"none"};
+    options.max_attempts = 2;
+    cluster = servetest::StartCluster(options);
+  }
+  // A stored prompt of `chunks` full prefix chunks and a few more tokens.
+  ServeRequest Stored(uint64_t id, int chunks, std::mt19937_64& rng) {
+    const int c = options.pool_chunk_tokens;
+    ServeRequest r = Request(id, servetest::RandomPrompt(rng, chunks * c + 1, chunks * c + 9));
+    auto first = cluster->client->Submit(r);
+    EXPECT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+    return r;
+  }
+};
+
+TEST(ServePoolRelayTest, AChunkGoneSinceTheLookupEndsTheHitThere) {
+  RelayCluster c;
+  ASSERT_TRUE(c.cluster);
+  std::mt19937_64 rng(32);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    ServeRequest r = c.Stored(300 + i, 3 + static_cast<int>(rng() % 3), rng);
+    const std::vector<uint64_t> hashes = ChunkHashes(r, c.options.pool_chunk_tokens);
+    const size_t lost = i == 0 ? 0 : 1 + rng() % (hashes.size() - 1);
+    c.pool.evicted = {hashes[lost]};
+    auto hit = c.cluster->client->Submit(r);
+    ASSERT_TRUE(hit.ok() && hit->status.ok()) << hit->status.ToString();
+    EXPECT_EQ(hit->timings.prefix_hit, lost > 0);
+    EXPECT_EQ(hit->timings.recomputed, lost == 0);
+    EXPECT_EQ(hit->timings.prefix_chunks, static_cast<int>(lost));
+    EXPECT_EQ(hit->tokens, Reference(SmallModel(), r));
+    c.pool.evicted.clear();
+  }
+}
+
+TEST(ServePoolRelayTest, AChunkTheDecodeWorkerRefusesMakesTheRequestRecompute) {
+  RelayCluster c;
+  ASSERT_TRUE(c.cluster);
+  std::mt19937_64 rng(33);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    ServeRequest r = c.Stored(400 + i, 3 + static_cast<int>(rng() % 2), rng);
+    const std::vector<uint64_t> hashes = ChunkHashes(r, c.options.pool_chunk_tokens);
+    c.pool.garbled = {hashes[rng() % hashes.size()]};
+    auto again = c.cluster->client->Submit(r);
+    ASSERT_TRUE(again.ok() && again->status.ok()) << again->status.ToString();
+    EXPECT_FALSE(again->timings.prefix_hit);
+    EXPECT_TRUE(again->timings.recomputed);
+    EXPECT_EQ(again->tokens, Reference(SmallModel(), r));
+    c.pool.garbled.clear();
+  }
+}
+
+}  // namespace
+}  // namespace kvserve
