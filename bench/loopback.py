@@ -16,7 +16,7 @@ import statistics
 import sys
 import threading
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import kvserve
 from kvserve import transport
@@ -75,19 +75,38 @@ def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int 
     receiver reading the records straight into one buffer (no Python per
     record); the mean of frame bytes / sender busy seconds. The reference
     for a PD sweep's rate-0 point, which adds the workers' GPU copies and
-    Python, and, shaped, for its pool fetches."""
+    Python."""
+    sent = _send_frames([frame] * sends, secret, lanes, shape_gbps)
+    return statistics.fmean(kvserve.bytes_per_second_to_gbps(n / s) for n, s in sent)
+
+
+def transport_frames_gbps(frames: Sequence[Any], secret: str, shape_gbps: float = 0.0) -> float:
+    """Goodput (Gbit/s) of kvserve's TCP transport alone sending ``frames``
+    one after another, each its own transfer, over one connection shaped
+    to ``shape_gbps`` (one token bucket for all, as a pool link has): their
+    bytes over the sender's busy seconds. The reference for a PD sweep's
+    pool fetches, which move the same chunk frames."""
+    sent = _send_frames(frames, secret, 1, shape_gbps)
+    return kvserve.bytes_per_second_to_gbps(sum(n for n, _ in sent) / sum(s for _, s in sent))
+
+
+def _send_frames(frames: Sequence[Any], secret: str, lanes: int, shape_gbps: float) -> List[Tuple[int, float]]:
+    """(frame bytes, sender busy seconds) per frame of ``frames``, sent in
+    order between two threads of this process over ``lanes`` connections
+    (each shaped to ``shape_gbps``), the receiver reading every record
+    straight into one buffer."""
     import numpy  # noqa: PLC0415
 
     t = transport.tcp()
     listener = t.listen("127.0.0.1:0")
-    arena = numpy.empty(len(frame), dtype=numpy.uint8)
+    arena = numpy.empty(max(len(f) for f in frames), dtype=numpy.uint8)
     errors: List[BaseException] = []
 
     def receive() -> None:
         try:
             conns = [transport.accept(listener, timeout=30, secret=secret) for _ in range(lanes)]
             try:
-                for _ in range(sends):
+                for _ in frames:
                     transport.receive_frame(conns[0], lambda _tid, _h: arena, None, timeout=120,
                                             lanes=conns[1:] or None)
             finally:
@@ -98,12 +117,12 @@ def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int 
 
     thread = threading.Thread(target=receive, daemon=True)
     thread.start()
-    rates = []
+    sent = []
     conns = [transport.dial(t, listener.address, secret=secret, shape_gbps=shape_gbps) for _ in range(lanes)]
     try:
-        for i in range(sends):
+        for i, frame in enumerate(frames):
             stats = transport.send_frame(conns[0], i, frame, lanes=conns[1:] or None)
-            rates.append(kvserve.bytes_per_second_to_gbps(stats.frame_bytes / stats.busy_seconds))
+            sent.append((stats.frame_bytes, stats.busy_seconds))
     finally:
         for c in conns:
             c.close()
@@ -111,7 +130,7 @@ def transport_loopback_gbps(frame: Any, secret: str, sends: int = 3, lanes: int 
         listener.close()
     if errors:
         raise errors[0]
-    return statistics.fmean(rates)
+    return sent
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -252,7 +252,10 @@ struct BandwidthEstimatorOptions {
   // weight spread_alpha, where z = log(sample / estimate) in seconds per
   // byte and z^2 is clipped at (3 sigma)^2 so one outlier or step cannot
   // blow it up. It starts at initial_log_sigma with the first sample and is
-  // never taken below min_log_sigma.
+  // never taken below min_log_sigma. A detected change of a level that held
+  // for 4 samples or more takes the spread back to what it was after the
+  // last sample within 3 sigma: the samples that revealed the step measured
+  // the step, not noise (changes in quick succession keep what they grew).
   double initial_log_sigma = 0.1;
   double min_log_sigma = 0.01;
   double spread_alpha = 0.1;

@@ -481,7 +481,7 @@ class FrameSender {
   FrameSender& operator=(const FrameSender&) = delete;
 
   // Starts transfer `transfer_id` with the frame header bytes.
-  // InvalidArgument when a transfer is open; connection errors.
+  // InvalidArgument when a transfer is open or awaits its ack; connection errors.
   [[nodiscard]] Status Begin(uint64_t transfer_id, std::span<const uint8_t> header);
   // Sends one complete chunk record. InvalidArgument outside a transfer.
   [[nodiscard]] Status SendRecord(std::span<const uint8_t> record);
@@ -492,6 +492,15 @@ class FrameSender {
   // receiver's ack. Returns the stats, or the receiver's error (e.g.
   // Corruption when a record failed to decode there), or a connection error.
   [[nodiscard]] Result<TransferStats> Finish();
+  // Finish in two steps, so that the caller can send more (e.g. the next
+  // transfer, through another FrameSender on the same connection) while the
+  // receiver finishes this one: End sends the transfer's end without
+  // waiting; AwaitAck then waits for its ack as Finish does. Acks arrive in
+  // the order the transfers ended, so await them in that order.
+  // InvalidArgument outside a transfer (End) or with no ended transfer
+  // awaiting its ack (AwaitAck).
+  [[nodiscard]] Status End();
+  [[nodiscard]] Result<TransferStats> AwaitAck();
   // Tells the receiver the transfer is abandoned (it gets `reason`). A
   // no-op when no transfer is open (none began, or it ended or broke).
   [[nodiscard]] Status Abort(const Status& reason);
@@ -510,6 +519,7 @@ class FrameSender {
   std::unique_ptr<Splitter> splitter_;
   std::unique_ptr<transport::LaneSenders> lanes_;  // `connection` first, then the lanes
   bool open_ = false;
+  bool ack_pending_ = false;
   TransferStats stats_;
   double begin_time_ = 0;
   double last_write_end_ = 0;

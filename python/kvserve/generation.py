@@ -157,6 +157,11 @@ class _GraphStep:
             self.next = self._step()
         torch.cuda.current_stream(device).synchronize()
 
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of this step's K/V buffers."""
+        return sum(t.numel() * t.element_size() for slot in self.cache.slots if slot is not None for t in slot)
+
     def _step(self) -> Any:
         self.mask.index_fill_(3, self.pos, 0.0)  # this step's own position joins the attended ones
         out = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos.view(1, 1),
@@ -232,6 +237,28 @@ class Generator:
         """The capacities with a captured step, least recently used first."""
         return list(self._steps)
 
+    def _room_for(self, capacity: int) -> bool:
+        """Whether the device has room for a step of ``capacity`` tokens
+        (its cache and about as much again for the graph's activations)
+        beside the kept ones, counting memory torch's allocator holds
+        unused; always on the CPU."""
+        if self.device.type != "cuda" or not self._steps:
+            return True
+        torch = _torch()
+        last = next(reversed(self._steps.values()))
+        need = 2 * last.cache_bytes * capacity / last.capacity
+        free, _ = torch.cuda.mem_get_info(self.device)
+        idle = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return free + idle >= need
+
+    def release(self) -> None:
+        """Drops every kept step (its cache and graph pool) and, on a GPU,
+        returns the memory torch's allocator holds unused to the device,
+        where another process may need it; the next call captures anew."""
+        self._steps.clear()
+        if self.device.type == "cuda":
+            _torch().cuda.empty_cache()
+
     def _step_for(self, tokens: int) -> Optional[_GraphStep]:
         """The captured step for ``tokens``; None (and eager steps from now
         on, said once on stderr) when this model cannot be captured."""
@@ -239,8 +266,10 @@ class Generator:
         if capacity in self._steps:
             self._steps.move_to_end(capacity)
         else:
-            while len(self._steps) >= self.keep:
+            while len(self._steps) >= self.keep or (self._steps and not self._room_for(capacity)):
                 self._steps.popitem(last=False)  # its cache and graph pool go with it
+                if self.device.type == "cuda":
+                    _torch().cuda.empty_cache()
             try:
                 self._steps[capacity] = _GraphStep(self.model, capacity, self.math_attention)
             except Exception as e:  # noqa: BLE001 -- any capture failure: run eagerly, say why

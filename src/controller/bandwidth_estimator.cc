@@ -10,6 +10,12 @@
 
 namespace kvserve {
 
+namespace {
+// Samples a level must hold before a change to a new one restores the
+// spread from before the step.
+constexpr int64_t kSettledSamples = 4;
+}  // namespace
+
 struct BandwidthEstimator::State {
   struct Peer {
     double seconds_per_byte = 0.0;  // EWMA of 1/B
@@ -18,6 +24,8 @@ struct BandwidthEstimator::State {
     double cusum_slower = 0.0;      // upward CUSUM of z (bandwidth fell)
     double cusum_faster = 0.0;      // downward CUSUM of z (bandwidth rose)
     double log_variance = 0.0;      // EWMA of clipped z^2
+    double quiet_log_variance = 0.0;  // log_variance after the last sample within 3 sigma
+    int64_t level_samples = 0;        // samples since the last detected change
     int64_t changes = 0;
     double last_change_seconds = -kInfinity;
   };
@@ -48,6 +56,7 @@ Status BandwidthEstimator::Observe(std::string_view peer, double wire_bytes,
   if (p.samples == 0) {
     p.seconds_per_byte = sample;  // the first measurement replaces the prior
     p.log_variance = options_.initial_log_sigma * options_.initial_log_sigma;
+    p.quiet_log_variance = p.log_variance;
   } else {
     const double z = std::log(sample / p.seconds_per_byte);
     const double variance = std::max(p.log_variance, min_variance);
@@ -61,10 +70,18 @@ Status BandwidthEstimator::Observe(std::string_view peer, double wire_bytes,
     }
     p.log_variance = (1.0 - options_.spread_alpha) * variance +
                      options_.spread_alpha * std::min(z * z, 9.0 * variance);
+    // The spread as of the last sample within 3 sigma: what it was before
+    // the outliers that may be a step.
+    if (z * z <= 9.0 * variance) p.quiet_log_variance = p.log_variance;
     if (changed) {
       // A new level: the newest sample is the only one that belongs to it.
-      // The change happened at the latest when this transfer began.
+      // The change happened at the latest when this transfer began. A level that held for a while ended in a step: the samples that
+      // revealed the step are not noise, so the spread is what it was
+      // before them. Changes in quick succession are noise after all and
+      // keep the spread they grew.
       p.seconds_per_byte = sample;
+      if (p.level_samples >= kSettledSamples) p.log_variance = p.quiet_log_variance;
+      p.level_samples = 0;
       p.cusum_slower = p.cusum_faster = 0.0;
       ++p.changes;
       p.last_change_seconds = now_seconds - wire_seconds;
@@ -79,6 +96,7 @@ Status BandwidthEstimator::Observe(std::string_view peer, double wire_bytes,
   }
   p.last_seconds = std::max(p.last_seconds, now_seconds);
   ++p.samples;
+  ++p.level_samples;
   return Status::Ok();
 }
 

@@ -79,6 +79,10 @@ TEST(BandwidthEstimatorTest, DetectsStepsInOneSampleAndIgnoresNoise) {
     EXPECT_EQ(after.changes, before.changes + 1);
     EXPECT_DOUBLE_EQ(after.bytes_per_second, 1e9 / sample_seconds);
     EXPECT_DOUBLE_EQ(after.last_change_seconds, t - sample_seconds);
+    // The step is not noise: the spread does not grow with it (it is the
+    // spread as of the last sample within 3 sigma before the step).
+    EXPECT_LE(after.log_sigma, before.log_sigma * (1 + 1e-12));
+    EXPECT_GT(after.log_sigma, 0.5 * before.log_sigma);
     // A transfer that began before the change and completes only now
     // measured the old level: ignored, the new level stays.
     const double late_seconds = 0.01 + sample_seconds + 0.001;  // began before it

@@ -96,7 +96,15 @@ Over the authenticated, checksummed connections of `docs/transport.md`, user mes
 | 0x33 | RESULT | decode → prefill | JSON: id, status, tokens, decode-of-KV, generation and first-token seconds |
 
 A request's frames (one; or one per pool chunk on a prefix hit) are followed by exactly one
-GENERATE naming their transfer ids in order. The decode worker decodes each record as it
+GENERATE naming their transfer ids in order. On a prefix hit each chunk is relayed record by
+record (`KvPool::GetRecords`): every record the pool delivers goes on to the decode worker at
+once, so the pool link and the decode link work together and no chunk is held whole by the
+prefill worker, and the next chunk is fetched and forwarded while the decode worker finishes
+the last one (`FrameSender::End`, its ack read after the next chunk went out: a wait per chunk
+for its ack idled both links once per chunk). A chunk the pool cannot give (evicted since the
+lookup) ends the hit there, and the GENERATE names the chunks sent, the rest of the prompt
+going in its suffix (none: the request recomputes). A chunk lost mid-transfer is aborted and
+the attempt retried. The decode worker decodes each record as it
 arrives (`DecoderContext::DecodeRecord` in the receive callback), and generates only when the
 frames it holds since the last GENERATE are exactly those named, each complete and verified:
 every record passed its checksum and the record count equals the header's chunk count. Their
@@ -107,6 +115,7 @@ KV is concatenated along tokens. Otherwise RESULT carries Corruption and no toke
 | field | measured where | what |
 | --- | --- | --- |
 | prefill | prefill worker | `Model::Prefill` of the prompt (0 on a prefix hit) |
+| pool fetch | prefill worker | prefix hit: the relay of its chunks, pool request to the decode worker's last ack |
 | encode | prefill worker | time inside the encoder (`Begin`, each `EncodeLayer`, `Finish`) |
 | transfer | prefill worker | sender busy time: blocked in writes (the shaper, the socket) plus the drain to the receiver's ack |
 | decode KV | decode worker | time inside `DecodeRecord` |

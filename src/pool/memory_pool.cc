@@ -49,16 +49,8 @@ class MemoryPool final : public KvPool {
   }
 
   Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
-    KVSERVE_RETURN_IF_ERROR(ValidatePoolKey(key));
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(key);
-    if (it == map_.end()) {
-      ++stats_.misses;
-      return Status::NotFound("pool: no entry for this prefix and profile");
-    }
-    ++stats_.hits;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
-    frame->assign(it->second.value->begin(), it->second.value->end());
+    KVSERVE_ASSIGN_OR_RETURN(auto value, GetShared(key));
+    frame->assign(value->begin(), value->end());  // outside the lock
     return Status::Ok();
   }
 

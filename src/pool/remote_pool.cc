@@ -65,14 +65,10 @@ class RemotePool final : public KvPool {
     std::lock_guard<std::mutex> lock(mu_);
     Status last;
     for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
-      if (!conn_) {
-        last = Dial();
-        if (!last.ok()) {
-          if (last.code() == StatusCode::kPermissionDenied ||
-              last.code() == StatusCode::kInvalidArgument)
-            break;
-          continue;
-        }
+      last = Connected();
+      if (!last.ok()) {
+        if (Refused(last)) break;
+        continue;
       }
       const double start = MonotonicSeconds();
       Status s = conn_->SendParts(pool::kMsgGetFrame, 0, parts);
@@ -98,9 +94,7 @@ class RemotePool final : public KvPool {
       last = s;
       if (delivered || s.code() == StatusCode::kResourceExhausted) break;
     }
-    return Status(
-        last.code() == StatusCode::kPermissionDenied ? last.code() : StatusCode::kUnavailable,
-        "pool at " + options_.address + ": " + last.ToString());
+    return GaveUp(last);
   }
 
   Status Delete(const PoolKey& key) override {
@@ -134,12 +128,23 @@ class RemotePool final : public KvPool {
   }
 
  private:
-  // Dials the server into conn_. Caller holds mu_.
-  Status Dial() {
+  // Dials the server into conn_ unless connected. Caller holds mu_.
+  Status Connected() {
+    if (conn_) return Status::Ok();
     auto c = Connection::Dial(*transport_, options_.address, options_.connection);
     if (!c.ok()) return c.status();
     conn_ = std::move(*c);
     return Status::Ok();
+  }
+  // A dial error that no retry can fix (a refused secret, a bad address).
+  static bool Refused(const Status& s) {
+    return s.code() == StatusCode::kPermissionDenied || s.code() == StatusCode::kInvalidArgument;
+  }
+  // The error of a request whose attempts all failed with `last`.
+  Status GaveUp(const Status& last) const {
+    return Status(
+        last.code() == StatusCode::kPermissionDenied ? last.code() : StatusCode::kUnavailable,
+        "pool at " + options_.address + ": " + last.ToString());
   }
 
   // Sends a request and waits for its reply, redialling and retrying after a
@@ -148,14 +153,10 @@ class RemotePool final : public KvPool {
                  std::span<const uint8_t>* body) {
     Status last;
     for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
-      if (!conn_) {
-        last = Dial();
-        if (!last.ok()) {
-          if (last.code() == StatusCode::kPermissionDenied ||
-              last.code() == StatusCode::kInvalidArgument)
-            break;
-          continue;
-        }
+      last = Connected();
+      if (!last.ok()) {
+        if (Refused(last)) break;
+        continue;
       }
       Status s = conn_->SendParts(type, 0, parts);
       if (s.ok()) s = conn_->Receive(&reply_);
@@ -170,9 +171,7 @@ class RemotePool final : public KvPool {
       conn_.reset();
       last = s;
     }
-    return Status(last.code() == StatusCode::kPermissionDenied ? last.code()
-                                                               : StatusCode::kUnavailable,
-                  "pool at " + options_.address + ": " + last.ToString());
+    return GaveUp(last);
   }
 
   Transport* transport_;

@@ -7,9 +7,11 @@
 // request whose prefix shares the first k chunks (a shared system prompt or
 // document with a different question) finds them; for each profile stored
 // for all of them the worker predicts, with the controller's latency model,
-// the time to fetch and decode the frames at the measured bandwidth plus the
-// time the decode worker takes to run the rest of the prompt, compares that
-// with recomputing, and takes the fastest that meets the quality floor (a
+// the time to fetch and decode the frames at the measured bandwidth (the
+// profile's t0 once per hit) plus the time the decode worker takes to run
+// the rest of the prompt against them (as its earlier hits took, by tokens
+// left; a fresh prefill's time before the first), compares that with
+// recomputing, and takes the fastest that meets the quality floor (a
 // pool behind a link of its own: per chunk the slower of that link, at the
 // goodput earlier relays measured, and the decode link). Each chosen chunk
 // is relayed record by record (KvPool::GetRecords): every record the pool
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <memory>
 #include <variant>
 
 #include "kvserve/pool.h"
@@ -130,18 +133,22 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   // fetches never measured: the fetch costs only the forwarding.
   const double pool_bandwidth = pool_goodput_.SampleCount("pool") > 0 ? pool_goodput_.Estimate("pool") : 0.0;
   for (const auto& [spec, candidate] : candidates) {
-    double seconds = 0;
+    // The profile's fixed per-transfer overhead t0 once per hit: the
+    // chunks follow each other on one connection without a wait between
+    // them (RelayPoolChunks), and a relay encodes nothing.
+    double seconds = candidate.row != nullptr ? candidate.row->overhead_seconds : 0.0;
     for (size_t k = 1; k <= candidate.chunk_bytes.size(); ++k) {
       // Each chunk is relayed record by record from the pool to the
       // decode worker: it moves at the slower of the two links.
       const double bytes = static_cast<double>(candidate.chunk_bytes[k - 1]);
       seconds += std::max(bytes / bandwidth, pool_bandwidth > 0 ? bytes / pool_bandwidth : 0.0);
-      if (candidate.row != nullptr)
-        seconds += candidate.row->overhead_seconds +
-                   chunk_kv_bytes / candidate.row->decode_bytes_per_second;
-      // The decode worker runs the prompt's other tokens (at least the last).
+      if (candidate.row != nullptr) seconds += chunk_kv_bytes / candidate.row->decode_bytes_per_second;
+      // The decode worker runs the prompt's other tokens (at least the last)
+      // against the imported chunks: as its earlier hits took, once there
+      // were some, else as a fresh prefill of those tokens would.
       const int rest = static_cast<int>(prompt_tokens) - static_cast<int>(k) * chunk_tokens;
-      const double total = seconds + prefill_time_.Predict(rest);
+      const double total = seconds + (hit_first_token_.empty() ? prefill_time_.Predict(rest)
+                                                               : hit_first_token_.Predict(rest));
       const bool better = r.method == kMethodAdaptive ? total < best_seconds : k > best_chunks;
       if (better) {
         best_seconds = total;
@@ -171,36 +178,51 @@ Result<StreamResult> PrefillWorker::Impl::RelayPoolChunks(serve::PrefillContext&
                                                           std::vector<uint64_t>* transfer_ids) {
   StreamResult total;
   const double start = MonotonicSeconds();
+  // The chunk before the one in flight: ended, its ack not yet read. The
+  // next chunk is fetched and forwarded while the decode worker finishes it
+  // (a wait per chunk for its ack would idle both links once per chunk).
+  std::unique_ptr<FrameSender> previous;
+  auto settle_previous = [&]() -> Status {
+    if (previous == nullptr) return Status::Ok();
+    auto stats = previous->AwaitAck();  // the decode worker's verdict
+    previous.reset();
+    if (!stats.ok()) return stats.status();
+    total.transfer.busy_seconds += stats->busy_seconds;
+    total.transfer.frame_bytes += stats->frame_bytes;
+    return Status::Ok();
+  };
   for (size_t i = 0; i < ctx.pool_keys.size(); ++i) {
     const uint64_t id = first_id + i;
-    FrameSender sender(&connection);
+    auto sender = std::make_unique<FrameSender>(&connection);
     bool begun = false;
     Status forward;  // the decode link's first error
     FrameHandler relay;
     relay.on_header = [&](uint64_t, std::span<const uint8_t> header) {
       begun = true;
-      forward = sender.Begin(id, header);
+      forward = sender->Begin(id, header);
       return forward;
     };
     relay.on_record = [&](std::span<const uint8_t> record) {
-      forward = sender.SendRecord(record);
+      forward = sender->SendRecord(record);
       return forward;
     };
     const Status fetched = options_.pool->GetRecords(ctx.pool_keys[i], relay);
     if (!forward.ok()) return forward.WithContext("forwarding pool chunk " + std::to_string(i));
     if (!fetched.ok()) {
+      if (begun) (void)sender->Abort(fetched);
+      KVSERVE_RETURN_IF_ERROR(settle_previous());
       // Gone before its first byte (evicted since the lookup, pool down):
       // the hit ends with the chunks before it.
       if (!begun) break;
-      (void)sender.Abort(fetched);
       return Status::Unavailable("pool chunk " + std::to_string(i) +
                                  " lost mid-transfer: " + fetched.ToString());
     }
     transfer_ids->push_back(id);
-    KVSERVE_ASSIGN_OR_RETURN(TransferStats stats, sender.Finish());  // the decode worker's verdict
-    total.transfer.busy_seconds += stats.busy_seconds;
-    total.transfer.frame_bytes += stats.frame_bytes;
+    KVSERVE_RETURN_IF_ERROR(sender->End());
+    KVSERVE_RETURN_IF_ERROR(settle_previous());
+    previous = std::move(sender);
   }
+  KVSERVE_RETURN_IF_ERROR(settle_previous());
   total.ack_time = MonotonicSeconds();
   total.kv_seconds = total.ack_time - start;
   ctx.pool_relay_seconds = total.kv_seconds;

@@ -150,6 +150,11 @@ class PrefillWorker::Impl {
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   PrefillTimePredictor prefill_time_;
+  // A prefix hit's decode side, by the prompt's tokens left to run there:
+  // GENERATE to its first token (the relayed KV imported into its cache,
+  // the rest of the prompt run against it), which is not a fresh prefill
+  // of those tokens.
+  PrefillTimePredictor hit_first_token_;
   BandwidthEstimator pool_goodput_;  // prefix hits' relays ("pool"): bytes over relay seconds
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;

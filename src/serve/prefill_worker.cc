@@ -373,6 +373,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
       auto result = SendAndGenerate(ctx, nullptr, t.profile, /*pool_hit=*/true, &t);
       RecordPoolHit(ctx, &t);
       if (result.ok()) {
+        hit_first_token_.Observe(static_cast<int>(ctx.suffix.size()), result->first_token_seconds);
         t.decode_kv_seconds = result->decode_kv_seconds;
         t.generation_seconds = result->generation_seconds;
         t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds +
@@ -423,9 +424,15 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   if (chosen->adaptive && t.kv_seconds > 0) {
     // Bandit feedback over the connection: the KV time ends at the decode
     // worker's ack, the codec time includes its decode of every record.
+    // A frame streamed while the prefill produced it was encoded and
+    // decoded beside the prefill (on a GPU, between its layers and in the
+    // time slices of whatever else runs there): that codec time is no
+    // serial cost and would teach the codec-drift model a slowdown the KV
+    // time never paid; the bandit learns the KV time itself.
     Observation observation;
     observation.observed_seconds = t.kv_seconds;
-    observation.codec_seconds = t.encode_seconds + t.decode_kv_seconds;
+    const bool beside_prefill = streamed && streamed->ok() && t.attempts == 1;
+    observation.codec_seconds = beside_prefill ? 0.0 : t.encode_seconds + t.decode_kv_seconds;
     observation.now_seconds = MonotonicSeconds();
     // The link this transfer measured (the estimator has its sample now).
     observation.bandwidth = estimator_.Estimate(decode_->current_key());

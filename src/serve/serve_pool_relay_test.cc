@@ -46,16 +46,6 @@ class LossyPool final : public KvPool {
   KvPool* base_;
 };
 
-ServeRequest Request(uint64_t id, std::vector<int32_t> prompt) {
-  ServeRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.max_new_tokens = 6;
-  r.method = "none";
-  r.use_pool = true;
-  return r;
-}
-
 std::vector<uint64_t> ChunkHashes(const ServeRequest& r, int chunk_tokens) {
   return PrefixChunkHashes(std::span<const int32_t>(r.prompt).first(r.prompt.size() - 1),
                            chunk_tokens);
@@ -75,7 +65,8 @@ struct RelayCluster {
   // A stored prompt of `chunks` full prefix chunks and a few more tokens.
   ServeRequest Stored(uint64_t id, int chunks, std::mt19937_64& rng) {
     const int c = options.pool_chunk_tokens;
-    ServeRequest r = Request(id, servetest::RandomPrompt(rng, chunks * c + 1, chunks * c + 9));
+    ServeRequest r =
+        servetest::PoolRequest(id, servetest::RandomPrompt(rng, chunks * c + 1, chunks * c + 9), rng);
     auto first = cluster->client->Submit(r);
     EXPECT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
     return r;

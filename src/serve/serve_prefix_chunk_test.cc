@@ -20,21 +20,9 @@ namespace {
 
 class ServePrefixChunkTest : public servetest::OverTransports {};
 
+using servetest::PoolRequest;
 using servetest::Reference;
 using servetest::SmallModel;
-
-ServeRequest PoolRequest(uint64_t id, std::vector<int32_t> prompt, std::mt19937_64& rng) {
-  ServeRequest r;
-  r.id = id;
-  r.prompt = std::move(prompt);
-  r.max_new_tokens = 6;
-  r.method = "none";
-  r.use_pool = true;
-  r.sampling.temperature = (id % 2 == 0) ? 0.0f : 0.8f;
-  r.sampling.top_p = 0.9f;
-  r.sampling.seed = rng();
-  return r;
-}
 
 std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());

@@ -82,6 +82,21 @@ inline std::vector<int32_t> RandomPrompt(std::mt19937_64& rng, int min_tokens, i
   return p;
 }
 
+// A request of `prompt` that uses the pool, forced to the raw profile, 6
+// new tokens; greedy for even ids, else sampled (seeded from `rng`).
+inline ServeRequest PoolRequest(uint64_t id, std::vector<int32_t> prompt, std::mt19937_64& rng) {
+  ServeRequest r;
+  r.id = id;
+  r.prompt = std::move(prompt);
+  r.max_new_tokens = 6;
+  r.method = "none";
+  r.use_pool = true;
+  r.sampling.temperature = (id % 2 == 0) ? 0.0f : 0.8f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = rng();
+  return r;
+}
+
 // What one process running prefill and decode back to back generates.
 inline std::vector<int32_t> Reference(const Model& model, const ServeRequest& r) {
   auto prefill = model.Prefill(r.prompt);

@@ -116,6 +116,7 @@ FrameSender::~FrameSender() = default;
 
 Status FrameSender::Begin(uint64_t transfer_id, std::span<const uint8_t> header) {
   if (open_) return Status::InvalidArgument("FrameSender::Begin: a transfer is open");
+  if (ack_pending_) return Status::InvalidArgument("FrameSender::Begin: the last transfer awaits its ack");
   stats_ = TransferStats{};
   stats_.transfer_id = transfer_id;
   begin_time_ = MonotonicSeconds();
@@ -153,18 +154,32 @@ Status FrameSender::SendRecords(std::span<const std::span<const uint8_t>> record
 }
 
 Result<TransferStats> FrameSender::Finish() {
-  if (!open_) return Status::InvalidArgument("FrameSender::Finish outside a transfer");
+  KVSERVE_RETURN_IF_ERROR(End());
+  return AwaitAck();
+}
+
+Status FrameSender::End() {
+  if (!open_) return Status::InvalidArgument("FrameSender::End outside a transfer");
   open_ = false;
   if (splitter_->has_partial())
-    return Status::InvalidArgument("FrameSender::Finish: the sink holds an incomplete record");
+    return Status::InvalidArgument("FrameSender::End: the sink holds an incomplete record");
   uint8_t end[16];
   transport::PutU64(end, stats_.records);
   transport::PutU64(end + 8, stats_.frame_bytes);
   const double start = MonotonicSeconds();
   const std::span<const uint8_t> end_payload(end, 16);
   KVSERVE_RETURN_IF_ERROR(lanes_->SendOnEveryLane(kMsgFrameEnd, end_payload));
-  stats_.busy_seconds += MonotonicSeconds() - start;
+  last_write_end_ = MonotonicSeconds();
+  stats_.busy_seconds += last_write_end_ - start;
   stats_.wire_bytes += lanes_->size() * (transport::kMessageHeaderBytes + 16);
+  ack_pending_ = true;
+  return Status::Ok();
+}
+
+Result<TransferStats> FrameSender::AwaitAck() {
+  if (!ack_pending_) return Status::InvalidArgument("FrameSender::AwaitAck: no ended transfer awaits its ack");
+  ack_pending_ = false;
+  const double start = MonotonicSeconds();
   Message ack;
   KVSERVE_RETURN_IF_ERROR(connection_->Receive(&ack));
   const double now = MonotonicSeconds();
@@ -177,8 +192,9 @@ Result<TransferStats> FrameSender::Finish() {
   // The drain to the ack is transfer time too (the socket buffers
   // emptying), plus about one round trip. It starts at the last write, or
   // at this call when the caller waited before finishing (e.g. for the
-  // prefill that produces the frame): that wait is the caller's, not the
-  // link's, and counting it would make a fast link look slow.
+  // prefill that produces the frame, or another transfer sent meanwhile):
+  // that wait is the caller's, not the link's, and counting it would make
+  // a fast link look slow.
   stats_.busy_seconds += now - std::max(last_write_end_, start);
   stats_.elapsed_seconds = now - begin_time_;
   connection_->ReportGoodput(static_cast<double>(stats_.wire_bytes), stats_.busy_seconds);

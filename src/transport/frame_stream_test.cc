@@ -302,6 +302,46 @@ TEST_P(FrameStreamTest, DroppedConnectionFailsBothSides) {
   }
 }
 
+// End then AwaitAck: a second transfer goes out before the first one's
+// ack is read; both arrive whole, their acks come back in order, and the
+// calls out of turn are refused.
+TEST_P(FrameStreamTest, EndLetsTheNextTransferGoBeforeTheAck) {
+  std::mt19937 rng(31);
+  const KvShape shape{2, 2, 64, 64};
+  const std::vector<uint8_t> first = Kivi2Frame(RandomCache(rng, shape));
+  const std::vector<uint8_t> second = Kivi2Frame(RandomCache(rng, shape));
+  Goodput goodput;
+  Link link = MakeLink(GetParam(), &goodput);
+  StreamingDecoder a, b;
+  Result<TransferStats> got_a = Status::Internal("unset"), got_b = Status::Internal("unset");
+  std::thread receiver([&] {
+    got_a = ReceiveFrame(*link.receiver, a.Handler(), 5);
+    got_b = ReceiveFrame(*link.receiver, b.Handler(), 5);
+  });
+  FrameSender one(link.sender.get()), two(link.sender.get());
+  EXPECT_EQ(one.AwaitAck().status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(one.sink(1).Append(first).ok());
+  ASSERT_TRUE(one.End().ok());
+  EXPECT_EQ(one.Begin(3, first).code(), StatusCode::kInvalidArgument);  // its ack is pending
+  ASSERT_TRUE(two.sink(2).Append(second).ok());
+  ASSERT_TRUE(two.End().ok());
+  auto ack_one = one.AwaitAck();
+  auto ack_two = two.AwaitAck();
+  receiver.join();
+  ASSERT_TRUE(ack_one.ok()) << ack_one.status().ToString();
+  ASSERT_TRUE(ack_two.ok()) << ack_two.status().ToString();
+  EXPECT_EQ(ack_one->transfer_id, 1u);
+  EXPECT_EQ(ack_two->transfer_id, 2u);
+  EXPECT_EQ(ack_one->frame_bytes, first.size());
+  EXPECT_EQ(ack_two->frame_bytes, second.size());
+  ASSERT_TRUE(got_a.ok() && got_b.ok());
+  EXPECT_EQ(got_a->transfer_id, 1u);
+  EXPECT_EQ(got_b->transfer_id, 2u);
+  EXPECT_EQ(static_cast<uint64_t>(a.records), InspectFrame(first)->chunk_count);
+  EXPECT_EQ(static_cast<uint64_t>(b.records), InspectFrame(second)->chunk_count);
+  EXPECT_EQ(goodput.samples.size(), 2u);
+}
+
 TEST_P(FrameStreamTest, SenderAbortReachesReceiver) {
   Goodput goodput;
   Link link = MakeLink(GetParam(), &goodput);
