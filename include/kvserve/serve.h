@@ -77,6 +77,7 @@ struct ServeRequest {
 // overlap (encode, send and decode run layer by layer in a pipeline), so
 // they do not add up to jct_seconds.
 struct RequestTimings {
+  double queue_seconds = 0;       // prefill worker: arrival to its turn (one request at a time)
   double prefill_seconds = 0;     // model prefill (0 on a pool hit)
   double encode_seconds = 0;      // sum of per-layer encode times
   double transfer_seconds = 0;    // sender busy time: blocked writes + drain to the ack
@@ -85,7 +86,8 @@ struct RequestTimings {
   double kv_seconds = 0;          // KV movement: encode start to receiver ack (bandit feedback)
   // Prefix hit: the chunks' relay, pool request to the decode worker's last ack.
   double pool_fetch_seconds = 0;
-  double ttft_seconds = 0;        // request start at the prefill worker to first token
+  double ttft_seconds = 0;        // arrival at the prefill worker (queue included) to first token
+  double after_first_token_seconds = 0;  // decode worker: its first token to its last
   double jct_seconds = 0;         // client: submit to response
   uint64_t kv_bytes = 0;          // uncompressed KV bytes (the model's V)
   uint64_t frame_bytes = 0;       // bytes of the frame sent

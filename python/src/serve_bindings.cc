@@ -328,6 +328,8 @@ py::dict ResponseToDict(const ServeResponse& response) {
   tm["generation_seconds"] = t.generation_seconds;
   tm["kv_seconds"] = t.kv_seconds;
   tm["pool_fetch_seconds"] = t.pool_fetch_seconds;
+  tm["queue_seconds"] = t.queue_seconds;
+  tm["after_first_token_seconds"] = t.after_first_token_seconds;
   tm["ttft_seconds"] = t.ttft_seconds;
   tm["jct_seconds"] = t.jct_seconds;
   tm["kv_bytes"] = t.kv_bytes;

@@ -114,6 +114,7 @@ KV is concatenated along tokens. Otherwise RESULT carries Corruption and no toke
 
 | field | measured where | what |
 | --- | --- | --- |
+| queue | prefill worker | arrival to the request's turn (a worker serves one request at a time) |
 | prefill | prefill worker | `Model::Prefill` of the prompt (0 on a prefix hit) |
 | pool fetch | prefill worker | prefix hit: the relay of its chunks, pool request to the decode worker's last ack |
 | encode | prefill worker | time inside the encoder (`Begin`, each `EncodeLayer`, `Finish`) |
@@ -121,7 +122,8 @@ KV is concatenated along tokens. Otherwise RESULT carries Corruption and no toke
 | decode KV | decode worker | time inside `DecodeRecord` |
 | generation | decode worker | KV import + token generation |
 | KV | prefill worker | encode start to the receiver's ack: the KV-movement latency the bandit observes |
-| TTFT | prefill + decode | request arrival at the prefill worker to the first token |
+| TTFT | prefill + decode | request arrival at the prefill worker (queue included) to the first token |
+| after first token | decode worker | its first token to its last (a client's TTFT is its JCT less this) |
 | JCT | client | submit to response |
 
 Prefill, encoding and sending overlap (`PrefillWorkerOptions::overlap_prefill`, on by

@@ -343,11 +343,14 @@ Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
 }
 
 ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
+  // TTFT counts from the request's arrival: the wait for the requests
+  // before it (one at a time) is part of what a client sees.
+  const double start = MonotonicSeconds();
   std::lock_guard<std::mutex> lock(mu_);
-  FlushPoolStoresLocked();
   ServeResponse response;
   response.id = request.id;
-  const double start = MonotonicSeconds();
+  response.timings.queue_seconds = MonotonicSeconds() - start;
+  FlushPoolStoresLocked();
   Status valid = ValidateRequest(request);
   if (!valid.ok()) {
     response.status = valid;
@@ -378,6 +381,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
         t.generation_seconds = result->generation_seconds;
         t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds +
                          result->first_token_seconds;
+        t.after_first_token_seconds = std::max(0.0, result->generation_seconds - result->first_token_seconds);
         response.tokens = std::move(result->tokens);
         return response;
       }
@@ -443,6 +447,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   }
   t.generation_seconds = result->generation_seconds;
   t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds + result->first_token_seconds;
+  t.after_first_token_seconds = std::max(0.0, result->generation_seconds - result->first_token_seconds);
   response.tokens = std::move(result->tokens);
   if (options_.pool != nullptr && request.use_pool) QueuePoolStores(request, std::move(kv), chosen->spec);
   return response;

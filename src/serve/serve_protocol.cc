@@ -117,7 +117,8 @@ Result<ServeRequest> DecodeRequest(std::span<const uint8_t> payload) {
 
 std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
   const RequestTimings& t = r.timings;
-  json timings = {{"prefill_seconds", t.prefill_seconds},
+  json timings = {{"queue_seconds", t.queue_seconds},
+                  {"prefill_seconds", t.prefill_seconds},
                   {"encode_seconds", t.encode_seconds},
                   {"transfer_seconds", t.transfer_seconds},
                   {"decode_kv_seconds", t.decode_kv_seconds},
@@ -125,6 +126,7 @@ std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
                   {"kv_seconds", t.kv_seconds},
                   {"pool_fetch_seconds", t.pool_fetch_seconds},
                   {"ttft_seconds", t.ttft_seconds},
+                  {"after_first_token_seconds", t.after_first_token_seconds},
                   {"jct_seconds", t.jct_seconds},
                   {"kv_bytes", t.kv_bytes},
                   {"frame_bytes", t.frame_bytes},
@@ -155,7 +157,8 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
   if (it == j.end() || !it->is_object()) return Status::Corruption("response lacks timings");
   const json& tj = *it;
   RequestTimings& t = r.timings;
-  for (auto [key, field] : {std::pair{"prefill_seconds", &t.prefill_seconds},
+  for (auto [key, field] : {std::pair{"queue_seconds", &t.queue_seconds},
+                            {"prefill_seconds", &t.prefill_seconds},
                             {"encode_seconds", &t.encode_seconds},
                             {"transfer_seconds", &t.transfer_seconds},
                             {"decode_kv_seconds", &t.decode_kv_seconds},
@@ -163,6 +166,7 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
                             {"kv_seconds", &t.kv_seconds},
                             {"pool_fetch_seconds", &t.pool_fetch_seconds},
                             {"ttft_seconds", &t.ttft_seconds},
+                            {"after_first_token_seconds", &t.after_first_token_seconds},
                             {"jct_seconds", &t.jct_seconds},
                             {"bandwidth_estimate", &t.bandwidth_estimate},
                             {"predicted_kv_seconds", &t.predicted_kv_seconds}})

@@ -72,15 +72,9 @@ Status PrintReply(const RouterArgs& a, const Tokenizer* tokenizer, const ServeRe
 }
 
 int RunRouter(const RouterArgs& a) {
-  RouterOptions o;
-  o.prefill_addresses = SplitList(a.prefill);
-  if (o.prefill_addresses.empty())
-    return ReportError(kCommand, Status::InvalidArgument("--prefill HOST:PORT[,...] is required"));
-  auto secret = LoadServeSecret(kCommand, a.secret_file);
-  if (!secret.ok()) return ReportError(kCommand, secret.status());
-  o.connection.secret = *secret;
-  o.connection.local_id = "router";
-  o.pool_chunk_tokens = a.pool_chunk_tokens;
+  auto options = ServeRouterOptions(kCommand, a.prefill, a.secret_file, "router", a.pool_chunk_tokens);
+  if (!options.ok()) return ReportError(kCommand, options.status());
+  const RouterOptions& o = *options;
   lab::LoadOptions load{.requests = a.requests, .prompt_tokens = a.prompt_tokens,
                         .vocab = a.vocab, .new_tokens = a.new_tokens, .workload = a.workload,
                         .slo_ms = a.slo_ms, .quality_min = a.quality_min, .method = a.method,
@@ -99,14 +93,13 @@ int RunRouter(const RouterArgs& a) {
     prompt = std::move(*loaded);
     load.text_prompt = prompt.ids;
   } else if (load.vocab <= 0) {
-    auto dir = ServeModelDirectory(kCommand, a.model);
-    auto config = dir.ok() ? lab::LoadModelConfig(*dir) : Result<ModelConfig>(dir.status());
-    if (!config.ok()) return ReportError(kCommand, config.status());
-    load.vocab = config->vocab_size;
+    auto vocab = ServeModelVocab(kCommand, a.model);
+    if (!vocab.ok()) return ReportError(kCommand, vocab.status());
+    load.vocab = *vocab;
   }
   auto requests = lab::DrawRequests(load);
   if (!requests.ok()) return ReportError(kCommand, requests.status());
-  auto transport = MakeTransport(a.transport, *secret);
+  auto transport = MakeTransport(a.transport, o.connection.secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   Router router(transport->get(), o);
   auto run = lab::RunLoad(router, *requests, a.concurrency,

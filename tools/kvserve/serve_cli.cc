@@ -21,4 +21,22 @@ Result<std::string> ServeModelDirectory(std::string_view command, const std::str
   return dir;
 }
 
+Result<int> ServeModelVocab(std::string_view command, const std::string& flag) {
+  KVSERVE_ASSIGN_OR_RETURN(std::string dir, ServeModelDirectory(command, flag));
+  KVSERVE_ASSIGN_OR_RETURN(ModelConfig config, lab::LoadModelConfig(dir));
+  return config.vocab_size;
+}
+
+Result<RouterOptions> ServeRouterOptions(std::string_view command, const std::string& prefill,
+                                         const std::string& secret_file, const std::string& local_id,
+                                         int pool_chunk_tokens) {
+  RouterOptions o;
+  o.prefill_addresses = SplitList(prefill);
+  if (o.prefill_addresses.empty()) return Status::InvalidArgument("--prefill HOST:PORT[,...] is required");
+  KVSERVE_ASSIGN_OR_RETURN(o.connection.secret, LoadServeSecret(command, secret_file));
+  o.connection.local_id = local_id;
+  o.pool_chunk_tokens = pool_chunk_tokens;
+  return o;
+}
+
 }  // namespace kvserve::cli

@@ -8,6 +8,7 @@
 
 #include "cli_util.h"
 #include "experiments/serving.h"
+#include "kvserve/router.h"
 
 namespace kvserve::cli {
 
@@ -20,6 +21,16 @@ inline Result<std::string> LoadServeSecret(std::string_view command, const std::
 // there is none), or with --model random the random-weight model written
 // under $TMPDIR. Prints which one on stderr.
 Result<std::string> ServeModelDirectory(std::string_view command, const std::string& flag);
+
+// The vocabulary size of ServeModelDirectory(command, flag)'s model.
+Result<int> ServeModelVocab(std::string_view command, const std::string& flag);
+
+// A router's options for `kvserve router` / `replay`: the prefill workers
+// of --prefill (InvalidArgument when none), the secret of --secret-file (or
+// $KVSERVE_SECRET, warning when none), `local_id`, the workers' pool chunk.
+Result<RouterOptions> ServeRouterOptions(std::string_view command, const std::string& prefill,
+                                         const std::string& secret_file, const std::string& local_id,
+                                         int pool_chunk_tokens);
 
 using lab::BlockStopSignals;
 using lab::Mean;

@@ -1,0 +1,298 @@
+// Copyright kvserve authors. experiments/trace_replay.h.
+#include "experiments/trace_replay.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "experiments/lab.h"
+#include "kvserve/controller.h"
+#include "kvserve/transport.h"
+
+namespace kvserve::lab {
+namespace {
+
+// A well-mixed 64-bit value of (seed, key): the block's or request's RNG seed.
+uint64_t Mix(uint64_t seed, uint64_t key) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ULL + key + 0x632be59bd9b4e019ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+void AppendRandom(std::vector<int32_t>* out, size_t n, uint64_t seed, int vocab) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < n; ++i) out->push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab)));
+}
+
+}  // namespace
+
+Result<std::vector<TraceRecord>> ParseTrace(std::string_view jsonl) {
+  std::vector<TraceRecord> out;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < jsonl.size();) {
+    size_t end = jsonl.find('\n', pos);
+    if (end == std::string_view::npos) end = jsonl.size();
+    const std::string_view line = jsonl.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    auto bad = [&](const std::string& why) {
+      return Status::InvalidArgument(fmt::format("trace line {}: {}", line_no, why));
+    };
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    TraceRecord r;
+    for (const char* field : {"timestamp", "input_length", "output_length", "hash_ids"})
+      if (!j.contains(field)) return bad(fmt::format("no \"{}\"", field));
+    if (!j["timestamp"].is_number() || !(j["timestamp"].get<double>() >= 0))
+      return bad("timestamp must be a number of milliseconds >= 0");
+    if (!j["input_length"].is_number_integer() || j["input_length"].get<int64_t>() < 1 ||
+        j["input_length"].get<int64_t>() > (1 << 24))
+      return bad("input_length must be an integer in [1, 2^24]");
+    if (!j["output_length"].is_number_integer() || j["output_length"].get<int64_t>() < 0 ||
+        j["output_length"].get<int64_t>() > (1 << 24))
+      return bad("output_length must be an integer in [0, 2^24]");
+    if (!j["hash_ids"].is_array()) return bad("hash_ids must be an array");
+    r.arrival_seconds = j["timestamp"].get<double>() / 1e3;
+    r.input_tokens = static_cast<int>(j["input_length"].get<int64_t>());
+    r.output_tokens = static_cast<int>(j["output_length"].get<int64_t>());
+    for (const auto& id : j["hash_ids"]) {
+      if (!id.is_number_integer()) return bad("hash_ids must hold integers");
+      r.block_ids.push_back(id.get<int64_t>());
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<std::vector<TraceRecord>> ReadTrace(const std::string& path) {
+  KVSERVE_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  auto trace = ParseTrace(text);
+  if (!trace.ok()) return trace.status().WithContext(path);
+  return trace;
+}
+
+Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& trace,
+                                                const ReplayOptions& o) {
+  if (o.vocab < 1) return Status::InvalidArgument("prompts need a vocabulary size >= 1");
+  if (o.block_tokens < 1) return Status::InvalidArgument("block_tokens must be >= 1");
+  if (!(o.time_scale > 0) || !std::isfinite(o.time_scale))
+    return Status::InvalidArgument("time_scale must be > 0");
+  if (o.max_requests < 0 || o.max_output_tokens < 1 || o.max_prompt_tokens < 0)
+    return Status::InvalidArgument("max_requests and max_prompt_tokens must be >= 0, max_output_tokens >= 1");
+  std::vector<const TraceRecord*> window;
+  for (const TraceRecord& r : trace) {
+    if (r.arrival_seconds < o.window_start_seconds) continue;
+    if (o.window_seconds > 0 && r.arrival_seconds >= o.window_start_seconds + o.window_seconds) continue;
+    window.push_back(&r);
+  }
+  std::stable_sort(window.begin(), window.end(), [](const TraceRecord* a, const TraceRecord* b) {
+    return a->arrival_seconds < b->arrival_seconds;
+  });
+  if (o.max_requests > 0 && static_cast<int>(window.size()) > o.max_requests) window.resize(o.max_requests);
+  if (window.empty())
+    return Status::InvalidArgument(fmt::format("the trace has no request in [{} s, {} s)", o.window_start_seconds,
+                                               o.window_seconds > 0 ? o.window_start_seconds + o.window_seconds
+                                                                    : kInfinity));
+  std::vector<TimedRequest> out;
+  std::mt19937_64 sampling(Mix(o.seed, 0x5eed));
+  for (size_t i = 0; i < window.size(); ++i) {
+    const TraceRecord& t = *window[i];
+    int tokens = t.input_tokens;
+    if (o.max_prompt_tokens > 0) tokens = std::min(tokens, o.max_prompt_tokens);
+    TimedRequest timed;
+    ServeRequest& r = timed.request;
+    r.id = i;
+    for (int64_t block : t.block_ids) {
+      if (static_cast<int>(r.prompt.size()) >= tokens) break;
+      AppendRandom(&r.prompt, static_cast<size_t>(o.block_tokens), Mix(o.seed, static_cast<uint64_t>(block)),
+                   o.vocab);
+    }
+    if (static_cast<int>(r.prompt.size()) < tokens)  // beyond its blocks: this request's own tokens
+      AppendRandom(&r.prompt, static_cast<size_t>(tokens) - r.prompt.size(), Mix(~o.seed, i), o.vocab);
+    r.prompt.resize(static_cast<size_t>(tokens));
+    r.max_new_tokens = std::clamp(t.output_tokens, 1, o.max_output_tokens);
+    r.workload = o.workload;
+    r.method = o.method;
+    r.quality_min = o.quality_min;
+    r.use_pool = o.use_pool;
+    r.sampling.seed = sampling();
+    timed.ttft_slo_seconds = o.slo_base_seconds + o.slo_per_1k_tokens_seconds * tokens / 1000.0;
+    r.slo_seconds = timed.ttft_slo_seconds;
+    timed.at_seconds = (t.arrival_seconds - window.front()->arrival_seconds) * o.time_scale;
+    out.push_back(std::move(timed));
+  }
+  return out;
+}
+
+int ReplaySummary::answered() const {
+  return static_cast<int>(std::count_if(records.begin(), records.end(), [](const ReplayRecord& r) { return r.ok; }));
+}
+int ReplaySummary::failed() const { return static_cast<int>(records.size()) - answered(); }
+double ReplaySummary::goodput() const {
+  const auto met = std::count_if(records.begin(), records.end(), [](const ReplayRecord& r) { return r.met_slo(); });
+  return span_seconds > 0 ? static_cast<double>(met) / span_seconds : 0;
+}
+
+namespace {
+
+struct Stats {
+  std::vector<double> ttft, jct, kv_bytes;
+  int hits = 0, met = 0;
+  std::map<std::string, int> profiles;
+};
+
+Stats Collect(const std::vector<ReplayRecord>& records) {
+  Stats s;
+  for (const ReplayRecord& r : records) {
+    if (!r.ok) continue;
+    s.ttft.push_back(r.ttft_seconds);
+    s.jct.push_back(r.jct_seconds);
+    s.kv_bytes.push_back(static_cast<double>(r.timings.frame_bytes));
+    s.hits += r.timings.prefix_hit;
+    s.met += r.met_slo();
+    s.profiles[r.timings.profile.empty() ? std::string("none") : r.timings.profile]++;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string ReplaySummary::SummaryJson() const {
+  const Stats s = Collect(records);
+  nlohmann::json j = {{"requests", records.size()},
+                      {"answered", answered()},
+                      {"failed", failed()},
+                      {"met_slo", s.met},
+                      {"span_s", span_seconds},
+                      {"offered_s", offered_seconds},
+                      {"offered_rps", offered_seconds > 0 ? (records.size() - 1) / offered_seconds : 0.0},
+                      {"goodput_rps", goodput()},
+                      {"ttft_mean_s", Mean(s.ttft)},
+                      {"ttft_p50_s", Percentile(s.ttft, 0.5)},
+                      {"ttft_p99_s", Percentile(s.ttft, 0.99)},
+                      {"jct_mean_s", Mean(s.jct)},
+                      {"jct_p50_s", Percentile(s.jct, 0.5)},
+                      {"jct_p99_s", Percentile(s.jct, 0.99)},
+                      {"kv_bytes_mean", Mean(s.kv_bytes)},
+                      {"prefix_hit_rate", s.ttft.empty() ? 0.0 : static_cast<double>(s.hits) / s.ttft.size()},
+                      {"profiles", s.profiles},
+                      {"rerouted", router.rerouted},
+                      {"served_per_worker", router.served}};
+  return j.dump() + "\n";
+}
+
+std::string ReplaySummary::Text() const {
+  const Stats s = Collect(records);
+  std::string out = fmt::format(
+      "\n{} requests over {:.1f} s: {} answered, {} failed, {} met their TTFT target; goodput {:.3f} "
+      "requests/s\n",
+      records.size(), span_seconds, answered(), failed(), s.met, goodput());
+  out += fmt::format("TTFT mean {:.1f} ms, p50 {:.1f} ms, p99 {:.1f} ms; JCT mean {:.1f} ms, p50 {:.1f} ms, "
+                     "p99 {:.1f} ms\n",
+                     Mean(s.ttft) * 1e3, Percentile(s.ttft, 0.5) * 1e3, Percentile(s.ttft, 0.99) * 1e3,
+                     Mean(s.jct) * 1e3, Percentile(s.jct, 0.5) * 1e3, Percentile(s.jct, 0.99) * 1e3);
+  out += fmt::format("KV bytes per request {}; prefix hits {} of {}; re-routed {}\n",
+                     HumanBytes(static_cast<uint64_t>(Mean(s.kv_bytes))), s.hits, s.ttft.size(), router.rerouted);
+  for (const auto& [spec, n] : s.profiles) out += fmt::format("  profile {}: {} requests\n", spec, n);
+  return out;
+}
+
+std::string ReplayRecordJson(const ReplayRecord& r) {
+  const RequestTimings& t = r.timings;
+  nlohmann::json j = {{"id", r.id},
+                      {"arrival_s", r.arrival_seconds},
+                      {"send_delay_s", r.send_delay_seconds},
+                      {"ttft_s", r.ttft_seconds},
+                      {"jct_s", r.jct_seconds},
+                      {"ttft_slo_s", r.ttft_slo_seconds},
+                      {"met_slo", r.met_slo()},
+                      {"prompt_tokens", r.prompt_tokens},
+                      {"ok", r.ok},
+                      {"error", r.error},
+                      {"worker", r.worker},
+                      {"submissions", r.submissions},
+                      {"profile", t.profile},
+                      {"queue_s", t.queue_seconds},
+                      {"prefill_s", t.prefill_seconds},
+                      {"kv_s", t.kv_seconds},
+                      {"pool_fetch_s", t.pool_fetch_seconds},
+                      {"decode_kv_s", t.decode_kv_seconds},
+                      {"generation_s", t.generation_seconds},
+                      {"kv_bytes", t.kv_bytes},
+                      {"frame_bytes", t.frame_bytes},
+                      {"bandwidth_gbps", BytesPerSecondToGbps(t.bandwidth_estimate)},
+                      {"prefix_hit", t.prefix_hit},
+                      {"prefix_chunks", t.prefix_chunks}};
+  return j.dump() + "\n";
+}
+
+ReplaySummary RunReplay(Router& router, const std::vector<TimedRequest>& requests, int max_in_flight,
+                        const std::function<void(const ReplayRecord&)>& on_reply) {
+  ReplaySummary out;
+  out.records.resize(requests.size());
+  std::mutex mu;
+  std::condition_variable slot_free;
+  int in_flight = 0;
+  const int cap = std::max(1, max_in_flight);
+  const double start = MonotonicSeconds();
+  std::vector<std::thread> threads;
+  threads.reserve(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const TimedRequest& timed = requests[i];
+    const double due = start + timed.at_seconds;
+    if (const double wait = due - MonotonicSeconds(); wait > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      slot_free.wait(lock, [&] { return in_flight < cap; });
+      ++in_flight;
+    }
+    threads.emplace_back([&, i, due] {
+      const TimedRequest& t = requests[i];
+      ReplayRecord rec;
+      rec.id = t.request.id;
+      rec.arrival_seconds = t.at_seconds;
+      rec.ttft_slo_seconds = t.ttft_slo_seconds;
+      rec.prompt_tokens = static_cast<int>(t.request.prompt.size());
+      const double sent = MonotonicSeconds();
+      rec.send_delay_seconds = std::max(0.0, sent - due);
+      auto routed = router.Submit(t.request);
+      const double done = MonotonicSeconds();
+      rec.jct_seconds = done - due;
+      if (!routed.ok()) {
+        rec.error = routed.status().ToString();
+      } else {
+        rec.worker = routed->worker;
+        rec.submissions = routed->submissions;
+        rec.timings = routed->response.timings;
+        rec.ok = routed->response.status.ok();
+        if (!rec.ok) rec.error = routed->response.status.ToString();
+        // From the scheduled arrival to the first token: everything before the
+        // reply except the decode worker's time after its first token
+        // (earlier submissions to a failed worker and every wait included).
+        rec.ttft_seconds = std::max(0.0, rec.jct_seconds - rec.timings.after_first_token_seconds);
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      out.records[i] = rec;
+      if (on_reply) on_reply(rec);
+      --in_flight;
+      slot_free.notify_one();
+    });
+  }
+  for (auto& t : threads) t.join();
+  out.span_seconds = MonotonicSeconds() - start;
+  out.offered_seconds = requests.empty() ? 0 : requests.back().at_seconds - requests.front().at_seconds;
+  out.router = router.stats();
+  return out;
+}
+
+}  // namespace kvserve::lab
