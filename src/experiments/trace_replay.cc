@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -240,54 +241,69 @@ ReplaySummary RunReplay(Router& router, const std::vector<TimedRequest>& request
   ReplaySummary out;
   out.records.resize(requests.size());
   std::mutex mu;
-  std::condition_variable slot_free;
-  int in_flight = 0;
-  const int cap = std::max(1, max_in_flight);
+  std::condition_variable ready_cv;
+  std::deque<size_t> ready;  // due, not yet taken by a sender
+  bool closed = false;
   const double start = MonotonicSeconds();
-  std::vector<std::thread> threads;
-  threads.reserve(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const TimedRequest& timed = requests[i];
-    const double due = start + timed.at_seconds;
-    if (const double wait = due - MonotonicSeconds(); wait > 0)
-      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      slot_free.wait(lock, [&] { return in_flight < cap; });
-      ++in_flight;
+  auto serve_one = [&](size_t i) {
+    const TimedRequest& t = requests[i];
+    const double due = start + t.at_seconds;
+    ReplayRecord rec;
+    rec.id = t.request.id;
+    rec.arrival_seconds = t.at_seconds;
+    rec.ttft_slo_seconds = t.ttft_slo_seconds;
+    rec.prompt_tokens = static_cast<int>(t.request.prompt.size());
+    rec.send_delay_seconds = std::max(0.0, MonotonicSeconds() - due);
+    auto routed = router.Submit(t.request);
+    rec.jct_seconds = MonotonicSeconds() - due;
+    if (!routed.ok()) {
+      rec.error = routed.status().ToString();
+    } else {
+      rec.worker = routed->worker;
+      rec.submissions = routed->submissions;
+      rec.timings = routed->response.timings;
+      rec.ok = routed->response.status.ok();
+      if (!rec.ok) rec.error = routed->response.status.ToString();
+      // From the scheduled arrival to the first token: everything before the
+      // reply except the decode worker's time after its first token
+      // (earlier submissions to a failed worker and every wait included).
+      rec.ttft_seconds = std::max(0.0, rec.jct_seconds - rec.timings.after_first_token_seconds);
     }
-    threads.emplace_back([&, i, due] {
-      const TimedRequest& t = requests[i];
-      ReplayRecord rec;
-      rec.id = t.request.id;
-      rec.arrival_seconds = t.at_seconds;
-      rec.ttft_slo_seconds = t.ttft_slo_seconds;
-      rec.prompt_tokens = static_cast<int>(t.request.prompt.size());
-      const double sent = MonotonicSeconds();
-      rec.send_delay_seconds = std::max(0.0, sent - due);
-      auto routed = router.Submit(t.request);
-      const double done = MonotonicSeconds();
-      rec.jct_seconds = done - due;
-      if (!routed.ok()) {
-        rec.error = routed.status().ToString();
-      } else {
-        rec.worker = routed->worker;
-        rec.submissions = routed->submissions;
-        rec.timings = routed->response.timings;
-        rec.ok = routed->response.status.ok();
-        if (!rec.ok) rec.error = routed->response.status.ToString();
-        // From the scheduled arrival to the first token: everything before the
-        // reply except the decode worker's time after its first token
-        // (earlier submissions to a failed worker and every wait included).
-        rec.ttft_seconds = std::max(0.0, rec.jct_seconds - rec.timings.after_first_token_seconds);
+    std::lock_guard<std::mutex> lock(mu);
+    out.records[i] = rec;
+    if (on_reply) on_reply(rec);
+  };
+  // max_in_flight senders take requests as they fall due; one that falls due
+  // while every sender is busy waits for the first to finish.
+  const size_t senders = std::min(requests.size(), static_cast<size_t>(std::max(1, max_in_flight)));
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < senders; ++k) {
+    threads.emplace_back([&] {
+      for (;;) {
+        size_t i;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          ready_cv.wait(lock, [&] { return !ready.empty() || closed; });
+          if (ready.empty()) return;
+          i = ready.front();
+          ready.pop_front();
+        }
+        serve_one(i);
       }
-      std::lock_guard<std::mutex> lock(mu);
-      out.records[i] = rec;
-      if (on_reply) on_reply(rec);
-      --in_flight;
-      slot_free.notify_one();
     });
   }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (const double wait = start + requests[i].at_seconds - MonotonicSeconds(); wait > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+    std::lock_guard<std::mutex> lock(mu);
+    ready.push_back(i);
+    ready_cv.notify_one();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    closed = true;
+  }
+  ready_cv.notify_all();
   for (auto& t : threads) t.join();
   out.span_seconds = MonotonicSeconds() - start;
   out.offered_seconds = requests.empty() ? 0 : requests.back().at_seconds - requests.front().at_seconds;
