@@ -59,6 +59,9 @@ class PdSweepTest(unittest.TestCase):
             self.assertEqual({(p["gbps"], p["tokens"]) for p in merged["points"]},
                              {(0.2, 256), (0.2, 1024), (0.0, 256), (0.0, 1024)})
             self.assertEqual(len(merged["commands"]), 2)
+            self.assertEqual(len(merged["machines"]), 2)
+            with open(path + ".md") as f:
+                self.assertIn("criteria on these points:", f.read())
 
 
 if __name__ == "__main__":
