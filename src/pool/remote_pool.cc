@@ -1,4 +1,5 @@
 // Copyright kvserve authors. The client of `kvserve pool serve`.
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,38 +64,33 @@ class RemotePool final : public KvPool {
     };
     wrapped.place_record = handler.place_record;
     std::lock_guard<std::mutex> lock(mu_);
-    Status last;
-    for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
-      last = Connected();
-      if (!last.ok()) {
-        if (Refused(last)) break;
-        continue;
-      }
+    return WithReconnects([&](Status* s) {
       const double start = MonotonicSeconds();
-      Status s = conn_->SendParts(pool::kMsgGetFrame, 0, parts);
-      if (s.ok()) s = conn_->Receive(&reply_);
-      if (s.ok() && reply_.type != pool::kMsgReply)
-        s = Status::Corruption("unexpected pool reply type " + std::to_string(reply_.type));
-      if (s.ok()) {
+      *s = conn_->SendParts(pool::kMsgGetFrame, 0, parts);
+      if (s->ok()) *s = conn_->Receive(&reply_);
+      if (s->ok() && reply_.type != pool::kMsgReply)
+        *s = Status::Corruption("unexpected pool reply type " + std::to_string(reply_.type));
+      if (s->ok()) {
         std::span<const uint8_t> body;
-        KVSERVE_RETURN_IF_ERROR(pool::DecodeReply(reply_.payload, &body));  // e.g. NotFound
+        *s = pool::DecodeReply(reply_.payload, &body);  // e.g. NotFound
+        if (!s->ok()) return Next::kReturn;
         auto stats = ReceiveFrame(*conn_, wrapped);
         if (stats.ok()) {
           const double seconds = MonotonicSeconds() - start;
           if (stats->frame_bytes >= options_.goodput_min_bytes && seconds > 0)
             conn_->ReportGoodput(static_cast<double>(stats->frame_bytes), seconds);
-          return Status::Ok();
+          return Next::kReturn;
         }
         // The handler's error: the transfer was drained and acknowledged,
         // the connection stays.
-        if (!handler_error.ok()) return handler_error;
-        s = stats.status();
+        if (!handler_error.ok()) {
+          *s = handler_error;
+          return Next::kReturn;
+        }
+        *s = stats.status();
       }
-      conn_.reset();
-      last = s;
-      if (delivered || s.code() == StatusCode::kResourceExhausted) break;
-    }
-    return GaveUp(last);
+      return delivered || s->code() == StatusCode::kResourceExhausted ? Next::kGiveUp : Next::kRetry;
+    });
   }
 
   Status Delete(const PoolKey& key) override {
@@ -151,25 +147,42 @@ class RemotePool final : public KvPool {
   // connection failure. *body points into reply_. Caller holds mu_.
   Status Request(uint8_t type, std::span<const std::span<const uint8_t>> parts,
                  std::span<const uint8_t>* body) {
+    return WithReconnects([&](Status* s) {
+      *s = conn_->SendParts(type, 0, parts);
+      if (s->ok()) *s = conn_->Receive(&reply_);
+      if (s->ok()) {
+        if (reply_.type == pool::kMsgReply) {
+          *s = pool::DecodeReply(reply_.payload, body);
+          return Next::kReturn;
+        }
+        *s = Status::Corruption("unexpected pool reply type " + std::to_string(reply_.type));
+      }
+      // Oversized request: no point retrying.
+      return s->code() == StatusCode::kResourceExhausted ? Next::kReturn : Next::kRetry;
+    });
+  }
+
+  // What an attempt asks next: return its status as the request's, redial
+  // and try again, or stop trying (the request gives up with its status).
+  enum class Next { kReturn, kRetry, kGiveUp };
+
+  // Runs `attempt` on a live connection, at most 1 + reconnect_attempts
+  // times: a dial that fails is retried (refused: given up at once), an
+  // attempt that asks kRetry or kGiveUp drops the connection. Caller holds mu_.
+  Status WithReconnects(const std::function<Next(Status*)>& attempt) {
     Status last;
-    for (int attempt = 0; attempt <= options_.reconnect_attempts; ++attempt) {
+    for (int tries = 0; tries <= options_.reconnect_attempts; ++tries) {
       last = Connected();
       if (!last.ok()) {
         if (Refused(last)) break;
         continue;
       }
-      Status s = conn_->SendParts(type, 0, parts);
-      if (s.ok()) s = conn_->Receive(&reply_);
-      if (s.ok()) {
-        if (reply_.type != pool::kMsgReply)
-          s = Status::Corruption("unexpected pool reply type " + std::to_string(reply_.type));
-        else
-          return pool::DecodeReply(reply_.payload, body);
-      }
-      // Oversized request: no point retrying.
-      if (s.code() == StatusCode::kResourceExhausted) return s;
+      Status s;
+      const Next next = attempt(&s);
+      if (next == Next::kReturn) return s;
       conn_.reset();
       last = s;
+      if (next == Next::kGiveUp) break;
     }
     return GaveUp(last);
   }

@@ -24,20 +24,17 @@ constexpr std::string_view kCommand = "replay";
 
 struct ReplayArgs {
   std::string trace;
-  std::string prefill;
-  std::string secret_file;
   std::string model;
   lab::ReplayOptions replay;
   int max_in_flight = 256;
-  int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
   bool no_pool = false;
-  TransportFlags transport;
+  RouterFlags router;
   std::string out_json;
   bool json = false;
 };
 
 int RunReplay(ReplayArgs& a) {
-  auto o = ServeRouterOptions(kCommand, a.prefill, a.secret_file, "replay", a.pool_chunk_tokens);
+  auto o = ServeRouterOptions(kCommand, a.router, "replay");
   if (!o.ok()) return ReportError(kCommand, o.status());
   a.replay.use_pool = !a.no_pool;
   if (a.replay.vocab <= 0) {
@@ -51,7 +48,7 @@ int RunReplay(ReplayArgs& a) {
   if (!requests.ok()) return ReportError(kCommand, requests.status());
   Progress(kCommand, "{} requests of {} in the window, over {:.1f} s of replay (time scale {})",
            requests->size(), trace->size(), requests->back().at_seconds, a.replay.time_scale);
-  auto transport = MakeTransport(a.transport, o->connection.secret);
+  auto transport = MakeTransport(a.router.transport, o->connection.secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   Router router(transport->get(), *o);
   size_t done = 0;
@@ -94,8 +91,7 @@ RunFn SetupReplay(CLI::App& sub) {
       "prints one JSON line per request, --out-json writes the summary and every record. Exits 1 "
       "when any request failed.");
   sub.add_option("--trace", a->trace, "the trace (JSON lines)")->required();
-  sub.add_option("--prefill", a->prefill, "prefill worker addresses HOST:PORT[,...]")->required();
-  sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
+  AddRouterFlags(&sub, &a->router);
   sub.add_option("--model,-m", a->model, "model directory (its vocabulary size, unless --vocab)");
   sub.add_option("--vocab", a->replay.vocab, "vocabulary size of the prompts (0 = from --model)");
   sub.add_option("--window-start", a->replay.window_start_seconds, "trace seconds where the window starts")
@@ -130,10 +126,6 @@ RunFn SetupReplay(CLI::App& sub) {
   sub.add_option("--max-in-flight", a->max_in_flight, "requests in flight at most (later ones wait)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
-  sub.add_option("--pool-chunk-tokens", a->pool_chunk_tokens,
-                 "the prefill workers' pool chunk (prefix affinity key)")
-      ->check(CLI::Range(1, 1 << 20));
-  AddTransportFlags(&sub, &a->transport);
   sub.add_flag("--json", a->json, "one JSON line per request on stdout");
   sub.add_option("--out-json", a->out_json, "write the summary and every request's record to this file");
   return [a] { return RunReplay(*a); };

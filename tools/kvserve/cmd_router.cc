@@ -25,8 +25,6 @@ namespace {
 constexpr std::string_view kCommand = "router";
 
 struct RouterArgs {
-  std::string prefill;
-  std::string secret_file;
   std::string model;
   std::string prompt, prompt_file;  // text prompts, through the model's tokenizer
   int vocab = 0;
@@ -40,8 +38,7 @@ struct RouterArgs {
   double repeat_fraction = 0;
   uint64_t seed = 1;
   int concurrency = 1;
-  int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
-  TransportFlags transport;
+  RouterFlags router;
   std::string summary_file;
   bool json = false;
 };
@@ -72,7 +69,7 @@ Status PrintReply(const RouterArgs& a, const Tokenizer* tokenizer, const ServeRe
 }
 
 int RunRouter(const RouterArgs& a) {
-  auto options = ServeRouterOptions(kCommand, a.prefill, a.secret_file, "router", a.pool_chunk_tokens);
+  auto options = ServeRouterOptions(kCommand, a.router, "router");
   if (!options.ok()) return ReportError(kCommand, options.status());
   const RouterOptions& o = *options;
   lab::LoadOptions load{.requests = a.requests, .prompt_tokens = a.prompt_tokens,
@@ -99,7 +96,7 @@ int RunRouter(const RouterArgs& a) {
   }
   auto requests = lab::DrawRequests(load);
   if (!requests.ok()) return ReportError(kCommand, requests.status());
-  auto transport = MakeTransport(a.transport, o.connection.secret);
+  auto transport = MakeTransport(a.router.transport, o.connection.secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   Router router(transport->get(), o);
   auto run = lab::RunLoad(router, *requests, a.concurrency,
@@ -128,8 +125,7 @@ RunFn SetupRouter(CLI::App& sub) {
       "throughput and JCT mean / p50 / p90 / p99. "
       "--repeat-fraction re-sends earlier prompts with the prefix pool on (prefix hits). Exits 1 "
       "when any request failed.");
-  sub.add_option("--prefill", a->prefill, "prefill worker addresses HOST:PORT[,...]")->required();
-  sub.add_option("--secret-file", a->secret_file, "shared secret (else $KVSERVE_SECRET)");
+  AddRouterFlags(&sub, &a->router);
   sub.add_option("--model,-m", a->model,
                  "model directory: its vocabulary size for random prompts, its tokenizer for --prompt");
   sub.add_option("--vocab", a->vocab, "vocabulary size for random prompts (0 = from the model)");
@@ -152,10 +148,6 @@ RunFn SetupRouter(CLI::App& sub) {
   sub.add_option("--concurrency,-k", a->concurrency, "concurrent clients")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  sub.add_option("--pool-chunk-tokens", a->pool_chunk_tokens,
-                 "the prefill workers' pool chunk (prefix affinity key)")
-      ->check(CLI::Range(1, 1 << 20));
-  AddTransportFlags(&sub, &a->transport);
   sub.add_flag("--json", a->json, "one JSON line per request on stdout");
   sub.add_option("--summary", a->summary_file,
                  "write throughput and JCT percentiles as one JSON object to this file");

@@ -27,15 +27,23 @@ Result<int> ServeModelVocab(std::string_view command, const std::string& flag) {
   return config.vocab_size;
 }
 
-Result<RouterOptions> ServeRouterOptions(std::string_view command, const std::string& prefill,
-                                         const std::string& secret_file, const std::string& local_id,
-                                         int pool_chunk_tokens) {
+void AddRouterFlags(CLI::App* sub, RouterFlags* f) {
+  sub->add_option("--prefill", f->prefill, "prefill worker addresses HOST:PORT[,...]")->required();
+  sub->add_option("--secret-file", f->secret_file, "shared secret (else $KVSERVE_SECRET)");
+  sub->add_option("--pool-chunk-tokens", f->pool_chunk_tokens,
+                  "the prefill workers' pool chunk (prefix affinity key)")
+      ->check(CLI::Range(1, 1 << 20));
+  AddTransportFlags(sub, &f->transport);
+}
+
+Result<RouterOptions> ServeRouterOptions(std::string_view command, const RouterFlags& f,
+                                         const std::string& local_id) {
   RouterOptions o;
-  o.prefill_addresses = SplitList(prefill);
+  o.prefill_addresses = SplitList(f.prefill);
   if (o.prefill_addresses.empty()) return Status::InvalidArgument("--prefill HOST:PORT[,...] is required");
-  KVSERVE_ASSIGN_OR_RETURN(o.connection.secret, LoadServeSecret(command, secret_file));
+  KVSERVE_ASSIGN_OR_RETURN(o.connection.secret, LoadServeSecret(command, f.secret_file));
   o.connection.local_id = local_id;
-  o.pool_chunk_tokens = pool_chunk_tokens;
+  o.pool_chunk_tokens = f.pool_chunk_tokens;
   return o;
 }
 

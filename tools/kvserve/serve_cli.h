@@ -9,6 +9,8 @@
 #include "cli_util.h"
 #include "experiments/serving.h"
 #include "kvserve/router.h"
+#include "kvserve/serve.h"
+#include "transport_cli.h"
 
 namespace kvserve::cli {
 
@@ -25,12 +27,21 @@ Result<std::string> ServeModelDirectory(std::string_view command, const std::str
 // The vocabulary size of ServeModelDirectory(command, flag)'s model.
 Result<int> ServeModelVocab(std::string_view command, const std::string& flag);
 
-// A router's options for `kvserve router` / `replay`: the prefill workers
-// of --prefill (InvalidArgument when none), the secret of --secret-file (or
-// $KVSERVE_SECRET, warning when none), `local_id`, the workers' pool chunk.
-Result<RouterOptions> ServeRouterOptions(std::string_view command, const std::string& prefill,
-                                         const std::string& secret_file, const std::string& local_id,
-                                         int pool_chunk_tokens);
+// The flags `kvserve router` and `replay` share: --prefill (required),
+// --secret-file, --pool-chunk-tokens and the transport's.
+struct RouterFlags {
+  std::string prefill;
+  std::string secret_file;
+  int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
+  TransportFlags transport;
+};
+void AddRouterFlags(CLI::App* sub, RouterFlags* flags);
+
+// A router's options from `flags`: the prefill workers (InvalidArgument
+// when none), the secret of --secret-file (or $KVSERVE_SECRET, warning when
+// none), `local_id`, the workers' pool chunk.
+Result<RouterOptions> ServeRouterOptions(std::string_view command, const RouterFlags& flags,
+                                         const std::string& local_id);
 
 using lab::BlockStopSignals;
 using lab::Mean;
