@@ -67,71 +67,74 @@ TEST(TraceReplayTest, ParseNamesTheBadLineAndReadsTheSharedTrace) {
 }
 
 TEST(TraceReplayTest, WindowBecomesRequestsWithSharedPrefixes) {
-  std::mt19937_64 rng(5);
-  auto trace = ParseTrace(TraceText(rng, 30, 6));
-  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
-  ReplayOptions o;
-  o.vocab = 97;
-  o.block_tokens = 16;
-  o.max_output_tokens = 8;
-  o.window_start_seconds = (*trace)[4].arrival_seconds;
-  o.window_seconds = 0;  // to the end
-  o.time_scale = 0.5;
-  o.seed = rng();
-  auto requests = TraceRequests(*trace, o);
-  ASSERT_TRUE(requests.ok()) << requests.status().ToString();
-  std::vector<const TraceRecord*> window;
-  for (const TraceRecord& t : *trace)
-    if (t.arrival_seconds >= o.window_start_seconds) window.push_back(&t);
-  ASSERT_EQ(requests->size(), window.size());
-  for (size_t i = 0; i < requests->size(); ++i) {
-    const TimedRequest& r = (*requests)[i];
-    const TraceRecord& t = *window[i];
-    EXPECT_EQ(r.request.id, i);
-    EXPECT_EQ(static_cast<int>(r.request.prompt.size()), t.input_tokens);
-    EXPECT_EQ(r.request.max_new_tokens, std::min(t.output_tokens, 8));
-    EXPECT_NEAR(r.at_seconds, (t.arrival_seconds - window[0]->arrival_seconds) * 0.5, 1e-9);
-    EXPECT_NEAR(r.ttft_slo_seconds, 1.0 + 0.1 * t.input_tokens / 1000.0, 1e-12);
-    for (int32_t id : r.request.prompt) EXPECT_TRUE(id >= 0 && id < 97);
-    // Against every earlier request: the tokens agree exactly as far as
-    // their block ids do (whole blocks), and differ in the first block
-    // whose ids differ.
-    for (size_t j = 0; j < i; ++j) {
-      const TraceRecord& u = *window[j];
-      size_t same = 0;
-      while (same < t.block_ids.size() && same < u.block_ids.size() && t.block_ids[same] == u.block_ids[same])
-        ++same;
-      const auto& a = r.request.prompt;
-      const auto& b = (*requests)[j].request.prompt;
-      const size_t common = std::min({same * 16, a.size(), b.size()});
-      EXPECT_TRUE(std::equal(a.begin(), a.begin() + common, b.begin())) << i << " vs " << j;
-      if (same < t.block_ids.size() && same < u.block_ids.size() && a.size() >= (same + 1) * 16 &&
-          b.size() >= (same + 1) * 16) {
-        EXPECT_FALSE(std::equal(a.begin() + same * 16, a.begin() + (same + 1) * 16, b.begin() + same * 16));
+  for (uint64_t seed : {5u, 23u, 101u}) {
+    SCOPED_TRACE(seed);
+    std::mt19937_64 rng(seed);
+    auto trace = ParseTrace(TraceText(rng, 30, 6));
+    ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+    ReplayOptions o;
+    o.vocab = 97;
+    o.block_tokens = 16;
+    o.max_output_tokens = 8;
+    o.window_start_seconds = (*trace)[4].arrival_seconds;
+    o.window_seconds = 0;  // to the end
+    o.time_scale = 0.5;
+    o.seed = rng();
+    auto requests = TraceRequests(*trace, o);
+    ASSERT_TRUE(requests.ok()) << requests.status().ToString();
+    std::vector<const TraceRecord*> window;
+    for (const TraceRecord& t : *trace)
+      if (t.arrival_seconds >= o.window_start_seconds) window.push_back(&t);
+    ASSERT_EQ(requests->size(), window.size());
+    for (size_t i = 0; i < requests->size(); ++i) {
+      const TimedRequest& r = (*requests)[i];
+      const TraceRecord& t = *window[i];
+      EXPECT_EQ(r.request.id, i);
+      EXPECT_EQ(static_cast<int>(r.request.prompt.size()), t.input_tokens);
+      EXPECT_EQ(r.request.max_new_tokens, std::min(t.output_tokens, 8));
+      EXPECT_NEAR(r.at_seconds, (t.arrival_seconds - window[0]->arrival_seconds) * 0.5, 1e-9);
+      EXPECT_NEAR(r.ttft_slo_seconds, 1.0 + 0.1 * t.input_tokens / 1000.0, 1e-12);
+      for (int32_t id : r.request.prompt) EXPECT_TRUE(id >= 0 && id < 97);
+      // Against every earlier request: the tokens agree exactly as far as
+      // their block ids do (whole blocks), and differ in the first block
+      // whose ids differ.
+      for (size_t j = 0; j < i; ++j) {
+        const TraceRecord& u = *window[j];
+        size_t same = 0;
+        while (same < t.block_ids.size() && same < u.block_ids.size() && t.block_ids[same] == u.block_ids[same])
+          ++same;
+        const auto& a = r.request.prompt;
+        const auto& b = (*requests)[j].request.prompt;
+        const size_t common = std::min({same * 16, a.size(), b.size()});
+        EXPECT_TRUE(std::equal(a.begin(), a.begin() + common, b.begin())) << i << " vs " << j;
+        if (same < t.block_ids.size() && same < u.block_ids.size() && a.size() >= (same + 1) * 16 &&
+            b.size() >= (same + 1) * 16) {
+          EXPECT_FALSE(std::equal(a.begin() + same * 16, a.begin() + (same + 1) * 16, b.begin() + same * 16));
+        }
       }
     }
+    // The same options give the same requests; caps and bad options.
+    auto again = TraceRequests(*trace, o);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ((*again)[3].request.prompt, (*requests)[3].request.prompt);
+    o.max_prompt_tokens = 20;
+    o.max_requests = 4;
+    auto capped = TraceRequests(*trace, o);
+    ASSERT_TRUE(capped.ok());
+    ASSERT_EQ(capped->size(), 4u);
+    for (const TimedRequest& r : *capped) EXPECT_LE(r.request.prompt.size(), 20u);
+    auto refused = [&](auto change) {
+      ReplayOptions bad;
+      bad.vocab = 9;
+      change(bad);
+      return TraceRequests(*trace, bad).status().code() == StatusCode::kInvalidArgument;
+    };
+    EXPECT_TRUE(refused([](ReplayOptions& b) { b.vocab = 0; }));
+    EXPECT_TRUE(refused([](ReplayOptions& b) { b.time_scale = 0; }));
+    EXPECT_TRUE(refused([](ReplayOptions& b) { b.block_tokens = 0; }));
+    EXPECT_TRUE(refused([](ReplayOptions& b) { b.window_start_seconds = 1e6; }));  // no request there
+    EXPECT_FALSE(refused([](ReplayOptions&) {}));
   }
-  // The same options give the same requests; caps and bad options.
-  auto again = TraceRequests(*trace, o);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ((*again)[3].request.prompt, (*requests)[3].request.prompt);
-  o.max_prompt_tokens = 20;
-  o.max_requests = 4;
-  auto capped = TraceRequests(*trace, o);
-  ASSERT_TRUE(capped.ok());
-  ASSERT_EQ(capped->size(), 4u);
-  for (const TimedRequest& r : *capped) EXPECT_LE(r.request.prompt.size(), 20u);
-  auto refused = [&](auto change) {
-    ReplayOptions bad;
-    bad.vocab = 9;
-    change(bad);
-    return TraceRequests(*trace, bad).status().code() == StatusCode::kInvalidArgument;
-  };
-  EXPECT_TRUE(refused([](ReplayOptions& b) { b.vocab = 0; }));
-  EXPECT_TRUE(refused([](ReplayOptions& b) { b.time_scale = 0; }));
-  EXPECT_TRUE(refused([](ReplayOptions& b) { b.block_tokens = 0; }));
-  EXPECT_TRUE(refused([](ReplayOptions& b) { b.window_start_seconds = 1e6; }));  // no request there
-  EXPECT_FALSE(refused([](ReplayOptions&) {}));
 }
 
 TEST(TraceReplayTest, ShortReplayThroughTwoPrefillWorkersAnswersEveryRequest) {
