@@ -113,18 +113,23 @@ def _outside_torch_text(runs: Sequence[Dict[str, Any]]) -> str:
     return " Device memory outside torch's allocator, " + "; ".join(parts) + "."
 
 
-def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, timeout: float = 900.0) -> tuple:
-    """Starts ``python -m kvserve.pd --role decode`` with its address file
-    and log in the directory ``tmp`` (the caller removes it) and returns
-    (process, address, log path) once it listens; RuntimeError with its log
-    when it exits first or does not listen within ``timeout`` s."""
-    address_file = os.path.join(tmp, "address")
-    log_path = os.path.join(tmp, "decode.log")
+def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, timeout: float = 900.0,
+                         pool: str = "", name: str = "decode") -> tuple:
+    """Starts ``python -m kvserve.pd --role decode`` (with ``--pool pool``
+    when given: it then fetches prefix hits from that pool server itself)
+    with its address file and log ``name``.* in the directory ``tmp`` (the
+    caller removes it) and returns (process, address, log path) once it
+    listens; RuntimeError with its log when it exits first or does not
+    listen within ``timeout`` s."""
+    address_file = os.path.join(tmp, name + ".address")
+    log_path = os.path.join(tmp, name + ".log")
     log = open(log_path, "w+")
     cmd = [sys.executable, "-m", "kvserve.pd", "--role", "decode", "--model", args.model, "--device", args.device,
            "--address", "127.0.0.1:0", "--address-file", address_file, "--seed", str(args.seed),
            "--secret", args.secret, "--device-budget-mib", str(args.device_budget_mib),
            "--memory-file", memory_file]
+    if pool:
+        cmd += ["--pool", pool]
     if args.check:
         cmd += ["--deterministic"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -137,6 +142,24 @@ def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, t
         time.sleep(0.1)
     with open(address_file) as f:
         return proc, f.read().strip(), log_path
+
+
+def stop_decode_process(proc: Any, log_path: str, memory_file: str, memory: Dict[str, Any], key: str,
+                        failures: List[str]) -> None:
+    """Stops a process of start_decode_process: its memory report goes to
+    ``memory[key]``, an exit other than by the signal to ``failures``."""
+    proc.terminate()
+    try:
+        proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    if os.path.exists(memory_file):
+        with open(memory_file) as f:
+            memory[key] = json.load(f)
+    with open(log_path) as f:
+        tail = f.read()[-2000:]
+    if proc.returncode not in (0, None, -15):
+        failures.append(f"{key} worker exited with {proc.returncode}: {tail}")
 
 
 def prompt_kv(model: Any, ids: Sequence[int]) -> Any:
@@ -246,7 +269,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="tiny", help="as kvserve.pd: tiny, llama-8b-random or a checkpoint")
     p.add_argument("--device", default="cpu")
     p.add_argument("--prompt-tokens", default="256,1024", help="comma-separated prompt sizes")
-    p.add_argument("--gbps", default="1,0", help="comma-separated link rates, Gbit/s; 0 = unshaped loopback")
+    p.add_argument("--gbps", default="1,0", help="comma-separated link rates, Gbit/s; 0 = unshaped loopback; empty: no sweep "
+                        "(e.g. the pool phase alone, appended to an earlier report)")
     p.add_argument("--methods", default="none,kivi-2,cachegen,kvserve",
                    help="fixed profiles/presets and 'kvserve'; best-static is derived from the fixed ones")
     p.add_argument("--table", help="profile table for the controller (qualities per workload); required unless "
@@ -384,7 +408,7 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
     try:
         # Unrecorded warm-up on the first link: every size with every profile
         # a request may use (plans, rings, kernels, allocations), raw first.
-        worker.set_link_rate(kvserve.gbps_to_bytes_per_second(rates[0]))
+        worker.set_link_rate(kvserve.gbps_to_bytes_per_second(rates[0] if rates else 0.0))
         specs = [RAW] + [m for m in fixed if m != RAW] + [c.spec for c in table.profiles if c.spec not in fixed]
         for tokens in sorted(set(sizes) | {calib_tokens}, reverse=True):
             for spec in specs:
@@ -415,24 +439,14 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                     on_partial(build(partial=True))
         if args.pool_tokens:
             worker.stop()
-            pool_rows.extend(pool_phase(args, engine, table, address, device, options, rng, vocab, progress))
+            pool_rows.extend(pool_phase(args, engine, table, device, options, rng, vocab, progress, tmp, memory,
+                                        failures))
     finally:
         worker.stop()
         if device is not None:
             memory["prefill_connector"] = device.memory()
         memory["prefill_outside_torch_after"] = outside_torch_bytes(args.device)
-        proc.terminate()
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        if os.path.exists(memory_file):
-            with open(memory_file) as f:
-                memory["decode"] = json.load(f)
-        with open(decode_log) as f:
-            tail = f.read()[-2000:]
-        if proc.returncode not in (0, None, -15):
-            failures.append(f"decode worker exited with {proc.returncode}: {tail}")
+        stop_decode_process(proc, decode_log, memory_file, memory, "decode", failures)
         shutil.rmtree(tmp, ignore_errors=True)
     return build(partial=False)
 
@@ -458,13 +472,17 @@ def measure_overheads(worker: Any, table: Any, tokens: int, layers: int, submit:
     return kvserve.ProfileTable.from_rows(rows, list(table.workloads))
 
 
-def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, device: Any, options: Dict[str, Any],
-               rng: random.Random, vocab: int, progress: Callable[[str], None]) -> List[Dict[str, Any]]:
+def pool_phase(args: argparse.Namespace, engine: Any, table: Any, device: Any, options: Dict[str, Any],
+               rng: random.Random, vocab: int, progress: Callable[[str], None], tmp: str, memory: Dict[str, Any],
+               failures: List[str]) -> List[Dict[str, Any]]:
     """Prefix-pool hits against recompute. A pool server in this process
     (memory backend) sends over a link shaped to each ``--pool-gbps``; the
     prefill worker's pool is a client of it (chunks of 512 tokens, stored
     under the profile the controller picks for that link at the pool
-    phase's first request). Per point and request, one prompt is stored
+    phase's first request), and so is the decode worker's, a process of its
+    own per rate (``--pool``), which fetches a hit's chunks from the pool
+    straight into its cache (its memory report in ``memory``,
+    ``decode-pool-<rate>``). Per point and request, one prompt is stored
     (a miss), then served from the pool (``pool``: forced), recomputed
     (``recompute``: the pool not asked) and as kvserve's pool path chooses
     (``kvserve``). The references, in the same run: the same frames
@@ -476,6 +494,13 @@ def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, 
         server = kvpool.serve(kvpool.memory(budget_bytes=64 << 30), "127.0.0.1:0", secret=args.secret,
                               shape_gbps=gbps)
         client = kvpool.remote(server.address, secret=args.secret)
+        name = f"decode-pool-{gbps:g}"
+        memory_file = os.path.join(tmp, name + "-memory.json")
+        try:
+            proc, address, log_path = start_decode_process(args, tmp, memory_file, pool=server.address, name=name)
+        except BaseException:
+            server.stop()
+            raise
         worker = serve.PrefillWorker(engine, table, [address], pool=client, pool_chunk_tokens=512,
                                      model_id=args.model, **options)
         request_id = 1 << 40
@@ -494,6 +519,7 @@ def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, 
                                                        use_pool=source != "recompute"))
                         request_id += 1
                         row = {"source": source, "gbps": gbps, "prompt_tokens": tokens, "stored_profile": spec,
+                               "path": "decode-fetch",
                                "ok": r["ok"], "error": r["error"], **r["timings"]}
                         out.append(row)
                     # The references: the chunk frames the hits fetched, fetched again with the
@@ -514,6 +540,7 @@ def pool_phase(args: argparse.Namespace, engine: Any, table: Any, address: str, 
                 progress(f"pool over {gbps:g} Gbps, {tokens} tokens: {args.pool_requests} requests per source")
         finally:
             worker.stop()
+            stop_decode_process(proc, log_path, memory_file, memory, name, failures)
             server.stop()
     return out
 
@@ -567,7 +594,7 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
     memory = report.get("memory_runs", [report.get("memory", {})])
     peaks = []
     for mem in memory:
-        for side in ("prefill_connector", "decode"):
+        for side in ["prefill_connector", "decode"] + [k for k in mem if k.startswith("decode-pool-")]:
             if mem.get(side):
                 peaks.append(mem[side]["peak_transfer_bytes"])
     out["peak_transfer_bytes"] = max(peaks) if peaks else None
@@ -728,12 +755,18 @@ def markdown(report: Dict[str, Any]) -> str:
     if c["pool"]:
         # Reports without the shaped-transport reference came from the code that fetched every chunk
         # whole before forwarding any.
-        relayed = any(r.get("reference") == "transport-shaped" for r in report.get("pool_rows", []))
-        how = ("relays each chunk frame record by record from the pool to the decode worker" if relayed else
-               "fetches all the chunk frames whole, then forwards them to the decode worker")
-        lines += ["", f"Prefix pool (a pool server over a shaped link, 512-token chunks; the prefill worker {how}, "
-                  "which decodes each window into its cache as it arrives; recompute: the prompt prefilled and "
-                  f"sent): fetch goodput (frame bytes over the {'relay' if relayed else 'fetch'}'s seconds) against "
+        rows_ = report.get("pool_rows", [])
+        relayed = any(r.get("reference") == "transport-shaped" for r in rows_)
+        direct = any(r.get("path") == "decode-fetch" for r in rows_)
+        how = ("the decode worker (a pool client in its own process) fetches each chunk frame from the pool "
+               "itself, record by record" if direct else
+               "the prefill worker relays each chunk frame record by record from the pool to the decode worker"
+               if relayed else "the prefill worker fetches all the chunk frames whole, then forwards them to the "
+               "decode worker")
+        lines += ["", f"Prefix pool (a pool server over a shaped link, 512-token chunks; {how}; the decode worker "
+                  "decodes each window into its cache as it arrives; recompute: the prompt prefilled and "
+                  f"sent): fetch goodput (frame bytes over the {'relay' if relayed and not direct else 'fetch'}'s "
+                  "seconds) against "
                   "kvserve's transport alone sending the same frames one after another over one connection "
                   "shaped to the same rate (one token bucket, as the pool's link), and against the pool client fetching them alone, both in the same run; "
                   "mean TTFT of each source, and what kvserve's pool path chose per request (— : not measured in "

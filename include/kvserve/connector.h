@@ -167,6 +167,13 @@ struct KvReceiveOptions {
                                                     const KvDestinationCallback& destination,
                                                     const KvReceiveOptions& options = {});
 
+// As ReceiveKv, for a frame from `source` (e.g. PoolFrameSource: a prefix
+// chunk fetched from the pool straight into the destination). The source's
+// error is returned as is (NotFound from a pool that lacks the key).
+[[nodiscard]] Result<KvReceiveResult> ReceiveKvWith(const FrameSource& source, DecoderContext& decoder,
+                                                    const KvDestinationCallback& destination,
+                                                    const KvReceiveOptions& options = {});
+
 // ---------------------------------------------------------------------------
 // KV in GPU memory.
 //
@@ -248,6 +255,10 @@ class DeviceConnector {
   // is filled for pruning profiles. As ReceiveKvFrom otherwise.
   virtual Result<KvReceiveResult> ReceiveKvFrom(Connection& connection, const Message& begin,
                                                 const KvDestinationCallback& destination,
+                                                const KvReceiveOptions& options, void* engine_stream) = 0;
+  // ReceiveKvWith into device memory (e.g. a prefix chunk streamed from the
+  // pool): as ReceiveKvFrom, the records coming from `source`.
+  virtual Result<KvReceiveResult> ReceiveKvWith(const FrameSource& source, const KvDestinationCallback& destination,
                                                 const KvReceiveOptions& options, void* engine_stream) = 0;
 
   // Encodes `kv` (device memory, after the work queued on `engine_stream`)

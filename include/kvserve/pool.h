@@ -103,6 +103,15 @@ class KvPool {
   [[nodiscard]] virtual Result<PoolStats> Stats() = 0;
 };
 
+// The frame of `key` in `pool` as a FrameSource (a receiver's input, e.g.
+// ReceiveKvWith, or a decode worker fetching a prefix chunk itself): its
+// records are streamed with GetRecords and handed to the handler under
+// `transfer_id`. Stats count the frame's header and records and the time
+// from the request to the last record. NotFound when the pool lacks the
+// key (before any handler call); the pool's or the handler's error
+// otherwise. `pool` must outlive the source.
+FrameSource PoolFrameSource(KvPool& pool, PoolKey key, uint64_t transfer_id);
+
 struct MemoryPoolOptions {
   // Values are evicted least-recently-used first (Put and Get both count as
   // use) to keep the stored bytes within this budget. A value larger than

@@ -50,6 +50,8 @@ inline constexpr uint8_t kMsgServeRequest = 0x30;   // client -> prefill
 inline constexpr uint8_t kMsgServeResponse = 0x31;  // prefill -> client
 inline constexpr uint8_t kMsgServeGenerate = 0x32;  // prefill -> decode, after a frame
 inline constexpr uint8_t kMsgServeResult = 0x33;    // decode -> prefill
+inline constexpr uint8_t kMsgServePoolFetch = 0x34;    // prefill -> decode: fetch these prefix chunks
+inline constexpr uint8_t kMsgServePoolFetched = 0x35;  // decode -> prefill: what the fetch got
 
 // The method field of a request: let the controller choose.
 inline constexpr const char* kMethodAdaptive = "adaptive";
@@ -127,6 +129,11 @@ struct DecodeWorkerOptions {
   // Receives frames into a device engine's KV (kvserve/connector.h; not
   // owned). Required when the engine's KV is on a GPU, unused otherwise.
   DeviceConnector* device = nullptr;
+  // The prefix pool this worker reads itself (not owned; shared with the
+  // prefill workers, e.g. a remote pool client or Redis). With it, a prefix
+  // hit's chunks come straight from the pool into the engine's KV
+  // (POOL_FETCH); without it, the prefill worker relays them.
+  KvPool* pool = nullptr;
 };
 
 // Receives frames from prefill workers, decodes each record as it arrives

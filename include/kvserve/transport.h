@@ -539,6 +539,12 @@ struct FrameHandler {
   std::function<std::span<uint8_t>(uint64_t length)> place_record;
 };
 
+// Where a receiver's frame comes from: runs `handler` over one frame's
+// header and records (ReceiveFrameFrom on a connection, KvPool::GetRecords
+// through PoolFrameSource, ...) and returns its stats or the first error,
+// the handler's included. The handler's calls happen on the calling thread.
+using FrameSource = std::function<Result<TransferStats>(const FrameHandler& handler)>;
+
 // Receives one streamed frame from `connection`: waits up to
 // `timeout_seconds` for its Begin, then calls `handler` per record until
 // End, checks the record count, and acknowledges. Returns the stats, the

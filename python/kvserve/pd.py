@@ -27,6 +27,7 @@ from typing import Any, List, Optional, Sequence
 
 import kvserve
 from kvserve import generation, hf, serve
+from kvserve import pool as kvpool
 from kvserve.integration.transformers import (TinyCausalLM, TransformersEngine, decoder_layers,  # noqa: F401
                                               deterministic, freeze_heap, last_logits_only, load_model,
                                               new_cache)
@@ -91,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-file",
                    help="role decode: at exit, write the device connector's memory report here (JSON)")
     p.add_argument("--secret", default="", help="shared secret of the connections (both sides)")
+    p.add_argument("--pool",
+                   help="role decode: address of the prefill workers' pool server (kvserve.pool.serve); "
+                        "prefix hits are then fetched from it here, straight into the cache, instead of "
+                        "relayed by the prefill worker")
     p.add_argument("--methods", default="none,kivi-2",
                    help="comma-separated profiles or presets; 'kvserve' lets the controller choose "
                         "(needs --table)")
@@ -132,7 +137,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     engine = TransformersEngine(model)
     device = connector_for(engine, args.device_budget_mib << 20)
     if args.role == "decode":
-        worker = serve.DecodeWorker(engine, listen=args.address, secret=args.secret, device=device)
+        pool = kvpool.remote(args.pool, secret=args.secret) if args.pool else None
+        worker = serve.DecodeWorker(engine, listen=args.address, secret=args.secret, device=device, pool=pool)
         print(f"decode worker listening on {worker.address}", file=sys.stderr, flush=True)
         if args.address_file:
             with open(args.address_file + ".tmp", "w") as f:

@@ -17,8 +17,11 @@ call the engine.
     response = prefill.serve(serve.request(0, prompt, max_new_tokens=8, method="kivi-2"))
 
 ``DecodeWorker(engine, listen="127.0.0.1:0", secret="", max_kv_bytes=64 GiB,
-decode_threads=1, device=None)``: serves prefill connections on its own
-threads until ``stop()``; ``address``, ``completed``, ``refused_frames``.
+decode_threads=1, device=None, pool=None)``: serves prefill connections on its
+own threads until ``stop()``; ``address``, ``completed``, ``refused_frames``.
+With ``pool`` (the prefill workers' pool, e.g. ``kvserve.pool.remote(...)``)
+it fetches a prefix hit's chunks from the pool itself, straight into the
+engine's KV; without it the prefill worker relays them.
 
 ``PrefillWorker(engine, table, decode_addresses, listen=..., secret=...,
 link_bytes_per_second=0, model_id="model", overlap_prefill=True, pool=None,

@@ -409,16 +409,17 @@ void RegisterServe(py::module_& m) {
 
   py::class_<PyDecodeWorker>(m, "DecodeWorker", "The library's decode worker around a Python engine.")
       .def(py::init([](py::object engine, const std::string& listen, const std::string& secret,
-                       uint64_t max_kv_bytes, int decode_threads, py::object device) {
+                       uint64_t max_kv_bytes, int decode_threads, py::object device, py::object pool) {
              auto py_engine = std::make_unique<PyServingEngine>(engine);
              auto w = std::make_unique<PyDecodeWorker>(NewTcpTransport(), std::move(py_engine),
-                                                       py::make_tuple(engine, device));
+                                                       py::make_tuple(engine, device, pool));
              DecodeWorkerOptions o;
              o.listen_address = listen;
              o.connection = Connection(secret);
              o.max_kv_bytes = max_kv_bytes;
              o.decode_threads = decode_threads;
              o.device = ConnectorOf(device);
+             o.pool = pool.is_none() ? nullptr : PoolFromPython(pool);
              Result<std::unique_ptr<DecodeWorker>> started = Status::Internal("unset");
              {
                py::gil_scoped_release release;
@@ -428,7 +429,8 @@ void RegisterServe(py::module_& m) {
              return w;
            }),
            py::arg("engine"), py::arg("listen") = "127.0.0.1:0", py::arg("secret") = "",
-           py::arg("max_kv_bytes") = uint64_t{64} << 30, py::arg("decode_threads") = 1, py::arg("device") = py::none())
+           py::arg("max_kv_bytes") = uint64_t{64} << 30, py::arg("decode_threads") = 1, py::arg("device") = py::none(),
+           py::arg("pool") = py::none())
       .def_property_readonly("address", &PyDecodeWorker::address)
       .def_property_readonly("completed", [](const PyDecodeWorker& w) { return w.worker_->completed(); })
       .def_property_readonly("refused_frames", [](const PyDecodeWorker& w) { return w.worker_->refused_frames(); })

@@ -1,8 +1,9 @@
 """bench/pd_sweep.py on the toy model (CPU): every point of the sweep is
 reported for every method, kvserve's requests stay within the quality
 floor, lossless requests give a single-process run's tokens, the pool
-phase reports fetches against kvserve's transport alone over a link
-shaped like the pool's and against the pool client alone, and a report merged
+phase's hits are fetched by the decode worker itself and reported against
+kvserve's transport alone over a link shaped like the pool's and against the
+pool client alone, and a report merged
 from two runs keeps both runs' points."""
 from __future__ import annotations
 
@@ -52,8 +53,14 @@ class PdSweepTest(unittest.TestCase):
             self.assertGreater(pool[0]["transport_gbps"], 0)
             self.assertGreater(pool[0]["pool_client_gbps"], 0)
             self.assertAlmostEqual(pool[0]["fetch_ratio"], pool[0]["fetch_gbps"] / pool[0]["transport_gbps"])
+            # The hits came through the decode worker's own pool client (a process per pool rate).
+            hits = [r for r in report["pool_rows"] if r["source"] == "pool"]
+            self.assertTrue(hits and all(r["prefix_hit"] and r["path"] == "decode-fetch" for r in hits))
+            self.assertIn("decode-pool-0.5", report["memory"])
             with open(path + ".md") as f:
-                self.assertIn("Prefix pool", f.read())
+                text = f.read()
+            self.assertIn("Prefix pool", text)
+            self.assertIn("fetches each chunk frame from the pool itself", text)
             # A second call's points join the first's.
             merged = self.sweep(path, "0", ["--append"])
             self.assertEqual({(p["gbps"], p["tokens"]) for p in merged["points"]},

@@ -94,4 +94,11 @@ Result<KvReceiveResult> ReceiveKvFrom(Connection& connection, const Message& beg
   return reception.Finish(ReceiveFrameFrom(connection, begin, reception.Handler()));
 }
 
+Result<KvReceiveResult> ReceiveKvWith(const FrameSource& source, DecoderContext& decoder,
+                                      const KvDestinationCallback& destination,
+                                      const KvReceiveOptions& options) {
+  KvReception reception(decoder, destination, options);
+  return reception.Finish(source(reception.Handler()));
+}
+
 }  // namespace kvserve

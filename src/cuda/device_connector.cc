@@ -395,6 +395,8 @@ class DeviceConnectorImpl final : public DeviceConnector {
   Result<KvReceiveResult> ReceiveKvFrom(Connection& connection, const Message& begin,
                                         const KvDestinationCallback& destination, const KvReceiveOptions& options,
                                         void* engine_stream) override;
+  Result<KvReceiveResult> ReceiveKvWith(const FrameSource& source, const KvDestinationCallback& destination,
+                                        const KvReceiveOptions& options, void* engine_stream) override;
 
   Status EncodeFrame(const Profile& profile, const HeadScores* head_scores, const DeviceKvSource& kv,
                      ByteSink& sink, void* engine_stream) override {
@@ -913,9 +915,16 @@ Result<KvReceiveResult> DeviceReception::Finish(Result<TransferStats> transfer) 
 Result<KvReceiveResult> DeviceConnectorImpl::ReceiveKvFrom(Connection& connection, const Message& begin,
                                                            const KvDestinationCallback& destination,
                                                            const KvReceiveOptions& options, void* engine_stream) {
+  return ReceiveKvWith([&](const FrameHandler& h) { return ReceiveFrameFrom(connection, begin, h); }, destination,
+                       options, engine_stream);
+}
+
+Result<KvReceiveResult> DeviceConnectorImpl::ReceiveKvWith(const FrameSource& source,
+                                                           const KvDestinationCallback& destination,
+                                                           const KvReceiveOptions& options, void* engine_stream) {
   KVSERVE_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));
   DeviceReception reception(this, destination, options, engine_stream);
-  auto transfer = ReceiveFrameFrom(connection, begin, reception.Handler());
+  auto transfer = source(reception.Handler());
   auto result = reception.Finish(std::move(transfer));
   ReturnRing(reception.TakeRingBack());
   return result;

@@ -4,6 +4,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvserve/pool.h"
@@ -45,6 +46,29 @@ Status KvPool::GetRecords(const PoolKey& key, const FrameHandler& handler) {
     KVSERVE_RETURN_IF_ERROR(handler.on_record(record));
   }
   return Status::Ok();
+}
+
+FrameSource PoolFrameSource(KvPool& pool, PoolKey key, uint64_t transfer_id) {
+  return [&pool, key = std::move(key), transfer_id](const FrameHandler& handler) -> Result<TransferStats> {
+    TransferStats stats;
+    stats.transfer_id = transfer_id;
+    FrameHandler counted;
+    counted.on_header = [&](uint64_t, std::span<const uint8_t> header) {
+      stats.frame_bytes += header.size();
+      return handler.on_header(transfer_id, header);
+    };
+    counted.on_record = [&](std::span<const uint8_t> record) {
+      stats.frame_bytes += record.size();
+      ++stats.records;
+      return handler.on_record(record);
+    };
+    counted.place_record = handler.place_record;
+    const double start = MonotonicSeconds();
+    KVSERVE_RETURN_IF_ERROR(pool.GetRecords(key, counted));
+    stats.wire_bytes = stats.frame_bytes;
+    stats.elapsed_seconds = MonotonicSeconds() - start;
+    return stats;
+  };
 }
 
 }  // namespace kvserve

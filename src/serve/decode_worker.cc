@@ -15,6 +15,7 @@
 #include "kvserve/codec.h"
 #include "kvserve/connector.h"
 #include "kvserve/engine.h"
+#include "kvserve/pool.h"
 #include "kvserve/serve.h"
 #include "transport/connection_server.h"
 #include "serve/serve_protocol.h"
@@ -94,14 +95,73 @@ class DecodeWorker::Impl {
     return s.kv->destination();
   }
 
-  // Receives the frame whose Begin is `begin` into the engine's KV: through
-  // the device connector for a device engine, the host connector otherwise.
-  Result<KvReceiveResult> Receive(Session& s, Connection& connection, const Message& begin,
-                                  const KvDestinationCallback& destination, bool* refused) {
+  // Receives the frame `source` gives (the connection's, or a pool
+  // chunk's) into the engine's KV: through the device connector for a
+  // device engine, the host connector otherwise.
+  Result<KvReceiveResult> Receive(Session& s, const FrameSource& source, const KvDestinationCallback& destination,
+                                  bool* refused) {
     const KvReceiveOptions options{.keep_mask = &s.keep_mask, .refused = refused};
     if (engine_->info().device >= 0)
-      return options_.device->ReceiveKvFrom(connection, begin, destination, options, engine_->stream());
-    return ReceiveKvFrom(connection, begin, *s.decoder, destination, options);
+      return options_.device->ReceiveKvWith(source, destination, options, engine_->stream());
+    return ReceiveKvWith(source, *s.decoder, destination, options);
+  }
+
+  // Keeps the frame just received (s.kv) for the next GENERATE.
+  static void Hold(Session& s, const KvReceiveResult& frame) {
+    HeldFrame held;
+    held.transfer_id = s.transfer_id;
+    held.kv = std::move(s.kv);
+    held.keep_mask = std::move(s.keep_mask);
+    held.decode_seconds = frame.decode_seconds;
+    s.held_bytes += static_cast<uint64_t>(held.kv->shape().NumElements()) * DTypeSize(held.kv->dtype());
+    s.held.push_back(std::move(held));
+    s.keep_mask.clear();
+  }
+
+  // A POOL_FETCH: the named prefix chunks, fetched from the pool one after
+  // another and decoded into the engine's KV as their records arrive, held
+  // for the GENERATE that follows. Stops at the first chunk the pool no
+  // longer has; any other error drops what this fetch got.
+  serve::PoolFetchedMessage FetchFromPool(Session& s, const Message& message,
+                                          const KvDestinationCallback& destination) {
+    serve::PoolFetchedMessage out;
+    auto fetch = serve::DecodePoolFetch(message.payload);
+    if (!fetch.ok()) {
+      out.status = fetch.status();
+      return out;
+    }
+    out.request_id = fetch->request_id;
+    if (options_.pool == nullptr) {
+      out.status = Status::NotSupported("this decode worker has no pool; relay the chunks");
+      return out;
+    }
+    DropHeld(s);  // a request's frames start here
+    const double start = MonotonicSeconds();
+    for (size_t i = 0; i < fetch->keys.size(); ++i) {
+      const uint64_t id = fetch->first_transfer_id + i;
+      s.transfer_id = 0;
+      s.kv.reset();
+      bool refused = false;
+      auto frame = Receive(s, PoolFrameSource(*options_.pool, fetch->keys[i], id), destination, &refused);
+      if (!frame.ok()) {
+        // Gone before its header (evicted since the lookup): the hit ends
+        // with the chunks before it.
+        if (frame.status().code() == StatusCode::kNotFound && s.transfer_id != id) break;
+        DropHeld(s);
+        s.kv.reset();
+        out.status = frame.status().WithContext("pool chunk " + std::to_string(i));
+        // A pool that failed mid-chunk: worth another attempt.
+        if (!refused && !serve::IsRetryable(out.status))
+          out.status = Status::Unavailable(out.status.ToString());
+        return out;
+      }
+      Hold(s, *frame);
+      out.frame_bytes += frame->transfer.frame_bytes;
+      out.decode_seconds += frame->decode_seconds;
+    }
+    out.chunks = s.held.size();
+    out.seconds = MonotonicSeconds() - start;
+    return out;
   }
 
   void ServeConnection(Connection& connection) {
@@ -128,9 +188,15 @@ class DecodeWorker::Impl {
         if (st.code() == StatusCode::kTimeout && MonotonicSeconds() - wait_start > 0.25) continue;
         return;
       }
+      if (message.type == kMsgServePoolFetch) {
+        const serve::PoolFetchedMessage fetched = FetchFromPool(s, message, destination);
+        if (!connection.Send(kMsgServePoolFetched, 0, serve::EncodePoolFetched(fetched)).ok()) return;
+        continue;
+      }
       if (message.type == kMsgFrameBegin) {
         bool refused = false;
-        auto frame = Receive(s, connection, message, destination, &refused);
+        const FrameSource source = [&](const FrameHandler& h) { return ReceiveFrameFrom(connection, message, h); };
+        auto frame = Receive(s, source, destination, &refused);
         if (!frame.ok() && !refused) return;  // connection broken, peer gone, or aborted transfer
         if (!frame.ok()) {
           // Refused (and acknowledged as such) or incomplete: the sender
@@ -141,18 +207,11 @@ class DecodeWorker::Impl {
           refused_frames_.fetch_add(1);
           continue;
         }
-        HeldFrame held;
-        held.transfer_id = s.transfer_id;
-        held.kv = std::move(s.kv);
-        held.keep_mask = std::move(s.keep_mask);
-        held.decode_seconds = frame->decode_seconds;
-        s.held_bytes += static_cast<uint64_t>(held.kv->shape().NumElements()) * DTypeSize(held.kv->dtype());
-        s.held.push_back(std::move(held));
-        s.keep_mask.clear();
+        Hold(s, *frame);
         continue;
       }
       if (message.type != kMsgServeGenerate) {
-        connection.Fail(Status::Corruption("expected a frame or a generate message, got type " +
+        connection.Fail(Status::Corruption("expected a frame, a pool fetch or a generate message, got type " +
                                            std::to_string(message.type)));
         return;
       }

@@ -25,6 +25,8 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <string>
+#include <vector>
 #include <variant>
 
 #include "kvserve/pool.h"
@@ -132,16 +134,21 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   // goodput as measured so far; none yet, a local pool's, or one the
   // fetches never measured: the fetch costs only the forwarding.
   const double pool_bandwidth = pool_goodput_.SampleCount("pool") > 0 ? pool_goodput_.Estimate("pool") : 0.0;
+  // A decode worker that reads the pool itself takes the chunks over the
+  // pool's link alone (before its first fetch, at the decode link's rate);
+  // a relay moves them at the slower of the two links.
+  const bool direct = DecodeFetchesPool();
   for (const auto& [spec, candidate] : candidates) {
     // The profile's fixed per-transfer overhead t0 once per hit: the
     // chunks follow each other on one connection without a wait between
     // them (RelayPoolChunks), and a relay encodes nothing.
     double seconds = candidate.row != nullptr ? candidate.row->overhead_seconds : 0.0;
     for (size_t k = 1; k <= candidate.chunk_bytes.size(); ++k) {
-      // Each chunk is relayed record by record from the pool to the
-      // decode worker: it moves at the slower of the two links.
       const double bytes = static_cast<double>(candidate.chunk_bytes[k - 1]);
-      seconds += std::max(bytes / bandwidth, pool_bandwidth > 0 ? bytes / pool_bandwidth : 0.0);
+      if (direct)
+        seconds += bytes / (pool_bandwidth > 0 ? pool_bandwidth : bandwidth);
+      else
+        seconds += std::max(bytes / bandwidth, pool_bandwidth > 0 ? bytes / pool_bandwidth : 0.0);
       if (candidate.row != nullptr) seconds += chunk_kv_bytes / candidate.row->decode_bytes_per_second;
       // The decode worker runs the prompt's other tokens (at least the last)
       // against the imported chunks: as its earlier hits took, once there
@@ -162,7 +169,7 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
     t->recomputed = true;
     return false;
   }
-  // SendAndGenerate relays the chunks from the pool to the decode worker.
+  // SendAndGenerate has the decode worker fetch the chunks (or relays them).
   ctx.pool_keys.clear();
   for (size_t i = 0; i < best_chunks; ++i) ctx.pool_keys.push_back({options_.model_id, hashes[i], best_spec});
   ctx.pool_chunk_tokens = chunk_tokens;
@@ -227,6 +234,56 @@ Result<StreamResult> PrefillWorker::Impl::RelayPoolChunks(serve::PrefillContext&
   total.kv_seconds = total.ack_time - start;
   ctx.pool_relay_seconds = total.kv_seconds;
   ctx.pool_relay_bytes = total.transfer.frame_bytes;
+  return total;
+}
+
+bool PrefillWorker::Impl::DecodeFetchesPool() const {
+  return relay_peers_.count(decode_->current_key()) == 0;
+}
+
+Result<StreamResult> PrefillWorker::Impl::MovePoolChunks(serve::PrefillContext& ctx, Connection& connection,
+                                                         uint64_t first_id, std::vector<uint64_t>* transfer_ids) {
+  if (DecodeFetchesPool()) {
+    auto fetched = FetchPoolChunksAtDecode(ctx, connection, first_id, transfer_ids);
+    if (fetched.ok() || fetched.status().code() != StatusCode::kNotSupported) return fetched;
+    // A decode worker without the pool: relay to it from now on.
+    relay_peers_.insert(decode_->current_key());
+  }
+  return RelayPoolChunks(ctx, connection, first_id, transfer_ids);
+}
+
+Result<StreamResult> PrefillWorker::Impl::FetchPoolChunksAtDecode(serve::PrefillContext& ctx, Connection& connection,
+                                                                  uint64_t first_id,
+                                                                  std::vector<uint64_t>* transfer_ids) {
+  serve::PoolFetchMessage fetch;
+  fetch.request_id = ctx.request->id;
+  fetch.first_transfer_id = first_id;
+  fetch.keys = ctx.pool_keys;
+  const double start = MonotonicSeconds();
+  KVSERVE_RETURN_IF_ERROR(connection.Send(kMsgServePoolFetch, 0, serve::EncodePoolFetch(fetch)));
+  Message reply;
+  KVSERVE_RETURN_IF_ERROR(connection.Receive(&reply, 3600).WithContext("awaiting the decode worker's pool fetch"));
+  if (reply.type != kMsgServePoolFetched)
+    return Status::Corruption("decode worker answered a pool fetch with message type " + std::to_string(reply.type));
+  KVSERVE_ASSIGN_OR_RETURN(serve::PoolFetchedMessage fetched, serve::DecodePoolFetched(reply.payload));
+  if (fetched.request_id != ctx.request->id)
+    return Status::Corruption("decode worker answered a pool fetch for request " + std::to_string(fetched.request_id));
+  if (!fetched.status.ok()) {
+    // NotSupported (no pool there) is the caller's cue to relay; a chunk
+    // lost or corrupt on the way is Unavailable / Corruption, retried.
+    if (fetched.status.code() == StatusCode::kNotSupported) return fetched.status;
+    return fetched.status.WithContext("decode worker's pool fetch");
+  }
+  if (fetched.chunks > ctx.pool_keys.size())
+    return Status::Corruption("decode worker claims more pool chunks than asked");
+  for (uint64_t i = 0; i < fetched.chunks; ++i) transfer_ids->push_back(first_id + i);
+  StreamResult total;
+  total.ack_time = MonotonicSeconds();
+  total.kv_seconds = total.ack_time - start;
+  total.transfer.frame_bytes = fetched.frame_bytes;
+  total.transfer.busy_seconds = fetched.seconds;
+  ctx.pool_relay_seconds = fetched.seconds > 0 ? fetched.seconds : total.kv_seconds;
+  ctx.pool_relay_bytes = fetched.frame_bytes;
   return total;
 }
 

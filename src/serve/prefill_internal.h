@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,17 @@ class PrefillWorker::Impl {
   // verdicts, and Unavailable for a chunk lost mid-transfer (aborted).
   Result<StreamResult> RelayPoolChunks(serve::PrefillContext& ctx, Connection& connection,
                                        uint64_t first_id, std::vector<uint64_t>* transfer_ids);
+  // pool_path.cc: has the decode worker behind `connection` fetch
+  // ctx.pool_keys from the pool itself (POOL_FETCH), chunk i as transfer
+  // first_id + i, appending the ids it holds to `transfer_ids`; where that
+  // worker has no pool (it says NotSupported), relays them
+  // (RelayPoolChunks) and remembers to relay to it from then on.
+  Result<StreamResult> MovePoolChunks(serve::PrefillContext& ctx, Connection& connection, uint64_t first_id,
+                                      std::vector<uint64_t>* transfer_ids);
+  Result<StreamResult> FetchPoolChunksAtDecode(serve::PrefillContext& ctx, Connection& connection,
+                                               uint64_t first_id, std::vector<uint64_t>* transfer_ids);
+  // False once the current decode worker said it has no pool.
+  bool DecodeFetchesPool() const;
   // pool_path.cc: ctx's kv_tokens and suffix for the first `chunks` pool
   // chunks (at least the prompt's last token stays in the suffix).
   void CoverPoolChunks(serve::PrefillContext& ctx, size_t chunks);
@@ -155,7 +167,10 @@ class PrefillWorker::Impl {
   // the rest of the prompt run against it), which is not a fresh prefill
   // of those tokens.
   PrefillTimePredictor hit_first_token_;
-  BandwidthEstimator pool_goodput_;  // prefix hits' relays ("pool"): bytes over relay seconds
+  // Prefix hits' fetches ("pool"): chunk bytes over the seconds the relay,
+  // or the decode worker's own fetch, took.
+  BandwidthEstimator pool_goodput_;
+  std::set<std::string> relay_peers_;  // decode workers without the pool (by address)
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;
 };

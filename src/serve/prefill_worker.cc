@@ -231,7 +231,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       if (streamed->ok()) add(**streamed);
       sent = streamed->status();
     } else if (pool_hit) {
-      auto relayed = RelayPoolChunks(ctx, **connection, first_id, &transfer_ids);
+      auto relayed = MovePoolChunks(ctx, **connection, first_id, &transfer_ids);
       if (relayed.ok()) add(*relayed);
       sent = relayed.status();
       if (sent.ok() && transfer_ids.empty())

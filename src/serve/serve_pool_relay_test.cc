@@ -1,8 +1,9 @@
-// A prefix hit's chunks are relayed from the pool record by record: a
-// chunk the pool no longer has ends the hit with the chunks before it (or,
-// the first one, makes the request recompute); a stored chunk the decode
-// worker refuses makes the request recompute, with the whole prompt; every
-// answer is what a single process generates.
+// A prefix hit's chunks move from the pool record by record, relayed by the
+// prefill worker or fetched by a decode worker that has the pool itself
+// (POOL_FETCH): a chunk the pool no longer has ends the hit with the chunks
+// before it (or, the first one, makes the request recompute); a stored
+// chunk the decode worker refuses makes the request recompute, with the
+// whole prompt; every answer is what a single process generates.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -25,12 +26,13 @@ class LossyPool final : public KvPool {
  public:
   explicit LossyPool(KvPool* base) : base_(base) {}
   std::set<uint64_t> evicted, garbled;
+  bool frames = true;  // false: lookups only (Get finds nothing)
 
   Status Put(const PoolKey& key, std::span<const uint8_t> frame) override {
     return base_->Put(key, frame);
   }
   Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
-    if (evicted.count(key.prefix_hash)) return Status::NotFound("evicted");
+    if (!frames || evicted.count(key.prefix_hash)) return Status::NotFound("evicted");
     KVSERVE_RETURN_IF_ERROR(base_->Get(key, frame));
     if (garbled.count(key.prefix_hash) && !frame->empty()) frame->back() ^= 0x5A;
     return Status::Ok();
@@ -51,13 +53,15 @@ std::vector<uint64_t> ChunkHashes(const ServeRequest& r, int chunk_tokens) {
                            chunk_tokens);
 }
 
+// `direct`: the decode worker has the pool too and fetches the chunks.
 struct RelayCluster {
   std::unique_ptr<KvPool> base = NewMemoryPool();
   LossyPool pool{base.get()};
   servetest::ClusterOptions options;
   std::unique_ptr<servetest::Cluster> cluster;
-  RelayCluster() {
+  explicit RelayCluster(bool direct) {
     options.pool = &pool;
+    options.decode_pool = direct ? &pool : nullptr;
     options.pool_store_profiles = {"none"};
     options.max_attempts = 2;
     cluster = servetest::StartCluster(options);
@@ -73,8 +77,10 @@ struct RelayCluster {
   }
 };
 
-TEST(ServePoolRelayTest, AChunkGoneSinceTheLookupEndsTheHitThere) {
-  RelayCluster c;
+class ServePoolRelayTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ServePoolRelayTest, AChunkGoneSinceTheLookupEndsTheHitThere) {
+  RelayCluster c(GetParam());
   ASSERT_TRUE(c.cluster);
   std::mt19937_64 rng(32);
   for (int i = 0; i < 4; ++i) {
@@ -93,8 +99,8 @@ TEST(ServePoolRelayTest, AChunkGoneSinceTheLookupEndsTheHitThere) {
   }
 }
 
-TEST(ServePoolRelayTest, AChunkTheDecodeWorkerRefusesMakesTheRequestRecompute) {
-  RelayCluster c;
+TEST_P(ServePoolRelayTest, AChunkTheDecodeWorkerRefusesMakesTheRequestRecompute) {
+  RelayCluster c(GetParam());
   ASSERT_TRUE(c.cluster);
   std::mt19937_64 rng(33);
   for (int i = 0; i < 2; ++i) {
@@ -108,6 +114,39 @@ TEST(ServePoolRelayTest, AChunkTheDecodeWorkerRefusesMakesTheRequestRecompute) {
     EXPECT_TRUE(again->timings.recomputed);
     EXPECT_EQ(again->tokens, Reference(SmallModel(), r));
     c.pool.garbled.clear();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ServePoolRelayTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "DecodeFetches" : "PrefillRelays"; });
+
+// The decode worker's pool holds the frames, the prefill worker's pool only
+// answers lookups: every hit's chunks came the decode worker's way.
+TEST(ServePoolDirectTest, TheDecodeWorkerFetchesTheChunksItself) {
+  std::unique_ptr<KvPool> base = NewMemoryPool();
+  LossyPool lookups(base.get());
+  servetest::ClusterOptions options;
+  options.pool = &lookups;
+  options.decode_pool = base.get();
+  options.pool_store_profiles = {"none"};
+  auto cluster = servetest::StartCluster(options);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(34);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("round " + std::to_string(i));
+    const int c = options.pool_chunk_tokens;
+    const int chunks = 2 + static_cast<int>(rng() % 3);
+    ServeRequest r = servetest::PoolRequest(600 + i, servetest::RandomPrompt(rng, chunks * c + 1, chunks * c + 9), rng);
+    auto first = cluster->client->Submit(r);
+    ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+    lookups.frames = false;
+    auto hit = cluster->client->Submit(r);
+    lookups.frames = true;
+    ASSERT_TRUE(hit.ok() && hit->status.ok()) << hit->status.ToString();
+    EXPECT_TRUE(hit->timings.prefix_hit);
+    EXPECT_EQ(hit->timings.prefix_chunks, chunks);
+    EXPECT_GT(hit->timings.pool_fetch_seconds, 0);
+    EXPECT_EQ(hit->tokens, Reference(SmallModel(), r));
   }
 }
 

@@ -3,7 +3,8 @@
 // recomputing does; a full repeat hits every full chunk of the prefix; a
 // prompt without a full prefix chunk is never stored; the decode worker
 // generates only from exactly the frames a GENERATE names, in order, within
-// its memory bound; the GENERATE's transfer list is bounded.
+// its memory bound; the GENERATE's transfer list is bounded, and so is a
+// POOL_FETCH's key list, whose keys survive any model id bytes.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -290,6 +291,49 @@ TEST(ServeProtocolTest, ResponseCarriesThePrefixChunkCount) {
     EXPECT_EQ(decoded->timings.prefix_chunks, r.timings.prefix_chunks);
     EXPECT_TRUE(decoded->timings.prefix_hit);
   }
+}
+
+TEST(ServeProtocolTest, PoolFetchCarriesAnyKeyBytesAndIsBounded) {
+  std::mt19937_64 rng(1112);
+  serve::PoolFetchMessage m;
+  m.request_id = rng();
+  m.first_transfer_id = rng() >> 1;
+  for (int i = 0; i < 5; ++i) {
+    PoolKey k;
+    k.model_id.resize(1 + rng() % 255);
+    for (char& c : k.model_id) c = static_cast<char>(rng());  // not UTF-8 in general
+    k.prefix_hash = rng();
+    k.profile = i % 2 ? "none" : "identity+kivi(k=2,v=2,residual=128)+pack";
+    m.keys.push_back(k);
+  }
+  auto decoded = serve::DecodePoolFetch(serve::EncodePoolFetch(m));
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->request_id, m.request_id);
+  EXPECT_EQ(decoded->first_transfer_id, m.first_transfer_id);
+  EXPECT_EQ(decoded->keys, m.keys);
+  for (size_t count : {size_t{0}, serve::kMaxGenerateTransfers + 1}) {
+    m.keys.assign(count, m.keys.empty() ? PoolKey{"m", 1, "none"} : m.keys.front());
+    EXPECT_EQ(serve::DecodePoolFetch(serve::EncodePoolFetch(m)).status().code(), StatusCode::kCorruption) << count;
+  }
+
+  serve::PoolFetchedMessage f;
+  f.request_id = rng();
+  f.chunks = 1 + rng() % 4096;
+  f.frame_bytes = rng();
+  f.seconds = 0.25;
+  f.decode_seconds = 0.125;
+  auto back = serve::DecodePoolFetched(serve::EncodePoolFetched(f));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->chunks, f.chunks);
+  EXPECT_EQ(back->frame_bytes, f.frame_bytes);
+  EXPECT_EQ(back->seconds, f.seconds);
+  f.status = Status::NotSupported("no pool");
+  EXPECT_EQ(serve::DecodePoolFetched(serve::EncodePoolFetched(f)).status().code(), StatusCode::kCorruption)
+      << "chunks held after an error";
+  f.chunks = 0;
+  back = serve::DecodePoolFetched(serve::EncodePoolFetched(f));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->status.code(), StatusCode::kNotSupported);
 }
 
 KVSERVE_SERVE_OVER_TRANSPORTS(ServePrefixChunkTest);

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "pool/pool_wire.h"
+
 namespace kvserve::serve {
 namespace {
 
@@ -42,6 +44,12 @@ template <typename T>
 Status OptionalField(const json& j, const char* key, T* out, const char* what) {
   if (!j.contains(key)) return Status::Ok();
   return Field(j, key, out, what);
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
 }
 
 json StatusJson(const Status& s) {
@@ -256,6 +264,82 @@ Result<ResultMessage> DecodeResult(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "decode_kv_seconds", &m.decode_kv_seconds, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "generation_seconds", &m.generation_seconds, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "first_token_seconds", &m.first_token_seconds, kWhat));
+  return m;
+}
+
+std::vector<uint8_t> EncodePoolFetch(const PoolFetchMessage& m) {
+  // Each key as the pool's own key encoding in hex: a model id may be any
+  // bytes, which a JSON string cannot carry.
+  json keys = json::array();
+  std::vector<uint8_t> bytes;
+  for (const PoolKey& k : m.keys) {
+    bytes.clear();
+    pool::EncodeKey(k, &bytes);
+    std::string hex;
+    hex.reserve(2 * bytes.size());
+    for (uint8_t b : bytes) {
+      hex.push_back("0123456789abcdef"[b >> 4]);
+      hex.push_back("0123456789abcdef"[b & 15]);
+    }
+    keys.push_back(std::move(hex));
+  }
+  return JsonBytes(json{{"id", m.request_id}, {"first_transfer_id", m.first_transfer_id}, {"keys", keys}});
+}
+
+Result<PoolFetchMessage> DecodePoolFetch(std::span<const uint8_t> payload) {
+  constexpr const char* kWhat = "pool fetch";
+  KVSERVE_ASSIGN_OR_RETURN(json j, ParseJson(payload, kWhat));
+  PoolFetchMessage m;
+  KVSERVE_RETURN_IF_ERROR(Field(j, "id", &m.request_id, kWhat));
+  KVSERVE_RETURN_IF_ERROR(Field(j, "first_transfer_id", &m.first_transfer_id, kWhat));
+  auto keys = j.find("keys");
+  if (keys == j.end() || !keys->is_array()) return Status::Corruption("pool fetch message lacks a \"keys\" list");
+  if (keys->empty() || keys->size() > kMaxGenerateTransfers)
+    return Status::Corruption("pool fetch message names " + std::to_string(keys->size()) + " chunks; 1.." +
+                              std::to_string(kMaxGenerateTransfers) + " allowed");
+  if (m.first_transfer_id > std::numeric_limits<uint64_t>::max() - keys->size())
+    return Status::Corruption("pool fetch message: transfer ids overflow");
+  std::vector<uint8_t> bytes;
+  for (const json& k : *keys) {
+    const std::string* hex = k.get_ptr<const std::string*>();
+    if (hex == nullptr || hex->size() % 2 != 0) return Status::Corruption("pool fetch message: a key is not hex");
+    bytes.clear();
+    for (size_t i = 0; i < hex->size(); i += 2) {
+      const int hi = HexDigit((*hex)[i]), lo = HexDigit((*hex)[i + 1]);
+      if (hi < 0 || lo < 0) return Status::Corruption("pool fetch message: a key is not hex");
+      bytes.push_back(static_cast<uint8_t>(hi << 4 | lo));
+    }
+    PoolKey key;
+    KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(bytes, &key));
+    if (used != bytes.size()) return Status::Corruption("pool fetch message: trailing bytes after a key");
+    m.keys.push_back(std::move(key));
+  }
+  return m;
+}
+
+std::vector<uint8_t> EncodePoolFetched(const PoolFetchedMessage& m) {
+  return JsonBytes(json{{"id", m.request_id},
+                        {"status", StatusJson(m.status)},
+                        {"chunks", m.chunks},
+                        {"frame_bytes", m.frame_bytes},
+                        {"seconds", m.seconds},
+                        {"decode_seconds", m.decode_seconds}});
+}
+
+Result<PoolFetchedMessage> DecodePoolFetched(std::span<const uint8_t> payload) {
+  constexpr const char* kWhat = "pool fetched";
+  KVSERVE_ASSIGN_OR_RETURN(json j, ParseJson(payload, kWhat));
+  PoolFetchedMessage m;
+  KVSERVE_RETURN_IF_ERROR(Field(j, "id", &m.request_id, kWhat));
+  if (!j.contains("status")) return Status::Corruption("pool fetched message lacks a status");
+  m.status = StatusFromJson(j, kWhat);
+  KVSERVE_RETURN_IF_ERROR(Field(j, "chunks", &m.chunks, kWhat));
+  KVSERVE_RETURN_IF_ERROR(Field(j, "frame_bytes", &m.frame_bytes, kWhat));
+  KVSERVE_RETURN_IF_ERROR(Field(j, "seconds", &m.seconds, kWhat));
+  KVSERVE_RETURN_IF_ERROR(Field(j, "decode_seconds", &m.decode_seconds, kWhat));
+  if (!std::isfinite(m.seconds) || m.seconds < 0 || !std::isfinite(m.decode_seconds) || m.decode_seconds < 0)
+    return Status::Corruption("pool fetched message: times must be finite and >= 0");
+  if (!m.status.ok() && m.chunks != 0) return Status::Corruption("pool fetched message: chunks held after an error");
   return m;
 }
 

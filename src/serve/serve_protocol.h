@@ -47,6 +47,29 @@ struct ResultMessage {
   double first_token_seconds = 0;  // GENERATE received to first token sampled
 };
 
+// A prefix hit the decode worker fetches itself from the pool it shares
+// with the prefill worker (DecodeWorkerOptions::pool): chunk i's frame is
+// `keys[i]`, received as transfer first_transfer_id + i.
+struct PoolFetchMessage {
+  uint64_t request_id = 0;
+  uint64_t first_transfer_id = 0;
+  std::vector<PoolKey> keys;  // 1..kMaxGenerateTransfers, in token order
+};
+
+// The decode worker's answer to a POOL_FETCH: the first `chunks` keys were
+// received and verified (held for the GENERATE that follows; fewer than
+// asked when the pool no longer had the next one). A non-OK status: no
+// chunk is held; NotSupported when the worker has no pool (the prefill
+// worker then relays the chunks itself).
+struct PoolFetchedMessage {
+  uint64_t request_id = 0;
+  Status status;
+  uint64_t chunks = 0;
+  uint64_t frame_bytes = 0;   // of the chunks received
+  double seconds = 0;         // first request to the pool to the last chunk decoded
+  double decode_seconds = 0;  // sum of the record decode times
+};
+
 std::vector<uint8_t> EncodeRequest(const ServeRequest& request);
 Result<ServeRequest> DecodeRequest(std::span<const uint8_t> payload);
 std::vector<uint8_t> EncodeResponse(const ServeResponse& response);
@@ -55,6 +78,10 @@ std::vector<uint8_t> EncodeGenerate(const GenerateMessage& message);
 Result<GenerateMessage> DecodeGenerate(std::span<const uint8_t> payload);
 std::vector<uint8_t> EncodeResult(const ResultMessage& message);
 Result<ResultMessage> DecodeResult(std::span<const uint8_t> payload);
+std::vector<uint8_t> EncodePoolFetch(const PoolFetchMessage& message);
+Result<PoolFetchMessage> DecodePoolFetch(std::span<const uint8_t> payload);
+std::vector<uint8_t> EncodePoolFetched(const PoolFetchedMessage& message);
+Result<PoolFetchedMessage> DecodePoolFetched(std::span<const uint8_t> payload);
 
 // True for errors worth another attempt on a fresh connection or worker
 // (Unavailable, Timeout, Corruption, IOError); false for errors the request

@@ -148,6 +148,7 @@ struct ClusterOptions {
   int max_attempts = 3;
   double shape_bytes_per_second = 0;
   KvPool* pool = nullptr;
+  KvPool* decode_pool = nullptr;  // DecodeWorkerOptions::pool (null: hits are relayed)
   std::vector<std::string> pool_store_profiles;
   // Small chunks, so that the tests' prompts of tens of tokens span several.
   int pool_chunk_tokens = 16;
@@ -175,6 +176,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   if (o.start_decode) {
     DecodeWorkerOptions d;
     d.connection = Options(o.decode_secret, "decode-0");
+    d.pool = o.decode_pool;
     auto w = DecodeWorker::Start(decode_transport, &SmallModel(), d);
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     if (!w.ok()) return nullptr;
