@@ -5,7 +5,8 @@
 # 0, one JSON line per request), that a router without the secret is refused
 # (exit 1), that the prefill worker's default profile table is the model's
 # measured one, and that with no model to find the serve command fails
-# rather than making one up (unless --model random asks for it).
+# rather than making one up (unless --model random asks for it), and that a
+# decode worker refuses a pool of its own (--pool memory).
 #   tests/serve_cli_test.sh path/to/kvserve
 set -euo pipefail
 KVSERVE=$(realpath "${1:?usage: serve_cli_test.sh path/to/kvserve}")
@@ -34,6 +35,12 @@ PREFILL=$(cat "$DIR/prefill.addr")
   --new-tokens 4 --quality-min 0.99 --repeat-fraction 0.5 --json >"$DIR/router.json" 2>"$DIR/router.log" ||
   { cat "$DIR/router.log"; echo "router failed"; exit 1; }
 [ "$(wc -l <"$DIR/router.json")" -eq 4 ] || { cat "$DIR/router.json"; echo "expected 4 results"; exit 1; }
+# A decode worker's pool is the prefill workers' shared one: its own memory pool is refused.
+if "$KVSERVE" serve --role decode --model "${KVSERVE_TEST_MODEL:-}" --listen 127.0.0.1:0 --threads 1 \
+     --pool memory --duration 1 >/dev/null 2>"$DIR/decode-memory.log"; then
+  echo "a decode worker took a pool of its own"; exit 1
+fi
+grep -q "shared pool" "$DIR/decode-memory.log" || { cat "$DIR/decode-memory.log"; exit 1; }
 if KVSERVE_SECRET=wrong "$KVSERVE" router --prefill "$PREFILL" --model "${KVSERVE_TEST_MODEL:-}" -n 1 \
      --prompt-tokens 8 >/dev/null 2>"$DIR/intruder.log"; then
   echo "a router without the secret was served"; exit 1

@@ -94,17 +94,24 @@ Over the authenticated, checksummed connections of `docs/transport.md`, user mes
 | 0x10–0x14 | FRAME_* | prefill → decode | the KV frame, streamed record by record (`docs/transport.md` §4) |
 | 0x32 | GENERATE | prefill → decode | u32 JSON length, JSON (id, transfer ids (1..4096), KV token ids, suffix ids, sampling, logits count), f32 logits of the last prompt token |
 | 0x33 | RESULT | decode → prefill | JSON: id, status, tokens, decode-of-KV, generation and first-token seconds |
+| 0x34 | POOL_FETCH | prefill → decode | JSON: id, first transfer id, the hit's chunk keys (1..4096, each the pool's key encoding in hex) |
+| 0x35 | POOL_FETCHED | decode → prefill | JSON: id, status, chunks held, their frame bytes, fetch and decode seconds |
 
 A request's frames (one; or one per pool chunk on a prefix hit) are followed by exactly one
-GENERATE naming their transfer ids in order. On a prefix hit each chunk is relayed record by
-record (`KvPool::GetRecords`): every record the pool delivers goes on to the decode worker at
+GENERATE naming their transfer ids in order. On a prefix hit, a decode worker that has the
+pool itself (`DecodeWorkerOptions::pool`, `--pool` of `kvserve serve decode`/`kvserve.pd`)
+is sent POOL_FETCH and fetches the chunks from the pool one after another, each record decoded
+into its cache as it arrives (`PoolFrameSource` + `ReceiveKvWith`): the KV crosses only the
+pool's link, and POOL_FETCHED says how many chunks it holds. A decode worker without the pool
+answers NotSupported, and the prefill worker relays to it from then on: each chunk record by
+record (`KvPool::GetRecords`), every record the pool delivers going on to the decode worker at
 once, so the pool link and the decode link work together and no chunk is held whole by the
 prefill worker, and the next chunk is fetched and forwarded while the decode worker finishes
 the last one (`FrameSender::End`, its ack read after the next chunk went out: a wait per chunk
-for its ack idled both links once per chunk). A chunk the pool cannot give (evicted since the
-lookup) ends the hit there, and the GENERATE names the chunks sent, the rest of the prompt
-going in its suffix (none: the request recomputes). A chunk lost mid-transfer is aborted and
-the attempt retried. The decode worker decodes each record as it
+for its ack idled both links once per chunk). Either way a chunk the pool cannot give (evicted
+since the lookup) ends the hit there, and the GENERATE names the chunks held, the rest of the
+prompt going in its suffix (none: the request recomputes). A chunk lost mid-transfer drops the
+attempt's chunks and the attempt is retried. The decode worker decodes each record as it
 arrives (`DecoderContext::DecodeRecord` in the receive callback), and generates only when the
 frames it holds since the last GENERATE are exactly those named, each complete and verified:
 every record passed its checksum and the record count equals the header's chunk count. Their
@@ -116,7 +123,7 @@ KV is concatenated along tokens. Otherwise RESULT carries Corruption and no toke
 | --- | --- | --- |
 | queue | prefill worker | arrival to the request's turn (a worker serves one request at a time) |
 | prefill | prefill worker | `Model::Prefill` of the prompt (0 on a prefix hit) |
-| pool fetch | prefill worker | prefix hit: the relay of its chunks, pool request to the decode worker's last ack |
+| pool fetch | decode / prefill worker | prefix hit: its chunks' movement, the first pool request to the last chunk decoded (the decode worker's own fetch) or to the decode worker's last ack (a relay) |
 | encode | prefill worker | time inside the encoder (`Begin`, each `EncodeLayer`, `Finish`) |
 | transfer | prefill worker | sender busy time: blocked in writes (the shaper, the socket) plus the drain to the receiver's ack |
 | decode KV | decode worker | time inside `DecodeRecord` |

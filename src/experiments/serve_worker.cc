@@ -59,6 +59,15 @@ Status RunServeWorker(const ServeWorkerOptions& a, const std::string& dir,
     o.listen_address = a.listen;
     o.connection = c;
     o.decode_threads = a.codec_threads;
+    // The prefill workers' shared pool: prefix hits are then fetched here.
+    if (a.store.backend == "memory")
+      return Status::InvalidArgument(
+          "--pool memory is a pool inside this process; a decode worker reads the prefill workers' "
+          "shared pool (redis, redis-cluster) or none");
+    if (a.store.backend != "none") {
+      KVSERVE_ASSIGN_OR_RETURN(pool, OpenPoolBackend(a.store));
+    }
+    o.pool = pool.get();
     KVSERVE_ASSIGN_OR_RETURN(decode, DecodeWorker::Start(transport.get(), model->get(), o));
     address = decode->address();
   } else {

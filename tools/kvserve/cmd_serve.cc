@@ -76,7 +76,9 @@ RunFn SetupServe(CLI::App& sub) {
   sub.add_option("--latency-model", a->latency_model, "prefill: streamed (default) | serial");
   sub.add_flag("--no-bandit", a->no_bandit, "prefill: analytical choice only");
   sub.add_option("--pool", a->store.backend,
-                 "prefill: prefix pool none | memory | redis | redis-cluster")
+                 "prefix pool none | memory | redis | redis-cluster (prefill: looks prompts up and "
+                 "stores them; decode: the same shared pool, whose hits it then fetches itself; "
+                 "memory is prefill only)")
       ->check(CLI::IsMember({"none", "memory", "redis", "redis-cluster"}))
       ->capture_default_str();
   AddRedisFlags(&sub, &a->store);
