@@ -252,7 +252,9 @@ class PrefillWorker {
   ServeResponse Serve(const ServeRequest& request);
   // Emulates a new link: later transfers to decode workers are paced at
   // `bytes_per_second` (0 = unshaped); the current decode connection is
-  // closed and redialled with the new rate on the next request.
+  // closed and redialled with the new rate on the next request. With a
+  // shared link (decode_connection.shared_link), sets its rate: for every
+  // worker on it.
   void SetLinkRate(double bytes_per_second);
   // The bandwidth estimate (bytes/s) for the current decode worker.
   double BandwidthEstimate() const;

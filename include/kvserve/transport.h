@@ -251,6 +251,34 @@ inline constexpr uint8_t kMaxUserMessageType = 0xDF;
 // quick; it runs on the transferring thread.
 using GoodputCallback = std::function<void(std::string_view peer, double bytes, double seconds)>;
 
+// A link several connections share: one token bucket (the rate, and a depth
+// of max(16 KiB, 2 ms at the rate) unless given) for every byte any of them
+// writes, so transfers in flight at once contend for it as they would for a
+// real link between two hosts; each writer takes pieces of at most the
+// depth in turn. The rate may change while connections use it.
+// Thread safety: thread-safe.
+class SharedLink {
+ public:
+  // rate > 0 bytes/s. InvalidArgument otherwise.
+  static Result<std::shared_ptr<SharedLink>> Create(double bytes_per_second, double burst_bytes = 0);
+  ~SharedLink();
+  double rate() const;
+  double burst() const;
+  // Sets the rate (> 0; else ignored) from now on; the depth follows it
+  // unless it was given.
+  void SetRate(double bytes_per_second);
+  // Takes `bytes` at time `now_seconds` (MonotonicSeconds) and returns how
+  // long the caller must wait before sending them (>= 0).
+  double Reserve(double bytes, double now_seconds);
+  // Bytes reserved so far, by every connection on the link.
+  double bytes() const;
+
+ private:
+  SharedLink(double bytes_per_second, double burst_bytes);
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 struct ConnectionOptions {
   // Shared secret for the HMAC-SHA256 challenge-response. Both peers must
   // hold the same bytes. Empty disables authentication only when both sides
@@ -273,6 +301,10 @@ struct ConnectionOptions {
   double shape_bytes_per_second = 0.0;
   // Token bucket depth in bytes; 0 = max(16 KiB, 2 ms at the rate).
   double shape_burst_bytes = 0.0;
+  // A link this connection shares with others (one token bucket for all
+  // their bytes, e.g. every prefill->decode transfer of a host pair): when
+  // set, it paces every byte written and shape_* are ignored.
+  std::shared_ptr<SharedLink> shared_link;
   // Receives goodput samples: FrameSender transfers, large RemotePool Gets,
   // and users calling ReportGoodput (docs/transport.md §5). May be empty.
   GoodputCallback goodput;

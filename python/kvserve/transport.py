@@ -9,7 +9,9 @@ behind a small API:
   ``transport.dial(address, ...)`` a :class:`Connection`.
 * Connections authenticate before any data (HMAC-SHA256 challenge-response
   over a shared ``secret``; both sides leave it empty only on loopback),
-  shape the sender to a link rate with a token bucket (``shape_gbps``), and
+  shape the sender to a link rate with a token bucket (``shape_gbps``; or
+  one :class:`SharedLink` bucket for several workers' connections, which
+  then contend for it as transfers on one real link do), and
   hand every transfer's goodput sample to a :class:`kvserve.BandwidthEstimator`
   (``estimator=``) from the transferring thread -- the controller then
   decides from measured bandwidth.
@@ -44,11 +46,12 @@ from ._kvserve import (  # noqa: F401  (re-exported API)
     ConnectionOptions,
     FrameSender,
     Listener,
+    SharedLink,
     Transport,
     TransferStats,
 )
 
-__all__ = ["Transport", "Listener", "Connection", "ConnectionOptions", "FrameSender",
+__all__ = ["Transport", "Listener", "Connection", "ConnectionOptions", "FrameSender", "SharedLink",
            "TransferStats", "tcp", "ucx", "options", "dial", "accept", "send_frame",
            "receive_frame", "receive_kv", "FIRST_USER_TYPE", "MAX_USER_TYPE"]
 

@@ -443,7 +443,8 @@ void RegisterServe(py::module_& m) {
                        std::vector<std::string> pool_store_profiles, int pool_chunk_tokens,
                        std::shared_ptr<HeadScores> head_scores, const std::string& default_workload,
                        int table_reference_tokens, const std::string& latency_model, double epsilon,
-                       bool bandit, double prefill_seconds_per_token_prior, py::object device) {
+                       bool bandit, double prefill_seconds_per_token_prior, py::object device,
+                       std::shared_ptr<SharedLink> shared_link) {
              auto py_engine = std::make_unique<PyServingEngine>(engine);
              auto w = std::make_unique<PyPrefillWorker>(NewTcpTransport(), std::move(py_engine),
                                                         py::make_tuple(engine, device, pool, head_scores));
@@ -452,6 +453,7 @@ void RegisterServe(py::module_& m) {
              o.decode_addresses = std::move(decode_addresses);
              o.client_connection = Connection(secret);
              o.decode_connection = Connection(secret, link_bytes_per_second);
+             o.decode_connection.shared_link = std::move(shared_link);
              o.model_id = model_id;
              o.overlap_prefill = overlap_prefill;
              o.pool = pool.is_none() ? nullptr : PoolFromPython(pool);
@@ -482,7 +484,8 @@ void RegisterServe(py::module_& m) {
            py::arg("pool_store_profiles") = std::vector<std::string>{}, py::arg("pool_chunk_tokens") = 128,
            py::arg("head_scores") = nullptr, py::arg("default_workload") = "", py::arg("table_reference_tokens") = 512,
            py::arg("latency_model") = "streamed", py::arg("epsilon") = 0.05, py::arg("bandit") = true,
-           py::arg("prefill_seconds_per_token_prior") = 1e-4, py::arg("device") = py::none())
+           py::arg("prefill_seconds_per_token_prior") = 1e-4, py::arg("device") = py::none(),
+           py::arg("shared_link") = std::shared_ptr<SharedLink>())
       .def_property_readonly("address", &PyPrefillWorker::address)
       .def(
           "serve",

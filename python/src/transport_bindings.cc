@@ -379,6 +379,21 @@ void RegisterTransport(py::module_& m) {
                std::to_string(s.frame_bytes) + ", elapsed_seconds=" + std::to_string(s.elapsed_seconds) + ")";
       });
 
+  py::class_<SharedLink, std::shared_ptr<SharedLink>>(
+      m, "SharedLink",
+      "One token bucket for every byte its connections write: the link of a host pair that "
+      "concurrent transfers share (e.g. every prefill worker's decode connections).")
+      .def(py::init([](double gbps, double burst_bytes) {
+             return ValueOrThrow(SharedLink::Create(GbpsToBytesPerSecond(gbps), burst_bytes));
+           }),
+           py::arg("gbps"), py::arg("burst_bytes") = 0.0)
+      .def_property_readonly("gbps", [](const SharedLink& l) { return BytesPerSecondToGbps(l.rate()); })
+      .def("set_gbps", [](SharedLink& l, double gbps) {
+             if (!(gbps > 0)) ThrowInvalid("gbps: must be > 0");
+             l.SetRate(GbpsToBytesPerSecond(gbps));
+           }, py::arg("gbps"))
+      .def_property_readonly("bytes", &SharedLink::bytes, "bytes written through the link so far");
+
   py::class_<ConnectionOptions>(m, "ConnectionOptions")
       .def(py::init(&MakeOptions), py::arg("secret") = "", py::arg("local_id") = "kvserve",
            py::arg("shape_gbps") = 0.0, py::arg("io_timeout") = 30.0, py::arg("connect_timeout") = 5.0,

@@ -3,7 +3,8 @@ transformers-style engine (a seeded toy model on CPU; on a GPU when
 present): tokens through a lossless profile equal a single-process run,
 layers leave while the prefill still runs, the controller decides from
 measured bandwidth within the quality floor, prefix-pool hits give the
-recomputed tokens, and an engine that fails a request (an allocation
+recomputed tokens, workers on one shared link send through its one
+bucket, and an engine that fails a request (an allocation
 refused, a forward pass raising) fails that request with its error while
 the workers keep serving."""
 from __future__ import annotations
@@ -136,6 +137,23 @@ class PdTest(unittest.TestCase):
         self.assertTrue(second["timings"]["prefix_hit"])
         self.assertEqual(second["timings"]["prefix_chunks"], 4)
         self.assertEqual(second["tokens"], pd.reference_tokens(model, shared + [9, 11], 6))
+
+    def test_workers_on_a_shared_link_send_through_its_one_bucket(self):
+        from kvserve import transport  # noqa: PLC0415
+
+        model = TinyCausalLM(seed=3)
+        engine = TransformersEngine(model)
+        link = transport.SharedLink(gbps=100)
+        first, decode = self.workers(engine, shared_link=link)
+        second = serve.PrefillWorker(engine, pd.raw_table(), [decode.address], secret="k", shared_link=link)
+        self.addCleanup(second.stop)
+        sent = 0
+        for i, worker in enumerate([first, second, first]):
+            r = serve.raise_for(worker.serve(serve.request(i, prompt(50 + i), max_new_tokens=2, method="none")))
+            sent += r["timings"]["frame_bytes"]
+        self.assertGreaterEqual(link.bytes, sent)
+        second.set_link_rate(kvserve.gbps_to_bytes_per_second(40))
+        self.assertAlmostEqual(link.gbps, 40)  # for both workers
 
     def test_engine_failures_fail_the_request_and_the_workers_go_on(self):
         model = TinyCausalLM(seed=3)

@@ -456,6 +456,9 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
 void PrefillWorker::Impl::SetLinkRate(double bytes_per_second) {
   std::lock_guard<std::mutex> lock(mu_);
   link_rate_ = bytes_per_second;
+  // A link shared with other workers changes for all of them.
+  if (options_.decode_connection.shared_link && bytes_per_second > 0)
+    options_.decode_connection.shared_link->SetRate(bytes_per_second);
   decode_->CloseAll();
 }
 

@@ -35,7 +35,9 @@ class Connection::Impl {
  public:
   Impl(std::unique_ptr<Stream> stream, const ConnectionOptions& options)
       : options_(options), remote_(stream->RemoteAddress()) {
-    if (options_.shape_bytes_per_second > 0) {
+    if (options_.shared_link) {
+      stream = transport::NewSharedLinkStream(std::move(stream), options_.shared_link);
+    } else if (options_.shape_bytes_per_second > 0) {
       double burst = options_.shape_burst_bytes > 0
                          ? options_.shape_burst_bytes
                          : std::max(16.0 * 1024, options_.shape_bytes_per_second * 0.002);

@@ -90,6 +90,33 @@ TEST_P(ConnectionTest, MessagesRoundTripBothWays) {
   EXPECT_EQ((*p.server)->stats().messages_received, sent.size() + 2);
 }
 
+// Two connections on one SharedLink: every byte either sends goes through
+// the link's one bucket (and arrives intact).
+TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
+  auto transport = MakeTransport(GetParam());
+  auto link = SharedLink::Create(4e9);
+  ASSERT_TRUE(link.ok());
+  ConnectionOptions shaped = Options("s", "a");
+  shaped.shared_link = *link;
+  Pair one = Connect(*transport, GetParam(), shaped, Options("s", "b"));
+  Pair two = Connect(*transport, GetParam(), shaped, Options("s", "c"));
+  ASSERT_TRUE(one.client.ok() && one.server.ok() && two.client.ok() && two.server.ok());
+  std::mt19937 rng(8);
+  const double before = (*link)->bytes();
+  uint64_t payload = 0;
+  std::vector<uint8_t> v(100000 + rng() % 100000);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  for (Pair* p : {&one, &two}) {
+    std::thread sender([&] { ASSERT_TRUE((*p->client)->Send(5, 0, v).ok()); });
+    Message m;
+    ASSERT_TRUE((*p->server)->Receive(&m).ok());
+    sender.join();
+    EXPECT_EQ(m.payload, v);
+    payload += v.size();
+  }
+  EXPECT_GE((*link)->bytes() - before, static_cast<double>(payload));
+}
+
 // ReceiveInto: payloads the placer accepts land in its memory (and nowhere
 // else), the rest in Message::payload; a placer answering with the wrong
 // length breaks the connection with InvalidArgument.

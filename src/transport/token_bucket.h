@@ -22,6 +22,9 @@ class TokenBucket {
   // Takes `bytes` tokens at time `now_seconds` (monotonic, non-decreasing)
   // and returns how long the caller must wait before sending them (>= 0).
   double Reserve(double bytes, double now_seconds);
+  // From now on: tokens accrue at `rate` up to `burst` (the tokens held,
+  // or the debt, carry over, capped at the new depth).
+  void SetRate(double rate_bytes_per_second, double burst_bytes);
   double rate() const { return rate_; }
   double burst() const { return burst_; }
 
@@ -34,6 +37,10 @@ class TokenBucket {
 // the burst size). Read and Close pass through.
 std::unique_ptr<Stream> NewShapedStream(std::unique_ptr<Stream> base, double rate_bytes_per_second,
                                         double burst_bytes);
+
+// Wraps `base` so every Write is paced by `link`, which other streams may
+// share (pieces of at most its depth). Read and Close pass through.
+std::unique_ptr<Stream> NewSharedLinkStream(std::unique_ptr<Stream> base, std::shared_ptr<SharedLink> link);
 
 }  // namespace kvserve::transport
 
