@@ -439,6 +439,9 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
                     on_partial(build(partial=True))
         if args.pool_tokens:
             worker.stop()
+            # The pool phase runs decode processes of its own: this one's GPU memory goes back first.
+            stop_decode_process(proc, decode_log, memory_file, memory, "decode", failures)
+            proc = None
             pool_rows.extend(pool_phase(args, engine, table, device, options, rng, vocab, progress, tmp, memory,
                                         failures))
     finally:
@@ -446,7 +449,8 @@ def run(args: argparse.Namespace, progress=lambda s: print(s, file=sys.stderr, f
         if device is not None:
             memory["prefill_connector"] = device.memory()
         memory["prefill_outside_torch_after"] = outside_torch_bytes(args.device)
-        stop_decode_process(proc, decode_log, memory_file, memory, "decode", failures)
+        if proc is not None:
+            stop_decode_process(proc, decode_log, memory_file, memory, "decode", failures)
         shutil.rmtree(tmp, ignore_errors=True)
     return build(partial=False)
 
@@ -522,6 +526,12 @@ def pool_phase(args: argparse.Namespace, engine: Any, table: Any, device: Any, o
                                "path": "decode-fetch",
                                "ok": r["ok"], "error": r["error"], **r["timings"]}
                         out.append(row)
+                        if source == "pool" and not row["prefix_hit"]:
+                            with open(log_path) as f:
+                                tail = f.read()[-1500:]
+                            failures.append(f"pool over {gbps:g} Gbps, {tokens} tokens: the forced hit recomputed "
+                                            f"(its fetch took {row['pool_fetch_seconds']:.3f} s): {row['hit_error']}; "
+                                            f"decode log: {tail}")
                     # The references: the chunk frames the hits fetched, fetched again with the
                     # pool client alone, and sent by kvserve's transport alone over one connection
                     # shaped like the pool's (bytes over the sender's busy seconds, one after another).

@@ -102,6 +102,9 @@ struct RequestTimings {
   bool recomputed = false;        // pool hit ignored: recomputing was predicted faster
   int attempts = 0;               // frame transfers tried (1 = first try worked)
   int prefix_chunks = 0;          // pool chunks the KV came from (0 unless prefix_hit)
+  // A prefix hit that was chosen but could not be used (the request then
+  // recomputed): why; empty otherwise.
+  std::string hit_error;
 };
 
 struct ServeResponse {
@@ -249,7 +252,15 @@ class PrefillWorker {
   void Stop();
   // Serves one request in the calling thread (what a client connection
   // does). Never fails as a call: errors are in the response's status.
+  // The prompt's prefix chunks (use_pool) wait to be stored in the pool
+  // until StorePending or the next request.
   ServeResponse Serve(const ServeRequest& request);
+  // Encodes and stores the prefix chunks the requests served so far left
+  // waiting (a client connection's handler does this once each response is
+  // out; a caller of Serve does it when the response is in hand, so that
+  // the next request does not wait for it). Best effort: a failed store is
+  // a later miss.
+  void StorePending();
   // Emulates a new link: later transfers to decode workers are paced at
   // `bytes_per_second` (0 = unshaped); the current decode connection is
   // closed and redialled with the new rate on the next request. With a

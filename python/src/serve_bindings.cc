@@ -343,6 +343,7 @@ py::dict ResponseToDict(const ServeResponse& response) {
   tm["recomputed"] = t.recomputed;
   tm["attempts"] = t.attempts;
   tm["prefix_chunks"] = t.prefix_chunks;
+  tm["hit_error"] = t.hit_error;
   d["timings"] = tm;
   return d;
 }
@@ -497,6 +498,8 @@ void RegisterServe(py::module_& m) {
               const double start = MonotonicSeconds();
               response = w.worker_->Serve(r);
               response.timings.jct_seconds = MonotonicSeconds() - start;
+              // As a client connection's handler once the response is out.
+              w.worker_->StorePending();
             }
             return ResponseToDict(response);
           },

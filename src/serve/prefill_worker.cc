@@ -386,6 +386,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
         return response;
       }
       // The stored entries could not be used: fall back to recomputing.
+      t.hit_error = result.status().ToString();
       t.prefix_hit = false;
       t.prefix_chunks = 0;
       t.recomputed = true;
@@ -496,6 +497,7 @@ void PrefillWorker::Stop() {
   impl_->server_->Stop();
 }
 ServeResponse PrefillWorker::Serve(const ServeRequest& request) { return impl_->Serve(request); }
+void PrefillWorker::StorePending() { impl_->FlushPoolStores(); }
 void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
 double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }
 const ProfileTable& PrefillWorker::table() const { return impl_->controller_->table(); }

@@ -112,6 +112,7 @@ TEST_P(ServePoolRelayTest, AChunkTheDecodeWorkerRefusesMakesTheRequestRecompute)
     ASSERT_TRUE(again.ok() && again->status.ok()) << again->status.ToString();
     EXPECT_FALSE(again->timings.prefix_hit);
     EXPECT_TRUE(again->timings.recomputed);
+    EXPECT_NE(again->timings.hit_error, "") << "the hit's failure is reported";
     EXPECT_EQ(again->tokens, Reference(SmallModel(), r));
     c.pool.garbled.clear();
   }

@@ -146,7 +146,8 @@ std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
                   {"prefix_hit", t.prefix_hit},
                   {"recomputed", t.recomputed},
                   {"attempts", t.attempts},
-                  {"prefix_chunks", t.prefix_chunks}};
+                  {"prefix_chunks", t.prefix_chunks},
+                  {"hit_error", t.hit_error}};
   return JsonBytes(json{{"id", r.id},
                         {"status", StatusJson(r.status)},
                         {"tokens", r.tokens},
@@ -188,6 +189,7 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "recomputed", &t.recomputed, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "attempts", &t.attempts, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_chunks", &t.prefix_chunks, kWhat));
+  KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "hit_error", &t.hit_error, kWhat));
   return r;
 }
 
