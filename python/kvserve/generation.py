@@ -76,6 +76,22 @@ def _as_4d(t: Any) -> Any:
     return t if t.dim() == 4 else t[None]
 
 
+def _pieces(t: Any) -> Sequence[Any]:
+    """A layer's K or V as its pieces along tokens: a list or tuple of
+    tensors (e.g. one per prefix-pool chunk) as it is, a tensor as one."""
+    return t if isinstance(t, (list, tuple)) else [t]
+
+
+def _tokens(t: Any) -> int:
+    return sum(int(p.shape[-2]) for p in _pieces(t))
+
+
+def _whole(t: Any) -> Any:
+    """The pieces of ``t`` as one tensor along tokens."""
+    pieces = _pieces(t)
+    return pieces[0] if len(pieces) == 1 else _torch().cat([_as_4d(p) for p in pieces], dim=2)
+
+
 def _slot_cache(model: Any, capacity: int, pos: Any) -> Any:
     """A transformers ``StaticCache`` whose ``update`` writes the step's
     K/V at the device position ``pos`` (per layer, ``(1, kv_heads,
@@ -178,10 +194,14 @@ class _GraphStep:
         slots = self.cache.slots
         if len(slots) != len(layers):
             raise ValueError(f"{len(layers)} layers of KV for a model of {len(slots)}")
-        tokens = int(layers[0][0].shape[-2])
+        tokens = _tokens(layers[0][0])
         for (k, v), (sk, sv) in zip(layers, slots):
-            sk[:, :, :tokens].copy_(_as_4d(k))
-            sv[:, :, :tokens].copy_(_as_4d(v))
+            for src, dst in ((k, sk), (v, sv)):
+                at = 0
+                for piece in _pieces(src):  # chunk by chunk: no whole copy of the KV on the way
+                    n = int(piece.shape[-2])
+                    dst[:, :, at:at + n].copy_(_as_4d(piece))
+                    at += n
         self.mask[..., :tokens].zero_()
         self.mask[..., tokens:].fill_(self.masked)
         return tokens
@@ -283,7 +303,8 @@ class Generator:
         """``steps`` greedy tokens after ``last`` (the token that follows
         the cached ones, which the cache does not hold yet) from ``layers``:
         per model layer ``(K, V)``, ``(kv_heads, tokens, head_dim)`` or with
-        a leading batch of 1, on any device and dtype (copied). Sets
+        a leading batch of 1, on any device and dtype (copied), or each a
+        list of such pieces along tokens (copied one by one). Sets
         :attr:`step_seconds` and :attr:`load_seconds`."""
         torch = _torch()
         self.step_seconds = []
@@ -291,7 +312,7 @@ class Generator:
         if steps <= 0:
             self.load_seconds = 0.0
             return []
-        cached = int(layers[0][0].shape[-2])
+        cached = _tokens(layers[0][0])
         step = self._step_for(cached + steps) if self.graphs else None
         if step is not None:
             with torch.no_grad():
@@ -301,8 +322,8 @@ class Generator:
         with torch.no_grad():
             cache = _new_cache(self.model)
             for l, (k, v) in enumerate(layers):
-                cache.update(_as_4d(k).to(device=self.device, dtype=self.dtype),
-                             _as_4d(v).to(device=self.device, dtype=self.dtype), l)
+                cache.update(_as_4d(_whole(k)).to(device=self.device, dtype=self.dtype),
+                             _as_4d(_whole(v)).to(device=self.device, dtype=self.dtype), l)
             self.load_seconds = time.monotonic() - start
             out = []
             for _ in range(steps):

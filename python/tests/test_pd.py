@@ -137,6 +137,11 @@ class PdTest(unittest.TestCase):
         self.assertTrue(second["timings"]["prefix_hit"])
         self.assertEqual(second["timings"]["prefix_chunks"], 4)
         self.assertEqual(second["tokens"], pd.reference_tokens(model, shared + [9, 11], 6))
+        # A hit covering all but the last token: the chunks go into the generator's cache one by one.
+        third = serve.raise_for(prefill.serve(serve.request(2, shared + [13], max_new_tokens=6, method="none",
+                                                            use_pool=True)))
+        self.assertEqual(third["timings"]["prefix_chunks"], 4)
+        self.assertEqual(third["tokens"], pd.reference_tokens(model, shared + [13], 6))
 
     def test_workers_on_a_shared_link_send_through_its_one_bucket(self):
         from kvserve import transport  # noqa: PLC0415

@@ -303,9 +303,16 @@ class TransformersEngine:
             raise NotImplementedError("the transformers engine cannot hide tokens a pruning profile dropped")
         start = time.monotonic()
         with self._lock, torch.no_grad():
-            kv = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=3)
-            kv = kv.to(dtype=next(self.model.parameters()).dtype)
-            layers = [(kv[l, 0], kv[l, 1]) for l in range(kv.shape[0])]
+            dtype = next(self.model.parameters()).dtype
+            if len(parts) > 1 and len(suffix) == 1:
+                # A whole-prefix hit: the generator copies the chunks into its cache one by one (a
+                # concatenation would hold the prompt's KV twice).
+                parts = [p.to(dtype=dtype) for p in parts]
+                layers = [([p[l, 0] for p in parts], [p[l, 1] for p in parts]) for l in range(parts[0].shape[0])]
+            else:
+                kv = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=3)
+                kv = kv.to(dtype=dtype)
+                layers = [(kv[l, 0], kv[l, 1]) for l in range(kv.shape[0])]
             if suffix:
                 if len(suffix) > 1:  # the prompt's rest beyond the KV, then its last token as `last`
                     cache = new_cache(self.model)
