@@ -91,47 +91,20 @@ double SharedLink::bytes() const {
 namespace kvserve::transport {
 namespace {
 
-// Paces writes by `reserve(bytes, now)` in pieces of at most `piece()`.
-template <typename Reserver>
-Status PacedWrite(Stream& base, std::span<const uint8_t> bytes, double timeout_seconds, size_t piece,
-                  Reserver&& reserve) {
-  piece = std::max<size_t>(1, piece);
-  for (size_t done = 0; done < bytes.size();) {
-    size_t n = std::min(piece, bytes.size() - done);
-    SleepSeconds(reserve(static_cast<double>(n), MonotonicSeconds()));
-    KVSERVE_RETURN_IF_ERROR(base.Write(bytes.subspan(done, n), timeout_seconds));
-    done += n;
-  }
-  return Status::Ok();
-}
-
-class ShapedStream final : public Stream {
- public:
-  ShapedStream(std::unique_ptr<Stream> base, double rate, double burst)
-      : base_(std::move(base)), bucket_(rate, burst) {}
-  Status Write(std::span<const uint8_t> bytes, double timeout_seconds) override {
-    return PacedWrite(*base_, bytes, timeout_seconds, static_cast<size_t>(bucket_.burst()),
-                      [this](double n, double now) { return bucket_.Reserve(n, now); });
-  }
-  Result<size_t> Read(std::span<uint8_t> buffer, double timeout_seconds) override {
-    return base_->Read(buffer, timeout_seconds);
-  }
-  void Close() override { base_->Close(); }
-  std::string RemoteAddress() const override { return base_->RemoteAddress(); }
-  int PollHandle() const override { return base_->PollHandle(); }
-
- private:
-  std::unique_ptr<Stream> base_;
-  TokenBucket bucket_;
-};
-
 class SharedLinkStream final : public Stream {
  public:
   SharedLinkStream(std::unique_ptr<Stream> base, std::shared_ptr<SharedLink> link)
       : base_(std::move(base)), link_(std::move(link)) {}
+  // Pieces of at most the link's depth, each sent once the link lets it.
   Status Write(std::span<const uint8_t> bytes, double timeout_seconds) override {
-    return PacedWrite(*base_, bytes, timeout_seconds, static_cast<size_t>(link_->burst()),
-                      [this](double n, double now) { return link_->Reserve(n, now); });
+    const size_t piece = std::max<size_t>(1, static_cast<size_t>(link_->burst()));
+    for (size_t done = 0; done < bytes.size();) {
+      const size_t n = std::min(piece, bytes.size() - done);
+      SleepSeconds(link_->Reserve(static_cast<double>(n), MonotonicSeconds()));
+      KVSERVE_RETURN_IF_ERROR(base_->Write(bytes.subspan(done, n), timeout_seconds));
+      done += n;
+    }
+    return Status::Ok();
   }
   Result<size_t> Read(std::span<uint8_t> buffer, double timeout_seconds) override {
     return base_->Read(buffer, timeout_seconds);
@@ -153,7 +126,10 @@ std::unique_ptr<Stream> NewSharedLinkStream(std::unique_ptr<Stream> base, std::s
 
 std::unique_ptr<Stream> NewShapedStream(std::unique_ptr<Stream> base, double rate_bytes_per_second,
                                         double burst_bytes) {
-  return std::make_unique<ShapedStream>(std::move(base), rate_bytes_per_second, burst_bytes);
+  // A link of its own: a SharedLink no other stream holds.
+  auto link = SharedLink::Create(rate_bytes_per_second, std::max(1.0, burst_bytes));
+  if (!link.ok()) return base;  // not a positive rate: unshaped
+  return NewSharedLinkStream(std::move(base), std::move(*link));
 }
 
 }  // namespace kvserve::transport
