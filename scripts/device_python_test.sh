@@ -41,6 +41,14 @@ if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdeps
   grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git/info/exclude
   (cd .devdeps && apt-get download "${DEBS[@]}")
+  # libicu-dev's static libraries (42 MB unpacked) are never linked; without them the .deb is
+  # 0.7 MB instead of 10 MB, and the tree plus .devdeps stays under the device's 64 MiB carry.
+  for deb in .devdeps/libicu-dev_*.deb; do
+    tmp=$(mktemp -d)
+    dpkg-deb -R "$deb" "$tmp/x" && find "$tmp/x" -name '*.a' -delete &&
+      dpkg-deb -Zxz -z9 -b "$tmp/x" "$deb" >/dev/null
+    rm -rf "$tmp"
+  done
   du -sh .devdeps
   exit 0
 fi
