@@ -38,10 +38,8 @@ class Connection::Impl {
     if (options_.shared_link) {
       stream = transport::NewSharedLinkStream(std::move(stream), options_.shared_link);
     } else if (options_.shape_bytes_per_second > 0) {
-      double burst = options_.shape_burst_bytes > 0
-                         ? options_.shape_burst_bytes
-                         : std::max(16.0 * 1024, options_.shape_bytes_per_second * 0.002);
-      stream = transport::NewShapedStream(std::move(stream), options_.shape_bytes_per_second, burst);
+      stream = transport::NewShapedStream(std::move(stream), options_.shape_bytes_per_second,
+                                          options_.shape_burst_bytes);
     }
     stream_ = std::move(stream);
     peer_id_ = remote_;

@@ -126,8 +126,8 @@ std::unique_ptr<Stream> NewSharedLinkStream(std::unique_ptr<Stream> base, std::s
 
 std::unique_ptr<Stream> NewShapedStream(std::unique_ptr<Stream> base, double rate_bytes_per_second,
                                         double burst_bytes) {
-  // A link of its own: a SharedLink no other stream holds.
-  auto link = SharedLink::Create(rate_bytes_per_second, std::max(1.0, burst_bytes));
+  // A link of its own: a SharedLink no other stream holds (depth 0: its default).
+  auto link = SharedLink::Create(rate_bytes_per_second, burst_bytes);
   if (!link.ok()) return base;  // not a positive rate: unshaped
   return NewSharedLinkStream(std::move(base), std::move(*link));
 }

@@ -33,8 +33,10 @@ class TokenBucket {
   double last_ = -1;
 };
 
-// Wraps `base` so every Write is paced by a token bucket (pieces of at most
-// the burst size). Read and Close pass through.
+// Wraps `base` so every Write is paced by a token bucket of its own (a
+// SharedLink no other stream holds; pieces of at most the burst size, 0 =
+// SharedLink's default depth); `base` itself for a rate that is not
+// positive. Read and Close pass through.
 std::unique_ptr<Stream> NewShapedStream(std::unique_ptr<Stream> base, double rate_bytes_per_second,
                                         double burst_bytes);
 
