@@ -14,6 +14,7 @@
 #define KVSERVE_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -59,6 +60,9 @@ struct PoolStats {
   uint64_t evictions = 0;   // entries evicted by the byte budget
 };
 
+// Delivers one stored frame to `handler` (see KvPool::GetRecords).
+using PoolFrameReader = std::function<Status(const FrameHandler& handler)>;
+
 // Thread safety: every implementation is thread-safe.
 class KvPool {
  public:
@@ -87,6 +91,20 @@ class KvPool {
   // when the backend is lost mid-frame. The default splits what GetShared
   // gives; the remote pool has its server stream the records.
   [[nodiscard]] virtual Status GetRecords(const PoolKey& key, const FrameHandler& handler);
+  // Streams the frames stored under `keys`, in order, to a reader that
+  // takes them one after another (a decode worker fetching a prefix's
+  // chunks): calls `each(i, read)` for i = 0, 1, ... while it returns true,
+  // where `read(handler)` delivers the frame of keys[i] as GetRecords
+  // would (NotFound before any handler call when the key is absent). The
+  // sequence ends after the first `read` that fails, after `each` returns
+  // false, and when `each` returns without running `read`; `read` runs at
+  // most once, on the calling thread, and only inside its `each` call.
+  // The default runs GetRecords per key; the remote pool asks for every key
+  // in one request, so the server streams frame i+1 while the reader is
+  // still finishing frame i (e.g. waiting for its last windows to decode)
+  // instead of waiting for the reader's next request.
+  virtual void GetRecordsInOrder(std::span<const PoolKey> keys,
+                                 const std::function<bool(size_t i, const PoolFrameReader& read)>& each);
   // The value of `key` as shared, immutable bytes, as Get would give them:
   // without a copy where the backend keeps values in this process (the
   // embedded pool, whose evicted or replaced value then lives on until the
@@ -111,6 +129,10 @@ class KvPool {
 // key (before any handler call); the pool's or the handler's error
 // otherwise. `pool` must outlive the source.
 FrameSource PoolFrameSource(KvPool& pool, PoolKey key, uint64_t transfer_id);
+// As above, for the frame `read` delivers (e.g. one frame of
+// KvPool::GetRecordsInOrder); the source must run inside that frame's
+// `each` call.
+FrameSource PoolFrameSource(const PoolFrameReader& read, uint64_t transfer_id);
 
 struct MemoryPoolOptions {
   // Values are evicted least-recently-used first (Put and Get both count as

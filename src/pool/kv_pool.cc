@@ -1,5 +1,5 @@
 // Copyright kvserve authors. KvPool's default implementations: GetMany,
-// GetShared and GetRecords in terms of Get.
+// GetShared, GetRecords and GetRecordsInOrder in terms of Get.
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -48,8 +48,29 @@ Status KvPool::GetRecords(const PoolKey& key, const FrameHandler& handler) {
   return Status::Ok();
 }
 
+void KvPool::GetRecordsInOrder(std::span<const PoolKey> keys,
+                               const std::function<bool(size_t, const PoolFrameReader&)>& each) {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    bool ran = false;
+    Status status;
+    const PoolFrameReader read = [&](const FrameHandler& handler) {
+      if (ran) return Status::InvalidArgument("GetRecordsInOrder: a frame's reader ran twice");
+      ran = true;
+      status = GetRecords(keys[i], handler);
+      return status;
+    };
+    if (!each(i, read) || !ran || !status.ok()) return;
+  }
+}
+
 FrameSource PoolFrameSource(KvPool& pool, PoolKey key, uint64_t transfer_id) {
-  return [&pool, key = std::move(key), transfer_id](const FrameHandler& handler) -> Result<TransferStats> {
+  return PoolFrameSource(
+      [&pool, key = std::move(key)](const FrameHandler& handler) { return pool.GetRecords(key, handler); },
+      transfer_id);
+}
+
+FrameSource PoolFrameSource(const PoolFrameReader& read, uint64_t transfer_id) {
+  return [read, transfer_id](const FrameHandler& handler) -> Result<TransferStats> {
     TransferStats stats;
     stats.transfer_id = transfer_id;
     FrameHandler counted;
@@ -64,7 +85,7 @@ FrameSource PoolFrameSource(KvPool& pool, PoolKey key, uint64_t transfer_id) {
     };
     counted.place_record = handler.place_record;
     const double start = MonotonicSeconds();
-    KVSERVE_RETURN_IF_ERROR(pool.GetRecords(key, counted));
+    KVSERVE_RETURN_IF_ERROR(read(counted));
     stats.wire_bytes = stats.frame_bytes;
     stats.elapsed_seconds = MonotonicSeconds() - start;
     return stats;

@@ -41,6 +41,10 @@ class PoolServer::Impl {
     while (!stopping_.load()) {
       Status s = c.Receive(&request, options_.idle_timeout_seconds);
       if (!s.ok()) return;  // idle, closed or broken: drop the client
+      if (request.type == pool::kMsgGetFrames) {
+        if (!ServeFrames(c, request.payload)) return;
+        continue;
+      }
       body.clear();
       value.reset();
       Status result = Handle(request, &body, &value);
@@ -58,16 +62,50 @@ class PoolServer::Impl {
     }
   }
 
+  // A kMsgGetFrames: each key's reply and frame in order, until a key is
+  // missing (or its value is not a frame) or the client refuses a frame.
+  // False when the connection broke.
+  bool ServeFrames(Connection& c, std::span<const uint8_t> payload) {
+    std::vector<uint8_t> reply;
+    auto keys = pool::DecodeKeys(payload);
+    for (size_t i = 0; i == 0 || (keys.ok() && i < keys->size()); ++i) {
+      Status result = keys.status();
+      std::shared_ptr<const std::vector<uint8_t>> value;
+      pool::FrameUnits units;
+      if (result.ok() && keys->empty()) result = Status::InvalidArgument("get frames: no keys");
+      if (result.ok()) result = ValidatePoolKey((*keys)[i]);
+      if (result.ok()) {
+        auto got = pool_->GetShared((*keys)[i]);
+        result = got.status();
+        if (got.ok()) value = std::move(*got);
+      }
+      if (result.ok()) {
+        auto split = pool::SplitFrame(*value, c.options().max_message_bytes);
+        if (split.ok()) units = std::move(*split);
+        result = split.status();
+      }
+      pool::EncodeReplyHeader(result, &reply);
+      std::span<const uint8_t> parts[1] = {reply};
+      if (!c.SendParts(pool::kMsgReply, 0, parts).ok()) return false;
+      if (!result.ok()) return true;
+      Status refused;
+      if (!StreamUnits(c, units, &refused).ok()) return false;
+      if (!refused.ok()) return true;
+    }
+    return true;
+  }
+
   // Streams a frame's units as transfer 0 and waits for the client's ack.
   // The ack's verdict is the client's business (its handler refused a
-  // record: the connection stays usable); a broken connection fails the
-  // next Receive.
-  static Status StreamUnits(Connection& c, const pool::FrameUnits& units) {
+  // record: the connection stays usable), given in `*refused` when asked;
+  // a broken connection fails the next Receive.
+  static Status StreamUnits(Connection& c, const pool::FrameUnits& units, Status* refused = nullptr) {
     FrameSender sender(&c);
     Status s = sender.Begin(0, units.header);
     if (s.ok() && !units.records.empty()) s = sender.SendRecords(units.records);
     if (!s.ok()) return s;
-    (void)sender.Finish();
+    auto acked = sender.Finish();
+    if (refused != nullptr) *refused = acked.ok() ? Status::Ok() : acked.status();
     return Status::Ok();
   }
 

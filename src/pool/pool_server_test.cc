@@ -219,6 +219,91 @@ TEST_P(PoolServerTest, GetRecordsDeliversTheStoredFrameRecordByRecord) {
   }
 }
 
+// GetRecordsInOrder offers the frames of its keys in order, each whole,
+// from the embedded pool and over one request from the served one; the
+// sequence ends at a missing key (later keys not offered), at a frame the
+// reader refuses, and when the reader stops; the client stays usable.
+TEST_P(PoolServerTest, GetRecordsInOrderStreamsEveryKeyAndEndsCleanly) {
+  auto tcp = transporttest::MakeTransport(GetParam());
+  auto backing = NewMemoryPool({.budget_bytes = 64 << 20});
+  auto server = PoolServer::Start(tcp.get(), backing.get(),
+                                  {.listen_address = "127.0.0.1:0", .connection = Conn("k")});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto remote =
+      NewRemotePool(tcp.get(), {.address = (*server)->address(), .connection = Conn("k")});
+  std::mt19937 rng(14);
+  for (KvPool* pool : {remote.get(), backing.get()}) {
+    SCOPED_TRACE(pool == remote.get() ? "remote" : "embedded");
+    std::vector<PoolKey> keys;
+    std::vector<std::vector<uint8_t>> frames;
+    for (int i = 0; i < 5; ++i) {
+      keys.push_back({"m", rng(), "none"});
+      frames.push_back(RandomFrame(rng));
+      ASSERT_TRUE(pool->Put(keys.back(), frames.back()).ok());
+    }
+    // Reads keys in order; `refuse_at` refuses that frame's first record,
+    // `stop_after` returns false after reading that frame.
+    auto read_all = [&](std::span<const PoolKey> ks, int refuse_at, int stop_after,
+                        std::vector<Status>* statuses) {
+      std::vector<Delivered> got;
+      pool->GetRecordsInOrder(ks, [&](size_t i, const PoolFrameReader& read) {
+        EXPECT_EQ(i, got.size());
+        got.emplace_back();
+        const Status st = read(got.back().Handler(static_cast<int>(i) == refuse_at ? 0 : -1));
+        statuses->push_back(st);
+        EXPECT_EQ(read(got.back().Handler()).code(), StatusCode::kInvalidArgument) << "ran twice";
+        return static_cast<int>(i) != stop_after;
+      });
+      return got;
+    };
+    auto expect_frame = [&](const Delivered& d, size_t k) {
+      std::vector<uint8_t> whole = d.header;
+      for (const auto& r : d.records) whole.insert(whole.end(), r.begin(), r.end());
+      EXPECT_EQ(whole, frames[k]) << "frame " << k;
+    };
+    std::vector<Status> st;
+    auto all = read_all(keys, -1, -1, &st);
+    ASSERT_EQ(all.size(), keys.size());
+    for (size_t k = 0; k < keys.size(); ++k) {
+      EXPECT_TRUE(st[k].ok()) << st[k].ToString();
+      expect_frame(all[k], k);
+    }
+
+    std::vector<PoolKey> gap = keys;
+    gap[2] = {"m", rng(), "none"};  // never stored
+    st.clear();
+    auto cut = read_all(gap, -1, -1, &st);
+    ASSERT_EQ(cut.size(), 3u);
+    EXPECT_EQ(st[2].code(), StatusCode::kNotFound) << st[2].ToString();
+    EXPECT_EQ(cut[2].headers, 0);
+    expect_frame(cut[1], 1);
+
+    st.clear();
+    auto refused = read_all(keys, 1, -1, &st);
+    ASSERT_EQ(refused.size(), 2u);
+    EXPECT_EQ(st[1].code(), StatusCode::kOutOfRange) << st[1].ToString();
+
+    st.clear();
+    auto stopped = read_all(keys, -1, 1, &st);
+    ASSERT_EQ(stopped.size(), 2u);
+    expect_frame(stopped[1], 1);
+
+    // Not run by the reader: the sequence ends there.
+    int offered = 0;
+    pool->GetRecordsInOrder(keys, [&](size_t, const PoolFrameReader&) { return ++offered < 3; });
+    EXPECT_EQ(offered, 1);
+
+    // The client answers the next requests as before.
+    std::vector<uint8_t> again;
+    ASSERT_TRUE(pool->Get(keys[3], &again).ok());
+    EXPECT_EQ(again, frames[3]);
+    st.clear();
+    auto tail = read_all(std::span(keys).subspan(3), -1, -1, &st);
+    ASSERT_EQ(tail.size(), 2u);
+    expect_frame(tail[1], 4);
+  }
+}
+
 // A connection found broken before anything was delivered is redialled
 // and the frame delivered whole; one lost mid-frame is Unavailable, the
 // frame's records cut short (what was delivered cannot be taken back).

@@ -59,6 +59,27 @@ Result<size_t> DecodeKey(std::span<const uint8_t> bytes, PoolKey* key) {
   return pos + profile_len;
 }
 
+void EncodeKeys(std::span<const PoolKey> keys, std::vector<uint8_t>* out) {
+  AppendU32(out, static_cast<uint32_t>(keys.size()));
+  for (const PoolKey& key : keys) EncodeKey(key, out);
+}
+
+Result<std::vector<PoolKey>> DecodeKeys(std::span<const uint8_t> bytes) {
+  if (bytes.size() < 4) return Status::Corruption("malformed pool key list");
+  const uint32_t count = GetU32(bytes.data());
+  // Every key takes at least 11 bytes: a count the bytes cannot hold is
+  // refused before anything is reserved.
+  if (count > (bytes.size() - 4) / 11) return Status::Corruption("malformed pool key list");
+  std::vector<PoolKey> keys(count);
+  size_t pos = 4;
+  for (PoolKey& key : keys) {
+    KVSERVE_ASSIGN_OR_RETURN(size_t used, DecodeKey(bytes.subspan(pos), &key));
+    pos += used;
+  }
+  if (pos != bytes.size()) return Status::Corruption("trailing bytes after the pool key list");
+  return keys;
+}
+
 void EncodeReplyHeader(const Status& status, std::vector<uint8_t>* out) {
   out->clear();
   out->push_back(static_cast<uint8_t>(status.code()));

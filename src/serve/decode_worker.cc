@@ -118,8 +118,8 @@ class DecodeWorker::Impl {
     s.keep_mask.clear();
   }
 
-  // A POOL_FETCH: the named prefix chunks, fetched from the pool one after
-  // another and decoded into the engine's KV as their records arrive, held
+  // A POOL_FETCH: the named prefix chunks, fetched from the pool in one
+  // request and decoded into the engine's KV as their records arrive, held
   // for the GENERATE that follows. Stops at the first chunk the pool no
   // longer has; any other error drops what this fetch got.
   serve::PoolFetchedMessage FetchFromPool(Session& s, const Message& message,
@@ -137,28 +137,32 @@ class DecodeWorker::Impl {
     }
     DropHeld(s);  // a request's frames start here
     const double start = MonotonicSeconds();
-    for (size_t i = 0; i < fetch->keys.size(); ++i) {
+    // In one pool request: the next chunk's bytes flow while this one's
+    // last windows decode.
+    options_.pool->GetRecordsInOrder(fetch->keys, [&](size_t i, const PoolFrameReader& read) {
       const uint64_t id = fetch->first_transfer_id + i;
       s.transfer_id = 0;
       s.kv.reset();
       bool refused = false;
-      auto frame = Receive(s, PoolFrameSource(*options_.pool, fetch->keys[i], id), destination, &refused);
+      auto frame = Receive(s, PoolFrameSource(read, id), destination, &refused);
       if (!frame.ok()) {
         // Gone before its header (evicted since the lookup): the hit ends
         // with the chunks before it.
-        if (frame.status().code() == StatusCode::kNotFound && s.transfer_id != id) break;
+        if (frame.status().code() == StatusCode::kNotFound && s.transfer_id != id) return false;
         DropHeld(s);
         s.kv.reset();
         out.status = frame.status().WithContext("pool chunk " + std::to_string(i));
         // A pool that failed mid-chunk: worth another attempt.
         if (!refused && !serve::IsRetryable(out.status))
           out.status = Status::Unavailable(out.status.ToString());
-        return out;
+        return false;
       }
       Hold(s, *frame);
       out.frame_bytes += frame->transfer.frame_bytes;
       out.decode_seconds += frame->decode_seconds;
-    }
+      return true;
+    });
+    if (!out.status.ok()) return out;
     out.chunks = s.held.size();
     out.seconds = MonotonicSeconds() - start;
     return out;

@@ -1,8 +1,9 @@
 // libFuzzer target for the KV pool's wire protocol (docs/transport.md §7):
-// keys, prefixes, replies and their LOOKUP / STATS bodies, as the pool
+// keys, key lists, prefixes, replies and their LOOKUP / STATS bodies, as the pool
 // server and its client parse them. A decoded key is also put, got and
 // deleted in an embedded pool (with the rest of the input as the value),
 // which must treat it exactly as its validation says.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -41,6 +42,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)pool::DecodeReply(in, &body);
       (void)pool::DecodeLookup(in);
       (void)pool::DecodeStats(in);
+      // A key list that decodes re-encodes to the same bytes.
+      if (auto keys = pool::DecodeKeys(in); keys.ok()) {
+        std::vector<uint8_t> again;
+        pool::EncodeKeys(*keys, &again);
+        if (!std::equal(again.begin(), again.end(), in.begin(), in.end())) __builtin_trap();
+      }
     }
   }
   return 0;
