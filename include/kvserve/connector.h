@@ -261,27 +261,6 @@ class DeviceConnector {
   virtual Result<KvReceiveResult> ReceiveKvWith(const FrameSource& source, const KvDestinationCallback& destination,
                                                 const KvReceiveOptions& options, void* engine_stream) = 0;
 
-  // A reception whose frame has been read, its last windows perhaps still
-  // decoding on the device.
-  class PendingReceive {
-   public:
-    // Waits for the frame's windows unless Finish did.
-    virtual ~PendingReceive() = default;
-    // Waits for the frame's windows and gives what ReceiveKvWith would
-    // have (options.refused and the keep mask are set here). Once.
-    virtual Result<KvReceiveResult> Finish() = 0;
-  };
-  // ReceiveKvWith in two steps: returns once `source` has delivered the
-  // frame (every window queued for decode), so the caller can read the
-  // next frame while this one's last windows decode (a decode worker
-  // fetching a prefix's chunks from the pool); Finish before using the
-  // destination. Each pending reception holds a ring of its own (the
-  // device and pinned budgets) until finished. `destination` and
-  // `options` must outlive the returned object.
-  virtual std::unique_ptr<PendingReceive> ReceiveKvDeferred(const FrameSource& source,
-                                                            const KvDestinationCallback& destination,
-                                                            const KvReceiveOptions& options, void* engine_stream) = 0;
-
   // Encodes `kv` (device memory, after the work queued on `engine_stream`)
   // into one whole frame appended to `sink`, through the same ring: e.g. a
   // prefix chunk for the KV pool. The sink's error, or the encoder's.

@@ -311,7 +311,6 @@ class RecentCache {
 };
 
 class DeviceReception;
-class PendingDeviceReceive;
 
 class DeviceConnectorImpl final : public DeviceConnector {
  public:
@@ -398,8 +397,6 @@ class DeviceConnectorImpl final : public DeviceConnector {
                                         void* engine_stream) override;
   Result<KvReceiveResult> ReceiveKvWith(const FrameSource& source, const KvDestinationCallback& destination,
                                         const KvReceiveOptions& options, void* engine_stream) override;
-  std::unique_ptr<PendingReceive> ReceiveKvDeferred(const FrameSource& source, const KvDestinationCallback& destination,
-                                                    const KvReceiveOptions& options, void* engine_stream) override;
 
   Status EncodeFrame(const Profile& profile, const HeadScores* head_scores, const DeviceKvSource& kv,
                      ByteSink& sink, void* engine_stream) override {
@@ -525,7 +522,6 @@ class DeviceConnectorImpl final : public DeviceConnector {
                             const DeviceKvSource* whole, LayerGate* gate);
 
   friend class DeviceReception;
-  friend class PendingDeviceReceive;
 
   DeviceConnectorOptions options_;
   mutable std::mutex mu_;
@@ -923,51 +919,15 @@ Result<KvReceiveResult> DeviceConnectorImpl::ReceiveKvFrom(Connection& connectio
                        options, engine_stream);
 }
 
-// A reception read and not yet finished: its ring goes back to the
-// connector once its windows are checked.
-class PendingDeviceReceive final : public DeviceConnector::PendingReceive {
- public:
-  PendingDeviceReceive(DeviceConnectorImpl* owner, int device, const KvDestinationCallback& destination,
-                       const KvReceiveOptions& options, void* engine_stream)
-      : owner_(owner), device_(device), reception_(owner, destination, options, engine_stream) {}
-  ~PendingDeviceReceive() override {
-    if (!finished_) (void)Finish();
-  }
-
-  void Read(const FrameSource& source) {
-    const Status set = Cuda(cudaSetDevice(device_), "cudaSetDevice");
-    transfer_ = set.ok() ? source(reception_.Handler()) : Result<TransferStats>(set);
-  }
-
-  Result<KvReceiveResult> Finish() override {
-    if (finished_) return Status::InvalidArgument("PendingReceive::Finish called twice");
-    finished_ = true;
-    (void)cudaSetDevice(device_);
-    auto result = reception_.Finish(std::move(transfer_));
-    owner_->ReturnRing(reception_.TakeRingBack());
-    return result;
-  }
-
- private:
-  DeviceConnectorImpl* owner_;
-  int device_;
-  DeviceReception reception_;
-  Result<TransferStats> transfer_{Status::Internal("a pending reception that was never read")};
-  bool finished_ = false;
-};
-
-std::unique_ptr<DeviceConnector::PendingReceive> DeviceConnectorImpl::ReceiveKvDeferred(
-    const FrameSource& source, const KvDestinationCallback& destination, const KvReceiveOptions& options,
-    void* engine_stream) {
-  auto pending = std::make_unique<PendingDeviceReceive>(this, options_.device, destination, options, engine_stream);
-  pending->Read(source);
-  return pending;
-}
-
 Result<KvReceiveResult> DeviceConnectorImpl::ReceiveKvWith(const FrameSource& source,
                                                            const KvDestinationCallback& destination,
                                                            const KvReceiveOptions& options, void* engine_stream) {
-  return ReceiveKvDeferred(source, destination, options, engine_stream)->Finish();
+  KVSERVE_RETURN_IF_ERROR(Cuda(cudaSetDevice(options_.device), "cudaSetDevice"));
+  DeviceReception reception(this, destination, options, engine_stream);
+  auto transfer = source(reception.Handler());
+  auto result = reception.Finish(std::move(transfer));
+  ReturnRing(reception.TakeRingBack());
+  return result;
 }
 
 }  // namespace

@@ -7,8 +7,7 @@
 // stream the same frame; a failing producer leaves the receiver without a
 // frame; a ring the budget cannot hold fails the transfer cleanly; a
 // corrupt record is refused and the connection stays usable. The ring never
-// holds more device memory than the budget; a reception read ahead of the
-// last one's finish decodes the same values. Skips without a GPU; runs in
+// holds more device memory than the budget. Skips without a GPU; runs in
 // the host simulator (test_cuda_sim).
 #include <gtest/gtest.h>
 
@@ -249,84 +248,6 @@ TEST_P(DeviceConnectorTest, PagedSourceAndDestination) {
   ASSERT_TRUE(got.status.ok()) << got.status.ToString();
   const std::vector<uint8_t> values = receiver.Contiguous();
   EXPECT_EQ(FirstDifference(values, want.values), SIZE_MAX);
-}
-
-// `frame`'s header and records as a FrameSource (a pool chunk, say),
-// through the handler's placement when it gives one.
-FrameSource BytesSource(const std::vector<uint8_t>& frame, uint64_t id) {
-  return [&frame, id](const FrameHandler& h) -> Result<TransferStats> {
-    KVSERVE_ASSIGN_OR_RETURN(FrameInfo info, InspectFrame(frame));
-    const std::span<const uint8_t> bytes(frame);
-    KVSERVE_RETURN_IF_ERROR(h.on_header(id, bytes.first(info.chunks[0].offset)));
-    for (const ChunkEntry& c : info.chunks) {
-      std::span<const uint8_t> record = bytes.subspan(c.offset, c.size);
-      std::span<uint8_t> placed = h.place_record ? h.place_record(c.size) : std::span<uint8_t>();
-      if (!placed.empty()) {
-        std::memcpy(placed.data(), record.data(), record.size());
-        record = placed;
-      }
-      KVSERVE_RETURN_IF_ERROR(h.on_record(record));
-    }
-    TransferStats stats;
-    stats.transfer_id = id;
-    stats.frame_bytes = frame.size();
-    stats.records = info.chunks.size();
-    return stats;
-  };
-}
-
-// Deferred receptions, as a decode worker reads a prefix's chunks: frame
-// i+1 is read while frame i is pending, each finished in order holds the
-// CPU decode's values, a ring per pending reception stays within the
-// budget, one dropped unfinished gives its ring back, and a second Finish
-// is refused.
-TEST(DeviceConnectorDeferredTest, FramesReadAheadFinishInOrderWithTheCpuValues) {
-  SKIP_WITHOUT_GPU();
-  auto dc = NewDeviceConnector(SmallRing());
-  ASSERT_TRUE(dc.ok());
-  std::mt19937 rng(15);
-  const KvShape shape{3, 2, 400, 128};
-  std::vector<std::vector<uint8_t>> frames;
-  std::vector<Decoded> want;
-  for (const char* spec : {"kivi-2", "kvserve-h2r", "none", "kivi-2"}) {
-    const HostCache cache = MakeCache(rng, shape, DType::kBF16, 0);
-    frames.push_back(CpuEncode(*Profile::Parse(spec), cache.view(), nullptr));
-    want.push_back(CpuDecode(frames.back(), shape, DType::kBF16));
-  }
-  std::vector<std::unique_ptr<DeviceBuffer<>>> out(frames.size());
-  size_t next = 0;
-  auto destination = [&](uint64_t id, const FrameInfo& info) -> Result<KvDestination> {
-    EXPECT_EQ(id, 100 + next);
-    out[next] = std::make_unique<DeviceBuffer<>>(static_cast<size_t>(info.shape.NumElements()) * 2);
-    (void)cudaMemset(out[next]->ptr, 0x5A, out[next]->bytes);
-    return KvDestination(MutableKvView{out[next]->ptr, info.dtype, info.shape, KvStrides::Contiguous(info.shape)});
-  };
-  std::vector<KvReceiveOptions> options(frames.size());
-  std::unique_ptr<DeviceConnector::PendingReceive> pending;
-  for (next = 0; next < 3; ++next) {
-    auto read = (*dc)->ReceiveKvDeferred(BytesSource(frames[next], 100 + next), destination, options[next], nullptr);
-    if (pending != nullptr) {
-      auto got = pending->Finish();
-      ASSERT_TRUE(got.ok()) << got.status().ToString();
-      EXPECT_EQ(got->transfer.transfer_id, 100 + next - 1);
-      EXPECT_EQ(pending->Finish().status().code(), StatusCode::kInvalidArgument) << "finished twice";
-      std::vector<uint8_t> values(out[next - 1]->bytes);
-      (void)cudaMemcpy(values.data(), out[next - 1]->ptr, values.size(), cudaMemcpyDeviceToHost);
-      EXPECT_EQ(FirstDifference(values, want[next - 1].values), SIZE_MAX) << "frame " << next - 1;
-    }
-    pending = std::move(read);
-  }
-  pending.reset();  // read, never finished: waits for its windows and gives its ring back
-  const uint64_t held = (*dc)->memory().bytes_now;
-  auto last = (*dc)->ReceiveKvDeferred(BytesSource(frames[3], 103), destination, options[3], nullptr)->Finish();
-  ASSERT_TRUE(last.ok()) << last.status().ToString();
-  std::vector<uint8_t> values(out[3]->bytes);
-  (void)cudaMemcpy(values.data(), out[3]->ptr, values.size(), cudaMemcpyDeviceToHost);
-  EXPECT_EQ(FirstDifference(values, want[3].values), SIZE_MAX);
-  const DeviceMemoryStats m = (*dc)->memory();
-  EXPECT_EQ(m.bytes_now, held) << "a cached ring serves the next reception";
-  EXPECT_LE(m.peak_transfer_bytes, SmallRing().device_budget_bytes);
-  EXPECT_LE(m.peak_bytes, 2 * SmallRing().device_budget_bytes) << "two rings at most: one pending, one reading";
 }
 
 // A budget too small for two slots fails before anything is sent (the

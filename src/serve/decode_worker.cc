@@ -63,29 +63,7 @@ class DecodeWorker::Impl {
     uint64_t transfer_id = 0;
     std::vector<HeldFrame> held;
     uint64_t held_bytes = 0;
-    // A pool chunk read whose last windows may still be decoding (counted
-    // against the limits as held).
-    const EngineKv* pending_kv = nullptr;
   };
-
-  // A pool chunk read into the engine's KV and not yet finished: a device
-  // engine's last windows decode while the next chunk is read. Members are
-  // destroyed receive first (waiting for its windows), then the KV.
-  struct PendingChunk {
-    size_t index = 0;
-    uint64_t id = 0;
-    bool header_seen = false;
-    std::unique_ptr<EngineKv> kv;
-    std::vector<uint8_t> keep_mask;
-    bool refused = false;
-    KvReceiveOptions options;
-    Result<KvReceiveResult> ready{Status::Internal("unset")};  // host engines: the whole reception
-    std::unique_ptr<DeviceConnector::PendingReceive> receive;  // device engines
-  };
-
-  static uint64_t KvBytes(const EngineKv& kv) {
-    return static_cast<uint64_t>(kv.shape().NumElements()) * DTypeSize(kv.dtype());
-  }
 
   static void DropHeld(Session& s) {
     s.held.clear();
@@ -106,14 +84,12 @@ class DecodeWorker::Impl {
                                      std::to_string(info.shape.tokens) + "x" +
                                      std::to_string(info.shape.head_dim) +
                                      " does not fit the decode worker's model");
-    const EngineKv* first = !s.held.empty() ? s.held.front().kv.get() : s.pending_kv;
-    if (first != nullptr && info.dtype != first->dtype())
+    if (!s.held.empty() && info.dtype != s.held.front().kv->dtype())
       return Status::InvalidArgument("frame dtype differs from the frames held for the request");
     const uint64_t bytes = static_cast<uint64_t>(info.shape.NumElements()) * DTypeSize(info.dtype);
-    const uint64_t held_bytes = s.held_bytes + (s.pending_kv != nullptr ? KvBytes(*s.pending_kv) : 0);
-    if (bytes > options_.max_kv_bytes || held_bytes > options_.max_kv_bytes - bytes)
+    if (bytes > options_.max_kv_bytes || s.held_bytes > options_.max_kv_bytes - bytes)
       return Status::ResourceExhausted("frame declares " + std::to_string(bytes) + " KV bytes (" +
-                                       std::to_string(held_bytes) +
+                                       std::to_string(s.held_bytes) +
                                        " already held), above the decode worker's limit");
     KVSERVE_ASSIGN_OR_RETURN(s.kv, engine_->AllocateKv(info.shape, info.dtype));
     return s.kv->destination();
@@ -137,7 +113,7 @@ class DecodeWorker::Impl {
     held.kv = std::move(s.kv);
     held.keep_mask = std::move(s.keep_mask);
     held.decode_seconds = frame.decode_seconds;
-    s.held_bytes += KvBytes(*held.kv);
+    s.held_bytes += static_cast<uint64_t>(held.kv->shape().NumElements()) * DTypeSize(held.kv->dtype());
     s.held.push_back(std::move(held));
     s.keep_mask.clear();
   }
@@ -161,65 +137,35 @@ class DecodeWorker::Impl {
     }
     DropHeld(s);  // a request's frames start here
     const double start = MonotonicSeconds();
-    // In one pool request, each chunk finished (and held) once the next is
-    // being read: the next chunk's bytes flow while this one's last
-    // windows decode.
-    std::unique_ptr<PendingChunk> pending;
+    // In one pool request: the next chunk's bytes flow while this one's
+    // last windows decode.
     options_.pool->GetRecordsInOrder(fetch->keys, [&](size_t i, const PoolFrameReader& read) {
-      auto next = std::make_unique<PendingChunk>();
-      next->index = i;
-      next->id = fetch->first_transfer_id + i;
-      next->options = {.keep_mask = &next->keep_mask, .refused = &next->refused};
+      const uint64_t id = fetch->first_transfer_id + i;
       s.transfer_id = 0;
       s.kv.reset();
-      const FrameSource source = PoolFrameSource(read, next->id);
-      if (engine_->info().device >= 0)
-        next->receive = options_.device->ReceiveKvDeferred(source, destination, next->options, engine_->stream());
-      else
-        next->ready = ReceiveKvWith(source, *s.decoder, destination, next->options);
-      next->header_seen = s.transfer_id == next->id;
-      next->kv = std::move(s.kv);
-      s.pending_kv = nullptr;
-      const bool go_on = FinishChunk(s, std::move(pending), &out);
-      if (go_on) {
-        pending = std::move(next);
-        s.pending_kv = pending->kv.get();
+      bool refused = false;
+      auto frame = Receive(s, PoolFrameSource(read, id), destination, &refused);
+      if (!frame.ok()) {
+        // Gone before its header (evicted since the lookup): the hit ends
+        // with the chunks before it.
+        if (frame.status().code() == StatusCode::kNotFound && s.transfer_id != id) return false;
+        DropHeld(s);
+        s.kv.reset();
+        out.status = frame.status().WithContext("pool chunk " + std::to_string(i));
+        // A pool that failed mid-chunk: worth another attempt.
+        if (!refused && !serve::IsRetryable(out.status))
+          out.status = Status::Unavailable(out.status.ToString());
+        return false;
       }
-      return go_on;
+      Hold(s, *frame);
+      out.frame_bytes += frame->transfer.frame_bytes;
+      out.decode_seconds += frame->decode_seconds;
+      return true;
     });
-    s.pending_kv = nullptr;
-    if (out.status.ok()) (void)FinishChunk(s, std::move(pending), &out);
-    if (!out.status.ok()) {
-      DropHeld(s);
-      s.kv.reset();
-      return out;
-    }
+    if (!out.status.ok()) return out;
     out.chunks = s.held.size();
     out.seconds = MonotonicSeconds() - start;
     return out;
-  }
-
-  // Finishes a pool chunk (nothing for null) and holds it. False when the
-  // fetch ends with it: gone before its header (evicted since the lookup:
-  // the hit ends with the chunks before it), or failed (out->status; a
-  // pool that failed mid-chunk is worth another attempt: Unavailable).
-  bool FinishChunk(Session& s, std::unique_ptr<PendingChunk> chunk, serve::PoolFetchedMessage* out) {
-    if (chunk == nullptr) return true;
-    Result<KvReceiveResult> frame = chunk->receive ? chunk->receive->Finish() : std::move(chunk->ready);
-    if (!frame.ok()) {
-      if (frame.status().code() == StatusCode::kNotFound && !chunk->header_seen) return false;
-      out->status = frame.status().WithContext("pool chunk " + std::to_string(chunk->index));
-      if (!chunk->refused && !serve::IsRetryable(out->status))
-        out->status = Status::Unavailable(out->status.ToString());
-      return false;
-    }
-    s.transfer_id = chunk->id;
-    s.kv = std::move(chunk->kv);
-    s.keep_mask = std::move(chunk->keep_mask);
-    Hold(s, *frame);
-    out->frame_bytes += frame->transfer.frame_bytes;
-    out->decode_seconds += frame->decode_seconds;
-    return true;
   }
 
   void ServeConnection(Connection& connection) {
