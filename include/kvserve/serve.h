@@ -88,12 +88,22 @@ struct RequestTimings {
   double kv_seconds = 0;          // KV movement: encode start to receiver ack (bandit feedback)
   // Prefix hit: the chunks' relay, pool request to the decode worker's last ack.
   double pool_fetch_seconds = 0;
+  // Of pool_fetch_seconds, when the decode worker fetched the chunks: its
+  // time outside reading their records (each chunk's KV allocated, its
+  // last windows awaited on a GPU).
+  double pool_wait_seconds = 0;
   double ttft_seconds = 0;        // arrival at the prefill worker (queue included) to first token
   double after_first_token_seconds = 0;  // decode worker: its first token to its last
   double jct_seconds = 0;         // client: submit to response
   uint64_t kv_bytes = 0;          // uncompressed KV bytes (the model's V)
   uint64_t frame_bytes = 0;       // bytes of the frame sent
   double bandwidth_estimate = 0;  // bytes/s the controller used
+  // The decode link, when the prefill workers share one
+  // (decode_connection.shared_link), at the decision: its rate in bytes/s
+  // and the frame transfers on it, this one included (rate / transfers is
+  // a fair share to compare bandwidth_estimate with). 0 without one.
+  double link_bytes_per_second = 0;
+  int link_transfers = 0;
   double predicted_kv_seconds = 0;  // controller's prediction for the chosen profile
   std::string profile;            // spec actually sent ("none" = raw)
   bool explored = false;          // bandit exploration step

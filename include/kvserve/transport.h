@@ -272,6 +272,15 @@ class SharedLink {
   double Reserve(double bytes, double now_seconds);
   // Bytes reserved so far, by every connection on the link.
   double bytes() const;
+  // Frame transfers on the link now: a FrameSender on a connection with
+  // this link counts each of its transfers from Begin until its ack (or
+  // its abort, or the sender's end). What a controller's bandwidth
+  // estimate under contention is compared with: rate() / transfers().
+  int transfers() const;
+  // Counting, for FrameSender: EnterTransfer when a transfer begins,
+  // LeaveTransfer once for each when it is over.
+  void EnterTransfer();
+  void LeaveTransfer();
 
  private:
   SharedLink(double bytes_per_second, double burst_bytes);
@@ -552,6 +561,9 @@ class FrameSender {
   std::unique_ptr<transport::LaneSenders> lanes_;  // `connection` first, then the lanes
   bool open_ = false;
   bool ack_pending_ = false;
+  // The connection's shared link while this sender's transfer counts on it.
+  std::shared_ptr<SharedLink> counted_link_;
+  void LeaveLink();
   TransferStats stats_;
   double begin_time_ = 0;
   double last_write_end_ = 0;

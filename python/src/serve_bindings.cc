@@ -328,6 +328,7 @@ py::dict ResponseToDict(const ServeResponse& response) {
   tm["generation_seconds"] = t.generation_seconds;
   tm["kv_seconds"] = t.kv_seconds;
   tm["pool_fetch_seconds"] = t.pool_fetch_seconds;
+  tm["pool_wait_seconds"] = t.pool_wait_seconds;
   tm["queue_seconds"] = t.queue_seconds;
   tm["after_first_token_seconds"] = t.after_first_token_seconds;
   tm["ttft_seconds"] = t.ttft_seconds;
@@ -335,6 +336,8 @@ py::dict ResponseToDict(const ServeResponse& response) {
   tm["kv_bytes"] = t.kv_bytes;
   tm["frame_bytes"] = t.frame_bytes;
   tm["bandwidth_estimate"] = t.bandwidth_estimate;
+  tm["link_bytes_per_second"] = t.link_bytes_per_second;
+  tm["link_transfers"] = t.link_transfers;
   tm["predicted_kv_seconds"] = t.predicted_kv_seconds;
   tm["profile"] = t.profile;
   tm["explored"] = t.explored;

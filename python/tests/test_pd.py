@@ -156,6 +156,9 @@ class PdTest(unittest.TestCase):
         for i, worker in enumerate([first, second, first]):
             r = serve.raise_for(worker.serve(serve.request(i, prompt(50 + i), max_new_tokens=2, method="none")))
             sent += r["timings"]["frame_bytes"]
+            # One request at a time: its own transfer is the only one on the link at the decision.
+            self.assertEqual(r["timings"]["link_transfers"], 1)
+            self.assertAlmostEqual(r["timings"]["link_bytes_per_second"], kvserve.gbps_to_bytes_per_second(100))
         self.assertGreaterEqual(link.bytes, sent)
         second.set_link_rate(kvserve.gbps_to_bytes_per_second(40))
         self.assertAlmostEqual(link.gbps, 40)  # for both workers

@@ -147,6 +147,10 @@ namespace {
 
 struct Stats {
   std::vector<double> ttft, jct, kv_bytes;
+  // Requests decided on a shared link: the transfers on it, and the
+  // controller's estimate over the link's rate / transfers (1 = it had
+  // learnt its fair share).
+  std::vector<double> link_transfers, estimate_vs_share;
   int hits = 0, met = 0;
   std::map<std::string, int> profiles;
 };
@@ -161,6 +165,11 @@ Stats Collect(const std::vector<ReplayRecord>& records) {
     s.hits += r.timings.prefix_hit;
     s.met += r.met_slo();
     s.profiles[r.timings.profile.empty() ? std::string("none") : r.timings.profile]++;
+    const RequestTimings& t = r.timings;
+    if (t.link_transfers > 0 && t.link_bytes_per_second > 0 && t.bandwidth_estimate > 0) {
+      s.link_transfers.push_back(t.link_transfers);
+      s.estimate_vs_share.push_back(t.bandwidth_estimate / (t.link_bytes_per_second / t.link_transfers));
+    }
   }
   return s;
 }
@@ -185,6 +194,9 @@ std::string ReplaySummary::SummaryJson() const {
                       {"jct_p99_s", Percentile(s.jct, 0.99)},
                       {"kv_bytes_mean", Mean(s.kv_bytes)},
                       {"prefix_hit_rate", s.ttft.empty() ? 0.0 : static_cast<double>(s.hits) / s.ttft.size()},
+                      {"link_transfers_mean", Mean(s.link_transfers)},
+                      {"estimate_vs_fair_share_p50", Percentile(s.estimate_vs_share, 0.5)},
+                      {"estimate_vs_fair_share_mean", Mean(s.estimate_vs_share)},
                       {"profiles", s.profiles},
                       {"rerouted", router.rerouted},
                       {"served_per_worker", router.served}};
@@ -203,6 +215,10 @@ std::string ReplaySummary::Text() const {
                      Mean(s.jct) * 1e3, Percentile(s.jct, 0.5) * 1e3, Percentile(s.jct, 0.99) * 1e3);
   out += fmt::format("KV bytes per request {}; prefix hits {} of {}; re-routed {}\n",
                      HumanBytes(static_cast<uint64_t>(Mean(s.kv_bytes))), s.hits, s.ttft.size(), router.rerouted);
+  if (!s.estimate_vs_share.empty())
+    out += fmt::format("shared decode link: {:.2f} transfers on it at a decision (mean); the controller's "
+                       "estimate / the link's rate over them: p50 {:.2f}, mean {:.2f}\n",
+                       Mean(s.link_transfers), Percentile(s.estimate_vs_share, 0.5), Mean(s.estimate_vs_share));
   for (const auto& [spec, n] : s.profiles) out += fmt::format("  profile {}: {} requests\n", spec, n);
   return out;
 }
@@ -231,6 +247,11 @@ std::string ReplayRecordJson(const ReplayRecord& r) {
                       {"kv_bytes", t.kv_bytes},
                       {"frame_bytes", t.frame_bytes},
                       {"bandwidth_gbps", BytesPerSecondToGbps(t.bandwidth_estimate)},
+                      // A shared decode link: its rate over the transfers on it at the decision.
+                      {"fair_share_gbps", t.link_transfers > 0 ? BytesPerSecondToGbps(t.link_bytes_per_second /
+                                                                                      t.link_transfers)
+                                                               : 0.0},
+                      {"link_transfers", t.link_transfers},
                       {"prefix_hit", t.prefix_hit},
                       {"prefix_chunks", t.prefix_chunks}};
   return j.dump() + "\n";

@@ -144,6 +144,7 @@ class DecodeWorker::Impl {
       s.transfer_id = 0;
       s.kv.reset();
       bool refused = false;
+      const double began = MonotonicSeconds();
       auto frame = Receive(s, PoolFrameSource(read, id), destination, &refused);
       if (!frame.ok()) {
         // Gone before its header (evicted since the lookup): the hit ends
@@ -160,6 +161,7 @@ class DecodeWorker::Impl {
       Hold(s, *frame);
       out.frame_bytes += frame->transfer.frame_bytes;
       out.decode_seconds += frame->decode_seconds;
+      out.wait_seconds += std::max(0.0, MonotonicSeconds() - began - frame->transfer.elapsed_seconds);
       return true;
     });
     if (!out.status.ok()) return out;

@@ -284,6 +284,7 @@ Result<StreamResult> PrefillWorker::Impl::FetchPoolChunksAtDecode(serve::Prefill
   total.transfer.busy_seconds = fetched.seconds;
   ctx.pool_relay_seconds = fetched.seconds > 0 ? fetched.seconds : total.kv_seconds;
   ctx.pool_relay_bytes = fetched.frame_bytes;
+  ctx.pool_wait_seconds = fetched.wait_seconds;
   return total;
 }
 
@@ -297,6 +298,7 @@ void PrefillWorker::Impl::CoverPoolChunks(serve::PrefillContext& ctx, size_t chu
 
 void PrefillWorker::Impl::RecordPoolHit(const serve::PrefillContext& ctx, RequestTimings* t) {
   t->pool_fetch_seconds = ctx.pool_relay_seconds;
+  t->pool_wait_seconds = ctx.pool_wait_seconds;
   t->prefix_chunks =
       static_cast<int>(ctx.kv_tokens.size() / static_cast<size_t>(ctx.pool_chunk_tokens));
   if (ctx.pool_relay_bytes > 0 && ctx.pool_relay_seconds > 0)

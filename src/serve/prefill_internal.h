@@ -37,6 +37,7 @@ struct PrefillContext {
   int pool_chunk_tokens = 0;
   double pool_relay_seconds = 0;
   uint64_t pool_relay_bytes = 0;
+  double pool_wait_seconds = 0;  // the decode worker's, when it fetched the chunks
 };
 
 // A prompt chunk's KV waiting to be stored in the pool after its response

@@ -400,6 +400,10 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   }
   t.profile = chosen->spec;
   t.bandwidth_estimate = chosen->bandwidth;
+  if (const auto& link = options_.decode_connection.shared_link; link != nullptr) {
+    t.link_bytes_per_second = link->rate();
+    t.link_transfers = link->transfers() + 1;  // this one is about to begin
+  }
   t.explored = chosen->decision.explored;
   t.feasible = chosen->decision.feasible;
   t.predicted_kv_seconds = chosen->decision.predicted_seconds;

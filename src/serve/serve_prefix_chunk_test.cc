@@ -279,17 +279,23 @@ TEST(ServeProtocolTest, GenerateTransferListIsBounded) {
   }
 }
 
-TEST(ServeProtocolTest, ResponseCarriesThePrefixChunkCount) {
+TEST(ServeProtocolTest, ResponseCarriesThePrefixChunkCountAndTheSharedLink) {
   std::mt19937_64 rng(1111);
   for (int i = 0; i < 4; ++i) {
     ServeResponse r;
     r.id = rng();
     r.timings.prefix_hit = true;
     r.timings.prefix_chunks = static_cast<int>(rng() % 5000);
+    r.timings.pool_wait_seconds = static_cast<double>(rng() % 1000) / 64;
+    r.timings.link_bytes_per_second = static_cast<double>(rng() % (uint64_t{1} << 40));
+    r.timings.link_transfers = static_cast<int>(1 + rng() % 64);
     auto decoded = serve::DecodeResponse(serve::EncodeResponse(r));
     ASSERT_TRUE(decoded.ok());
     EXPECT_EQ(decoded->timings.prefix_chunks, r.timings.prefix_chunks);
     EXPECT_TRUE(decoded->timings.prefix_hit);
+    EXPECT_EQ(decoded->timings.pool_wait_seconds, r.timings.pool_wait_seconds);
+    EXPECT_EQ(decoded->timings.link_bytes_per_second, r.timings.link_bytes_per_second);
+    EXPECT_EQ(decoded->timings.link_transfers, r.timings.link_transfers);
   }
 }
 
@@ -322,9 +328,11 @@ TEST(ServeProtocolTest, PoolFetchCarriesAnyKeyBytesAndIsBounded) {
   f.frame_bytes = rng();
   f.seconds = 0.25;
   f.decode_seconds = 0.125;
+  f.wait_seconds = 0.0625;
   auto back = serve::DecodePoolFetched(serve::EncodePoolFetched(f));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->chunks, f.chunks);
+  EXPECT_EQ(back->wait_seconds, f.wait_seconds);
   EXPECT_EQ(back->frame_bytes, f.frame_bytes);
   EXPECT_EQ(back->seconds, f.seconds);
   f.status = Status::NotSupported("no pool");

@@ -133,12 +133,15 @@ std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
                   {"generation_seconds", t.generation_seconds},
                   {"kv_seconds", t.kv_seconds},
                   {"pool_fetch_seconds", t.pool_fetch_seconds},
+                  {"pool_wait_seconds", t.pool_wait_seconds},
                   {"ttft_seconds", t.ttft_seconds},
                   {"after_first_token_seconds", t.after_first_token_seconds},
                   {"jct_seconds", t.jct_seconds},
                   {"kv_bytes", t.kv_bytes},
                   {"frame_bytes", t.frame_bytes},
                   {"bandwidth_estimate", t.bandwidth_estimate},
+                  {"link_bytes_per_second", t.link_bytes_per_second},
+                  {"link_transfers", t.link_transfers},
                   {"predicted_kv_seconds", t.predicted_kv_seconds},
                   {"profile", t.profile},
                   {"explored", t.explored},
@@ -174,10 +177,12 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
                             {"generation_seconds", &t.generation_seconds},
                             {"kv_seconds", &t.kv_seconds},
                             {"pool_fetch_seconds", &t.pool_fetch_seconds},
+                            {"pool_wait_seconds", &t.pool_wait_seconds},
                             {"ttft_seconds", &t.ttft_seconds},
                             {"after_first_token_seconds", &t.after_first_token_seconds},
                             {"jct_seconds", &t.jct_seconds},
                             {"bandwidth_estimate", &t.bandwidth_estimate},
+                            {"link_bytes_per_second", &t.link_bytes_per_second},
                             {"predicted_kv_seconds", &t.predicted_kv_seconds}})
     KVSERVE_RETURN_IF_ERROR(OptionalField(tj, key, field, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "kv_bytes", &t.kv_bytes, kWhat));
@@ -188,6 +193,7 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_hit", &t.prefix_hit, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "recomputed", &t.recomputed, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "attempts", &t.attempts, kWhat));
+  KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "link_transfers", &t.link_transfers, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_chunks", &t.prefix_chunks, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "hit_error", &t.hit_error, kWhat));
   return r;
@@ -325,7 +331,8 @@ std::vector<uint8_t> EncodePoolFetched(const PoolFetchedMessage& m) {
                         {"chunks", m.chunks},
                         {"frame_bytes", m.frame_bytes},
                         {"seconds", m.seconds},
-                        {"decode_seconds", m.decode_seconds}});
+                        {"decode_seconds", m.decode_seconds},
+                        {"wait_seconds", m.wait_seconds}});
 }
 
 Result<PoolFetchedMessage> DecodePoolFetched(std::span<const uint8_t> payload) {
@@ -339,6 +346,9 @@ Result<PoolFetchedMessage> DecodePoolFetched(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(Field(j, "frame_bytes", &m.frame_bytes, kWhat));
   KVSERVE_RETURN_IF_ERROR(Field(j, "seconds", &m.seconds, kWhat));
   KVSERVE_RETURN_IF_ERROR(Field(j, "decode_seconds", &m.decode_seconds, kWhat));
+  KVSERVE_RETURN_IF_ERROR(OptionalField(j, "wait_seconds", &m.wait_seconds, kWhat));
+  if (!std::isfinite(m.wait_seconds) || m.wait_seconds < 0)
+    return Status::Corruption("pool fetched: bad wait seconds");
   if (!std::isfinite(m.seconds) || m.seconds < 0 || !std::isfinite(m.decode_seconds) || m.decode_seconds < 0)
     return Status::Corruption("pool fetched message: times must be finite and >= 0");
   if (!m.status.ok() && m.chunks != 0) return Status::Corruption("pool fetched message: chunks held after an error");

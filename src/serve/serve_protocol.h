@@ -68,6 +68,9 @@ struct PoolFetchedMessage {
   uint64_t frame_bytes = 0;   // of the chunks received
   double seconds = 0;         // first request to the pool to the last chunk decoded
   double decode_seconds = 0;  // sum of the record decode times
+  // Of `seconds`, the time outside reading the chunks' records: each
+  // chunk's KV allocated, its last windows awaited (on a GPU), held.
+  double wait_seconds = 0;
 };
 
 std::vector<uint8_t> EncodeRequest(const ServeRequest& request);

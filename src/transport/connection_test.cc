@@ -117,6 +117,59 @@ TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
   EXPECT_GE((*link)->bytes() - before, static_cast<double>(payload));
 }
 
+// A shared link counts the frame transfers on it: each from its Begin to
+// its ack, its abort, or the end of its sender; connections without the
+// link do not count.
+TEST_P(ConnectionTest, ASharedLinkCountsTheTransfersOnIt) {
+  auto transport = MakeTransport(GetParam());
+  auto link = SharedLink::Create(4e9);
+  ASSERT_TRUE(link.ok());
+  ConnectionOptions shaped = Options("s", "a");
+  shaped.shared_link = *link;
+  Pair one = Connect(*transport, GetParam(), shaped, Options("s", "b"));
+  Pair two = Connect(*transport, GetParam(), shaped, Options("s", "c"));
+  Pair apart = Connect(*transport, GetParam(), Options("s", "d"), Options("s", "e"));
+  ASSERT_TRUE(one.client.ok() && two.client.ok() && apart.client.ok());
+  std::mt19937 rng(9);
+  std::vector<uint8_t> header(64 + rng() % 64), record(1000 + rng() % 1000);
+  for (auto& b : record) b = static_cast<uint8_t>(rng());
+  FrameHandler drop;
+  drop.on_header = [](uint64_t, std::span<const uint8_t>) { return Status::Ok(); };
+  drop.on_record = [](std::span<const uint8_t>) { return Status::Ok(); };
+
+  auto first = std::make_unique<FrameSender>(one.client->get());
+  FrameSender second(two.client->get()), other(apart.client->get());
+  ASSERT_TRUE(first->Begin(1, header).ok());
+  ASSERT_TRUE(second.Begin(2, header).ok());
+  ASSERT_TRUE(other.Begin(3, header).ok());
+  EXPECT_EQ((*link)->transfers(), 2);
+  // Acknowledged: off the link.
+  std::thread rx([&] { EXPECT_TRUE(ReceiveFrame(**two.server, drop, 10).ok()); });
+  ASSERT_TRUE(second.SendRecord(record).ok());
+  ASSERT_TRUE(second.Finish().ok());
+  rx.join();
+  EXPECT_EQ((*link)->transfers(), 1);
+  // Ended and not yet acknowledged: still on it; then a new transfer counts again.
+  std::thread rx2([&] {
+    for (int i = 0; i < 2; ++i) EXPECT_TRUE(ReceiveFrame(**two.server, drop, 10).ok());
+  });
+  ASSERT_TRUE(second.Begin(4, header).ok());
+  ASSERT_TRUE(second.End().ok());
+  EXPECT_EQ((*link)->transfers(), 2);
+  ASSERT_TRUE(second.AwaitAck().ok());
+  ASSERT_TRUE(second.Begin(5, header).ok());
+  EXPECT_EQ((*link)->transfers(), 2);
+  ASSERT_TRUE(second.Finish().ok());
+  rx2.join();
+  // Aborted, or its sender gone: off the link.
+  ASSERT_TRUE(first->Abort(Status::Internal("enough")).ok());
+  EXPECT_EQ((*link)->transfers(), 0);
+  ASSERT_TRUE(first->Begin(6, header).ok());
+  EXPECT_EQ((*link)->transfers(), 1);
+  first.reset();
+  EXPECT_EQ((*link)->transfers(), 0);
+}
+
 // ReceiveInto: payloads the placer accepts land in its memory (and nowhere
 // else), the rest in Message::payload; a placer answering with the wrong
 // length breaks the connection with InvalidArgument.

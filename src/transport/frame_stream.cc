@@ -112,7 +112,12 @@ FrameSender::FrameSender(Connection* connection, std::vector<Connection*> lanes)
   lanes.insert(lanes.begin(), connection);
   lanes_ = std::make_unique<transport::LaneSenders>(std::move(lanes));
 }
-FrameSender::~FrameSender() = default;
+FrameSender::~FrameSender() { LeaveLink(); }
+
+void FrameSender::LeaveLink() {
+  if (counted_link_ != nullptr) counted_link_->LeaveTransfer();
+  counted_link_.reset();
+}
 
 Status FrameSender::Begin(uint64_t transfer_id, std::span<const uint8_t> header) {
   if (open_) return Status::InvalidArgument("FrameSender::Begin: a transfer is open");
@@ -130,6 +135,10 @@ Status FrameSender::Begin(uint64_t transfer_id, std::span<const uint8_t> header)
   stats_.frame_bytes += header.size();
   stats_.wire_bytes += transport::kMessageHeaderBytes + 8 + header.size();
   open_ = true;
+  if (const auto& link = connection_->options().shared_link; link != nullptr) {
+    link->EnterTransfer();
+    counted_link_ = link;
+  }
   return Status::Ok();
 }
 
@@ -181,7 +190,9 @@ Result<TransferStats> FrameSender::AwaitAck() {
   ack_pending_ = false;
   const double start = MonotonicSeconds();
   Message ack;
-  KVSERVE_RETURN_IF_ERROR(connection_->Receive(&ack));
+  const Status received = connection_->Receive(&ack);
+  LeaveLink();  // acknowledged or lost: off the link either way
+  KVSERVE_RETURN_IF_ERROR(received);
   const double now = MonotonicSeconds();
   if (ack.type != kMsgFrameAck)
     return Status::Corruption("expected a frame ack, got message type " + std::to_string(ack.type));
@@ -206,6 +217,7 @@ Status FrameSender::Abort(const Status& reason) {
   // the receiver as a stray message before the next transfer's begin.
   if (!open_) return Status::Ok();
   open_ = false;
+  LeaveLink();
   std::vector<uint8_t> payload;
   transport::EncodeStatus(reason.ok() ? Status::Internal("aborted") : reason, &payload);
   return lanes_->SendOnEveryLane(kMsgFrameAbort, payload);

@@ -2,6 +2,7 @@
 #include "transport/token_bucket.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -41,6 +42,7 @@ struct SharedLink::State {
   transport::TokenBucket bucket;
   bool burst_given;
   double bytes = 0;
+  std::atomic<int> transfers{0};
   State(double rate, double burst, bool given) : bucket(rate, burst), burst_given(given) {}
 };
 
@@ -85,6 +87,10 @@ double SharedLink::bytes() const {
   std::lock_guard<std::mutex> lock(state_->mu);
   return state_->bytes;
 }
+
+int SharedLink::transfers() const { return state_->transfers.load(); }
+void SharedLink::EnterTransfer() { state_->transfers.fetch_add(1); }
+void SharedLink::LeaveTransfer() { state_->transfers.fetch_sub(1); }
 
 }  // namespace kvserve
 
