@@ -1,7 +1,8 @@
-// Copyright kvserve authors. SplitFrame: see frame_units.h.
+// Copyright kvserve authors. SplitFrame and ReadOnce: see frame_units.h.
 #include "pool/frame_units.h"
 
 #include <string>
+#include <utility>
 
 #include "pipeline/frame_format.h"
 
@@ -28,6 +29,14 @@ Result<FrameUnits> SplitFrame(std::span<const uint8_t> frame, uint64_t max_recor
     rest = rest.subspan(size);
   }
   return units;
+}
+
+PoolFrameReader ReadOnce(bool* ran, std::function<Status(const FrameHandler& handler)> read) {
+  return [ran, read = std::move(read)](const FrameHandler& handler) {
+    if (*ran) return Status::InvalidArgument("GetRecordsInOrder: a frame's reader ran twice");
+    *ran = true;
+    return read(handler);
+  };
 }
 
 }  // namespace kvserve::pool

@@ -6,9 +6,11 @@
 #define KVSERVE_POOL_FRAME_UNITS_H_
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
+#include "kvserve/pool.h"
 #include "kvserve/status.h"
 
 namespace kvserve::pool {
@@ -24,6 +26,10 @@ struct FrameUnits {
 // the bytes do not follow the layout (a bad header, a record running past
 // the end) or a record exceeds `max_record_bytes`.
 Result<FrameUnits> SplitFrame(std::span<const uint8_t> frame, uint64_t max_record_bytes);
+
+// A GetRecordsInOrder reader that runs `read` at most once (InvalidArgument
+// when run again) and sets *ran when it does.
+PoolFrameReader ReadOnce(bool* ran, std::function<Status(const FrameHandler& handler)> read);
 
 }  // namespace kvserve::pool
 

@@ -53,12 +53,10 @@ void KvPool::GetRecordsInOrder(std::span<const PoolKey> keys,
   for (size_t i = 0; i < keys.size(); ++i) {
     bool ran = false;
     Status status;
-    const PoolFrameReader read = [&](const FrameHandler& handler) {
-      if (ran) return Status::InvalidArgument("GetRecordsInOrder: a frame's reader ran twice");
-      ran = true;
+    const PoolFrameReader read = pool::ReadOnce(&ran, [&](const FrameHandler& handler) {
       status = GetRecords(keys[i], handler);
       return status;
-    };
+    });
     if (!each(i, read) || !ran || !status.ok()) return;
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvserve/pool.h"
+#include "pool/frame_units.h"
 #include "pool/pool_wire.h"
 
 namespace kvserve {
@@ -71,9 +72,7 @@ class RemotePool final : public KvPool {
     for (size_t i = 0; i < keys.size(); ++i) {
       bool ran = false;
       Status status;
-      const PoolFrameReader read = [&](const FrameHandler& handler) {
-        if (ran) return Status::InvalidArgument("GetRecordsInOrder: a frame's reader ran twice");
-        ran = true;
+      const PoolFrameReader read = pool::ReadOnce(&ran, [&](const FrameHandler& handler) {
         if (!invalid.ok()) {
           status = invalid;
         } else if (i == 0) {
@@ -89,7 +88,7 @@ class RemotePool final : public KvPool {
         // (the handler's error) or a server's not-ok reply ends the request.
         streaming = status.ok() && conn_ && i + 1 < keys.size();
         return status;
-      };
+      });
       if (!each(i, read) || !ran || !status.ok()) break;
     }
     if (streaming) DrainFrames();
