@@ -170,21 +170,33 @@ struct Delivered {
   }
 };
 
+// An embedded pool, served over `kind` and a client of it.
+struct Served {
+  std::unique_ptr<Transport> transport;
+  std::unique_ptr<KvPool> backing;
+  Result<std::unique_ptr<PoolServer>> server = Status::Internal("unset");
+  std::unique_ptr<KvPool> remote;
+  explicit Served(transporttest::Kind kind)
+      : transport(transporttest::MakeTransport(kind)), backing(NewMemoryPool({.budget_bytes = 64 << 20})) {
+    server = PoolServer::Start(transport.get(), backing.get(),
+                               {.listen_address = "127.0.0.1:0", .connection = Conn("k")});
+    if (server.ok())
+      remote = NewRemotePool(transport.get(), {.address = (*server)->address(), .connection = Conn("k")});
+  }
+};
+
 // GetRecords gives the stored frame as its header and records, in frame
 // order, whether the pool is embedded or served; a missing key, a value
 // that is not a frame and a handler that stops each end it with their
 // status, and the client stays usable.
 TEST_P(PoolServerTest, GetRecordsDeliversTheStoredFrameRecordByRecord) {
-  auto tcp = transporttest::MakeTransport(GetParam());
-  auto backing = NewMemoryPool({.budget_bytes = 64 << 20});
-  auto server = PoolServer::Start(tcp.get(), backing.get(),
-                                  {.listen_address = "127.0.0.1:0", .connection = Conn("k")});
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto remote =
-      NewRemotePool(tcp.get(), {.address = (*server)->address(), .connection = Conn("k")});
+  Served served(GetParam());
+  ASSERT_TRUE(served.server.ok()) << served.server.status().ToString();
+  KvPool* const remote = served.remote.get();
+  KvPool* const backing = served.backing.get();
   std::mt19937 rng(12);
-  for (KvPool* pool : {remote.get(), backing.get()}) {
-    SCOPED_TRACE(pool == remote.get() ? "remote" : "embedded");
+  for (KvPool* pool : {remote, backing}) {
+    SCOPED_TRACE(pool == remote ? "remote" : "embedded");
     for (int round = 0; round < 2; ++round) {
       const std::vector<uint8_t> frame = RandomFrame(rng);
       auto info = InspectFrame(frame);
@@ -224,16 +236,13 @@ TEST_P(PoolServerTest, GetRecordsDeliversTheStoredFrameRecordByRecord) {
 // sequence ends at a missing key (later keys not offered), at a frame the
 // reader refuses, and when the reader stops; the client stays usable.
 TEST_P(PoolServerTest, GetRecordsInOrderStreamsEveryKeyAndEndsCleanly) {
-  auto tcp = transporttest::MakeTransport(GetParam());
-  auto backing = NewMemoryPool({.budget_bytes = 64 << 20});
-  auto server = PoolServer::Start(tcp.get(), backing.get(),
-                                  {.listen_address = "127.0.0.1:0", .connection = Conn("k")});
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  auto remote =
-      NewRemotePool(tcp.get(), {.address = (*server)->address(), .connection = Conn("k")});
+  Served served(GetParam());
+  ASSERT_TRUE(served.server.ok()) << served.server.status().ToString();
+  KvPool* const remote = served.remote.get();
+  KvPool* const backing = served.backing.get();
   std::mt19937 rng(14);
-  for (KvPool* pool : {remote.get(), backing.get()}) {
-    SCOPED_TRACE(pool == remote.get() ? "remote" : "embedded");
+  for (KvPool* pool : {remote, backing}) {
+    SCOPED_TRACE(pool == remote ? "remote" : "embedded");
     std::vector<PoolKey> keys;
     std::vector<std::vector<uint8_t>> frames;
     for (int i = 0; i < 5; ++i) {

@@ -90,16 +90,26 @@ TEST_P(ConnectionTest, MessagesRoundTripBothWays) {
   EXPECT_EQ((*p.server)->stats().messages_received, sent.size() + 2);
 }
 
+// Two connections whose clients write through one shared link of 4e9 bytes/s.
+struct LinkedPairs {
+  std::shared_ptr<SharedLink> link = *SharedLink::Create(4e9);
+  Pair one, two;
+  LinkedPairs(Transport& transport, Kind kind) {
+    ConnectionOptions shaped = Options("s", "a");
+    shaped.shared_link = link;
+    one = Connect(transport, kind, shaped, Options("s", "b"));
+    two = Connect(transport, kind, shaped, Options("s", "c"));
+  }
+};
+
 // Two connections on one SharedLink: every byte either sends goes through
 // the link's one bucket (and arrives intact).
 TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
   auto transport = MakeTransport(GetParam());
-  auto link = SharedLink::Create(4e9);
-  ASSERT_TRUE(link.ok());
-  ConnectionOptions shaped = Options("s", "a");
-  shaped.shared_link = *link;
-  Pair one = Connect(*transport, GetParam(), shaped, Options("s", "b"));
-  Pair two = Connect(*transport, GetParam(), shaped, Options("s", "c"));
+  LinkedPairs pairs(*transport, GetParam());
+  auto link = &pairs.link;
+  Pair& one = pairs.one;
+  Pair& two = pairs.two;
   ASSERT_TRUE(one.client.ok() && one.server.ok() && two.client.ok() && two.server.ok());
   std::mt19937 rng(8);
   const double before = (*link)->bytes();
@@ -122,12 +132,10 @@ TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
 // link do not count.
 TEST_P(ConnectionTest, ASharedLinkCountsTheTransfersOnIt) {
   auto transport = MakeTransport(GetParam());
-  auto link = SharedLink::Create(4e9);
-  ASSERT_TRUE(link.ok());
-  ConnectionOptions shaped = Options("s", "a");
-  shaped.shared_link = *link;
-  Pair one = Connect(*transport, GetParam(), shaped, Options("s", "b"));
-  Pair two = Connect(*transport, GetParam(), shaped, Options("s", "c"));
+  LinkedPairs pairs(*transport, GetParam());
+  auto link = &pairs.link;
+  Pair& one = pairs.one;
+  Pair& two = pairs.two;
   Pair apart = Connect(*transport, GetParam(), Options("s", "d"), Options("s", "e"));
   ASSERT_TRUE(one.client.ok() && two.client.ok() && apart.client.ok());
   std::mt19937 rng(9);
