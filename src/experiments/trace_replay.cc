@@ -155,6 +155,12 @@ struct Stats {
   std::map<std::string, int> profiles;
 };
 
+// A shared decode link's rate over the transfers on it at the decision
+// (bytes/s); 0 without one.
+double FairShare(const RequestTimings& t) {
+  return t.link_transfers > 0 ? t.link_bytes_per_second / t.link_transfers : 0.0;
+}
+
 Stats Collect(const std::vector<ReplayRecord>& records) {
   Stats s;
   for (const ReplayRecord& r : records) {
@@ -166,9 +172,9 @@ Stats Collect(const std::vector<ReplayRecord>& records) {
     s.met += r.met_slo();
     s.profiles[r.timings.profile.empty() ? std::string("none") : r.timings.profile]++;
     const RequestTimings& t = r.timings;
-    if (t.link_transfers > 0 && t.link_bytes_per_second > 0 && t.bandwidth_estimate > 0) {
+    if (FairShare(t) > 0 && t.bandwidth_estimate > 0) {
       s.link_transfers.push_back(t.link_transfers);
-      s.estimate_vs_share.push_back(t.bandwidth_estimate / (t.link_bytes_per_second / t.link_transfers));
+      s.estimate_vs_share.push_back(t.bandwidth_estimate / FairShare(t));
     }
   }
   return s;
@@ -248,9 +254,7 @@ std::string ReplayRecordJson(const ReplayRecord& r) {
                       {"frame_bytes", t.frame_bytes},
                       {"bandwidth_gbps", BytesPerSecondToGbps(t.bandwidth_estimate)},
                       // A shared decode link: its rate over the transfers on it at the decision.
-                      {"fair_share_gbps", t.link_transfers > 0 ? BytesPerSecondToGbps(t.link_bytes_per_second /
-                                                                                      t.link_transfers)
-                                                               : 0.0},
+                      {"fair_share_gbps", BytesPerSecondToGbps(FairShare(t))},
                       {"link_transfers", t.link_transfers},
                       {"prefix_hit", t.prefix_hit},
                       {"prefix_chunks", t.prefix_chunks}};

@@ -12,6 +12,8 @@
 #include <random>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "core/temp_dir.h"
 #include "kvserve/pool.h"
 #include "kvserve/runtime.h"
@@ -219,6 +221,41 @@ TEST(TraceReplayTest, ShortReplayThroughTwoPrefillWorkersAnswersEveryRequest) {
   // The conversations' later turns share their earlier turns' blocks.
   EXPECT_GT(hits, 0);
   EXPECT_NE(sum.SummaryJson().find("\"answered\":15"), std::string::npos) << sum.SummaryJson();
+}
+
+// On a shared decode link the summary sets each decided request's estimate
+// against the link's rate over the transfers on it; requests without a
+// link, or failed, stay out; each record carries its fair share.
+TEST(TraceReplayTest, SummaryComparesTheEstimateWithTheSharedLinksFairShare) {
+  std::mt19937 rng(31);
+  ReplaySummary sum;
+  double transfers = 0, ratio = 0;
+  int counted = 0;
+  for (int i = 0; i < 40; ++i) {
+    ReplayRecord r;
+    r.id = i;
+    r.ok = rng() % 5 != 0;
+    RequestTimings& t = r.timings;
+    t.bandwidth_estimate = 1e8 * (1 + rng() % 50);
+    if (rng() % 3 != 0) {
+      t.link_bytes_per_second = 1e9 * (1 + rng() % 4);
+      t.link_transfers = 1 + static_cast<int>(rng() % 8);
+      nlohmann::json line = nlohmann::json::parse(ReplayRecordJson(r));
+      EXPECT_DOUBLE_EQ(line["fair_share_gbps"].get<double>(),
+                       BytesPerSecondToGbps(t.link_bytes_per_second / t.link_transfers));
+      if (r.ok) {
+        transfers += t.link_transfers;
+        ratio += t.bandwidth_estimate / (t.link_bytes_per_second / t.link_transfers);
+        ++counted;
+      }
+    }
+    sum.records.push_back(r);
+  }
+  ASSERT_GT(counted, 0);
+  const nlohmann::json j = nlohmann::json::parse(sum.SummaryJson());
+  EXPECT_NEAR(j["link_transfers_mean"].get<double>(), transfers / counted, 1e-9);
+  EXPECT_NEAR(j["estimate_vs_fair_share_mean"].get<double>(), ratio / counted, 1e-9);
+  EXPECT_NE(sum.Text().find("shared decode link"), std::string::npos);
 }
 
 }  // namespace

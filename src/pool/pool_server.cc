@@ -41,72 +41,77 @@ class PoolServer::Impl {
     while (!stopping_.load()) {
       Status s = c.Receive(&request, options_.idle_timeout_seconds);
       if (!s.ok()) return;  // idle, closed or broken: drop the client
-      if (request.type == pool::kMsgGetFrames) {
-        if (!ServeFrames(c, request.payload)) return;
+      if (request.type == pool::kMsgGetFrame || request.type == pool::kMsgGetFrames) {
+        if (!ServeFrames(c, request)) return;
         continue;
       }
       body.clear();
       value.reset();
-      Status result = Handle(request, &body, &value);
-      pool::FrameUnits units;
-      if (result.ok() && request.type == pool::kMsgGetFrame) {
-        auto split = pool::SplitFrame(*value, c.options().max_message_bytes);
-        if (split.ok()) units = std::move(*split);
-        result = split.status();  // not a frame: refused before anything is streamed
-      }
+      const Status result = Handle(request, &body, &value);
       pool::EncodeReplyHeader(result, &reply);
       std::span<const uint8_t> parts[3] = {reply, body, {}};
       if (result.ok() && value && request.type == pool::kMsgGet) parts[2] = *value;
       if (!c.SendParts(pool::kMsgReply, 0, parts).ok()) return;
-      if (result.ok() && request.type == pool::kMsgGetFrame && !StreamUnits(c, units).ok()) return;
     }
   }
 
-  // A kMsgGetFrames: each key's reply and frame in order, until a key is
-  // missing (or its value is not a frame) or the client refuses a frame.
-  // False when the connection broke.
-  bool ServeFrames(Connection& c, std::span<const uint8_t> payload) {
-    std::vector<uint8_t> reply;
-    auto keys = pool::DecodeKeys(payload);
-    for (size_t i = 0; i == 0 || (keys.ok() && i < keys->size()); ++i) {
-      Status result = keys.status();
-      std::shared_ptr<const std::vector<uint8_t>> value;
-      pool::FrameUnits units;
-      if (result.ok() && keys->empty()) result = Status::InvalidArgument("get frames: no keys");
-      if (result.ok()) result = ValidatePoolKey((*keys)[i]);
-      if (result.ok()) {
-        auto got = pool_->GetShared((*keys)[i]);
-        result = got.status();
-        if (got.ok()) value = std::move(*got);
-      }
-      if (result.ok()) {
-        auto split = pool::SplitFrame(*value, c.options().max_message_bytes);
-        if (split.ok()) units = std::move(*split);
-        result = split.status();
-      }
-      pool::EncodeReplyHeader(result, &reply);
-      std::span<const uint8_t> parts[1] = {reply};
-      if (!c.SendParts(pool::kMsgReply, 0, parts).ok()) return false;
-      if (!result.ok()) return true;
-      Status refused;
-      if (!StreamUnits(c, units, &refused).ok()) return false;
-      if (!refused.ok()) return true;
+  // A kMsgGetFrame (one key) or kMsgGetFrames: each key's reply and frame in
+  // order, until a key is missing (or its value is not a frame) or the
+  // client refuses a frame. False when the connection broke.
+  bool ServeFrames(Connection& c, const Message& request) {
+    auto keys = request.type == pool::kMsgGetFrame ? OneKey(request.payload) : pool::DecodeKeys(request.payload);
+    if (keys.ok() && keys->empty()) keys = Status::InvalidArgument("get frames: no keys");
+    Status answered;
+    if (!keys.ok()) return ServeFrame(c, keys.status(), &answered);
+    for (const PoolKey& key : *keys) {
+      if (!ServeFrame(c, key, &answered)) return false;
+      if (!answered.ok()) break;
     }
     return true;
   }
 
-  // Streams a frame's units as transfer 0 and waits for the client's ack.
-  // The ack's verdict is the client's business (its handler refused a
-  // record: the connection stays usable), given in `*refused` when asked;
-  // a broken connection fails the next Receive.
-  static Status StreamUnits(Connection& c, const pool::FrameUnits& units, Status* refused = nullptr) {
+  // The key of a kMsgGetFrame, as a list of one.
+  static Result<std::vector<PoolKey>> OneKey(std::span<const uint8_t> payload) {
+    PoolKey key;
+    KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(payload, &key));
+    if (used != payload.size()) return Status::Corruption("trailing bytes in get");
+    return std::vector<PoolKey>{std::move(key)};
+  }
+
+  // Answers a frame request for `key` (or the error its parsing gave): the
+  // reply, then, when ok, the frame streamed as transfer 0 and the client's
+  // ack. *answered: not ok when the reply was an error (a value that is not
+  // a frame is refused before anything is streamed) or the client refused
+  // the frame (its business: the connection stays usable). False when the
+  // connection broke.
+  bool ServeFrame(Connection& c, const Result<PoolKey>& key, Status* answered) {
+    std::shared_ptr<const std::vector<uint8_t>> value;
+    pool::FrameUnits units;
+    Status result = key.status();
+    if (result.ok()) result = ValidatePoolKey(*key);
+    if (result.ok()) {
+      auto got = pool_->GetShared(*key);
+      result = got.status();
+      if (got.ok()) value = std::move(*got);
+    }
+    if (result.ok()) {
+      auto split = pool::SplitFrame(*value, c.options().max_message_bytes);
+      if (split.ok()) units = std::move(*split);
+      result = split.status();
+    }
+    std::vector<uint8_t> reply;
+    pool::EncodeReplyHeader(result, &reply);
+    std::span<const uint8_t> parts[1] = {reply};
+    if (!c.SendParts(pool::kMsgReply, 0, parts).ok()) return false;
+    *answered = result;
+    if (!result.ok()) return true;
     FrameSender sender(&c);
     Status s = sender.Begin(0, units.header);
     if (s.ok() && !units.records.empty()) s = sender.SendRecords(units.records);
-    if (!s.ok()) return s;
-    auto acked = sender.Finish();
-    if (refused != nullptr) *refused = acked.ok() ? Status::Ok() : acked.status();
-    return Status::Ok();
+    if (!s.ok()) return false;
+    auto acked = sender.Finish();  // a broken connection fails the next Receive
+    *answered = acked.status();
+    return true;
   }
 
   Status Handle(const Message& m, std::vector<uint8_t>* body,
@@ -118,8 +123,7 @@ class PoolServer::Impl {
         KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(p, &key));
         return pool_->Put(key, p.subspan(used));
       }
-      case pool::kMsgGet:
-      case pool::kMsgGetFrame: {
+      case pool::kMsgGet: {
         KVSERVE_ASSIGN_OR_RETURN(size_t used, pool::DecodeKey(p, &key));
         if (used != p.size()) return Status::Corruption("trailing bytes in get");
         KVSERVE_ASSIGN_OR_RETURN(*value, pool_->GetShared(key));

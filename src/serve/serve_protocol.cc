@@ -347,10 +347,9 @@ Result<PoolFetchedMessage> DecodePoolFetched(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(Field(j, "seconds", &m.seconds, kWhat));
   KVSERVE_RETURN_IF_ERROR(Field(j, "decode_seconds", &m.decode_seconds, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "wait_seconds", &m.wait_seconds, kWhat));
-  if (!std::isfinite(m.wait_seconds) || m.wait_seconds < 0)
-    return Status::Corruption("pool fetched: bad wait seconds");
-  if (!std::isfinite(m.seconds) || m.seconds < 0 || !std::isfinite(m.decode_seconds) || m.decode_seconds < 0)
-    return Status::Corruption("pool fetched message: times must be finite and >= 0");
+  for (const double seconds : {m.seconds, m.decode_seconds, m.wait_seconds})
+    if (!std::isfinite(seconds) || seconds < 0)
+      return Status::Corruption("pool fetched message: times must be finite and >= 0");
   if (!m.status.ok() && m.chunks != 0) return Status::Corruption("pool fetched message: chunks held after an error");
   return m;
 }

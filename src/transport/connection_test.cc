@@ -107,12 +107,12 @@ struct LinkedPairs {
 TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
   auto transport = MakeTransport(GetParam());
   LinkedPairs pairs(*transport, GetParam());
-  auto link = &pairs.link;
+  const std::shared_ptr<SharedLink>& link = pairs.link;
   Pair& one = pairs.one;
   Pair& two = pairs.two;
   ASSERT_TRUE(one.client.ok() && one.server.ok() && two.client.ok() && two.server.ok());
   std::mt19937 rng(8);
-  const double before = (*link)->bytes();
+  const double before = link->bytes();
   uint64_t payload = 0;
   std::vector<uint8_t> v(100000 + rng() % 100000);
   for (auto& b : v) b = static_cast<uint8_t>(rng());
@@ -124,7 +124,7 @@ TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
     EXPECT_EQ(m.payload, v);
     payload += v.size();
   }
-  EXPECT_GE((*link)->bytes() - before, static_cast<double>(payload));
+  EXPECT_GE(link->bytes() - before, static_cast<double>(payload));
 }
 
 // A shared link counts the frame transfers on it: each from its Begin to
@@ -133,7 +133,7 @@ TEST_P(ConnectionTest, ConnectionsOnASharedLinkPaceThroughItsOneBucket) {
 TEST_P(ConnectionTest, ASharedLinkCountsTheTransfersOnIt) {
   auto transport = MakeTransport(GetParam());
   LinkedPairs pairs(*transport, GetParam());
-  auto link = &pairs.link;
+  const std::shared_ptr<SharedLink>& link = pairs.link;
   Pair& one = pairs.one;
   Pair& two = pairs.two;
   Pair apart = Connect(*transport, GetParam(), Options("s", "d"), Options("s", "e"));
@@ -150,32 +150,32 @@ TEST_P(ConnectionTest, ASharedLinkCountsTheTransfersOnIt) {
   ASSERT_TRUE(first->Begin(1, header).ok());
   ASSERT_TRUE(second.Begin(2, header).ok());
   ASSERT_TRUE(other.Begin(3, header).ok());
-  EXPECT_EQ((*link)->transfers(), 2);
+  EXPECT_EQ(link->transfers(), 2);
   // Acknowledged: off the link.
   std::thread rx([&] { EXPECT_TRUE(ReceiveFrame(**two.server, drop, 10).ok()); });
   ASSERT_TRUE(second.SendRecord(record).ok());
   ASSERT_TRUE(second.Finish().ok());
   rx.join();
-  EXPECT_EQ((*link)->transfers(), 1);
+  EXPECT_EQ(link->transfers(), 1);
   // Ended and not yet acknowledged: still on it; then a new transfer counts again.
   std::thread rx2([&] {
     for (int i = 0; i < 2; ++i) EXPECT_TRUE(ReceiveFrame(**two.server, drop, 10).ok());
   });
   ASSERT_TRUE(second.Begin(4, header).ok());
   ASSERT_TRUE(second.End().ok());
-  EXPECT_EQ((*link)->transfers(), 2);
+  EXPECT_EQ(link->transfers(), 2);
   ASSERT_TRUE(second.AwaitAck().ok());
   ASSERT_TRUE(second.Begin(5, header).ok());
-  EXPECT_EQ((*link)->transfers(), 2);
+  EXPECT_EQ(link->transfers(), 2);
   ASSERT_TRUE(second.Finish().ok());
   rx2.join();
   // Aborted, or its sender gone: off the link.
   ASSERT_TRUE(first->Abort(Status::Internal("enough")).ok());
-  EXPECT_EQ((*link)->transfers(), 0);
+  EXPECT_EQ(link->transfers(), 0);
   ASSERT_TRUE(first->Begin(6, header).ok());
-  EXPECT_EQ((*link)->transfers(), 1);
+  EXPECT_EQ(link->transfers(), 1);
   first.reset();
-  EXPECT_EQ((*link)->transfers(), 0);
+  EXPECT_EQ(link->transfers(), 0);
 }
 
 // ReceiveInto: payloads the placer accepts land in its memory (and nowhere
