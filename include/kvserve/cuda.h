@@ -184,23 +184,26 @@ class Decoder {
 // ---------------------------------------------------------------------------
 // Windows: a frame encoded or decoded a few records at a time, in device
 // buffers ("slots") whose size does not grow with the prompt. The frame is
-// cut into windows: runs of whole records of one (layer, kind), in plan order
-// (docs/format.md §4). Encoding every window of a frame in order and
+// cut into windows: runs of whole records in plan order (docs/format.md §4),
+// of one (layer, kind) each for an encoder (it encodes a layer as soon as the
+// layer exists), across (layer, kind) boundaries for a decoder (fewer, larger
+// windows for short frames such as pool chunks). Encoding every window of a frame in order and
 // concatenating header() and the windows' bytes gives exactly the frame
 // Encoder::Encode writes (and the CPU encoder). The connector's device
 // paths (kvserve/connector.h) stream through a ring of slots.
 
 struct WindowOptions {
-  // Target uncompressed KV bytes per window: a window holds the records of
-  // one (layer, kind) that fit, at least one (a record larger than this is
-  // a window of its own). The slot size grows with it (SlotBytes()).
+  // Target uncompressed KV bytes per window: a window holds the records
+  // that fit (an encoder's, of one (layer, kind)), at least one (a record
+  // larger than this is a window of its own). The slot size grows with it
+  // (SlotBytes()).
   uint64_t window_kv_bytes = uint64_t{8} << 20;
 };
 
-// One window of a frame: records of one (layer, kind).
+// One window of a frame: records [record_begin, record_end) in plan order.
 struct FrameWindow {
-  int layer = 0;
-  int kind = 0;  // 0 K, 1 V
+  int layer = 0;  // of its first record (an encoder's windows: of every record)
+  int kind = 0;   // 0 K, 1 V; of its first record, as layer
   int64_t record_begin = 0, record_end = 0;  // plan indices (docs/format.md §4)
   uint64_t kv_bytes = 0;   // uncompressed KV bytes of its records
   uint64_t max_bytes = 0;  // most bytes its records take (exact for pack)

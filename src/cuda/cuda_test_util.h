@@ -182,6 +182,7 @@ struct Decoded {
   // 0 when the parallel record location found every record; otherwise the
   // sequential walk ran.
   uint32_t locate_flags = 0;
+  size_t windows = 0;  // a windowed decode's window count
 };
 
 inline Decoded GpuDecode(const std::vector<uint8_t>& frame, const KvShape& shape, DType dtype) {

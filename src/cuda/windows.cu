@@ -1,6 +1,6 @@
 // Copyright kvserve authors. WindowedEncoder and WindowedDecoder
-// (kvserve/cuda.h): a frame cut into windows of whole records of one (layer,
-// kind). Each window is a plan of its own (BuildPlan with a RecordWindow:
+// (kvserve/cuda.h): a frame cut into windows of whole records (of one
+// (layer, kind) for the encoder). Each window is a plan of its own (BuildPlan with a RecordWindow:
 // its tables, workspace and byte offsets count from its first record), run
 // from a slot that holds [workspace | plan tables | bytes]; the workspace's
 // error block at the slot's start doubles as the slot's status block.
@@ -29,25 +29,23 @@ static_assert(offsetof(SlotStatus, bytes) == kSlotBytesWord);
 
 uint64_t Align(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// Runs of whole records of one (layer, kind) holding at most `target` KV
-// bytes each (at least one record). `first` gets each layer's first window
-// and, last, the window count.
-std::vector<FrameWindow> CutWindows(const PlanBasis& b, uint64_t target, std::vector<int>* first) {
+// Runs of whole records in plan order holding at most `target` KV bytes
+// each (at least one record): of one (layer, kind) each for an encoder
+// (which encodes a layer once it is produced), across (layer, kind)
+// boundaries for a decoder (fewer, larger windows: a 512-token chunk frame
+// of a 32-layer model is 8 windows instead of 64 launches and copies).
+std::vector<FrameWindow> CutWindows(const PlanBasis& b, uint64_t target, bool across_layers) {
   const uint64_t row = static_cast<uint64_t>(b.shape.kv_heads) * b.shape.head_dim * DTypeSize(b.dtype);
   std::vector<FrameWindow> out;
-  first->assign(static_cast<size_t>(b.shape.layers) + 1, 0);
-  int layer_seen = -1;
   for (int64_t r = 0; r < static_cast<int64_t>(b.slots.size()); ++r) {
     const pipeline::ChunkSlot& slot = b.slots[r];
     const uint64_t bytes = row * static_cast<uint64_t>(slot.tokens);
-    const bool join = !out.empty() && out.back().layer == slot.layer &&
-                      out.back().kind == static_cast<int>(slot.kind) && out.back().kv_bytes + bytes <= target;
-    if (join) {
+    const bool same = !out.empty() && out.back().layer == slot.layer && out.back().kind == static_cast<int>(slot.kind);
+    if (!out.empty() && (same || across_layers) && out.back().kv_bytes + bytes <= target) {
       out.back().record_end = r + 1;
       out.back().kv_bytes += bytes;
       continue;
     }
-    while (layer_seen < slot.layer) (*first)[++layer_seen] = static_cast<int>(out.size());
     FrameWindow w;
     w.layer = slot.layer;
     w.kind = static_cast<int>(slot.kind);
@@ -56,16 +54,28 @@ std::vector<FrameWindow> CutWindows(const PlanBasis& b, uint64_t target, std::ve
     w.kv_bytes = bytes;
     out.push_back(w);
   }
-  while (layer_seen < b.shape.layers) (*first)[++layer_seen] = static_cast<int>(out.size());
   return out;
 }
 
-// The first token and the token count a window's records cover (records of
-// one (layer, kind) are a contiguous token range).
+// Each layer's first window and, last, the window count (windows of one
+// layer each, in layer order).
+std::vector<int> FirstWindows(const std::vector<FrameWindow>& windows, int layers) {
+  std::vector<int> first(static_cast<size_t>(layers) + 1, static_cast<int>(windows.size()));
+  for (int w = static_cast<int>(windows.size()) - 1; w >= 0; --w) first[windows[w].layer] = w;
+  for (int l = layers - 1; l >= 0; --l) first[l] = std::min(first[l], first[l + 1]);
+  return first;
+}
+
+// The first token and the token count a window's records cover (the
+// records of one (layer, kind) are a contiguous token range; a window
+// across (layer, kind) covers the union of its runs' ranges).
 std::pair<int, int> WindowTokens(const PlanBasis& b, const FrameWindow& w) {
-  const int begin = b.slots[w.record_begin].token_begin;
-  const pipeline::ChunkSlot& last = b.slots[w.record_end - 1];
-  return {begin, last.token_begin + last.tokens - begin};
+  int begin = b.shape.tokens, end = 0;
+  for (int64_t r = w.record_begin; r < w.record_end; ++r) {
+    begin = std::min(begin, b.slots[r].token_begin);
+    end = std::max(end, b.slots[r].token_begin + b.slots[r].tokens);
+  }
+  return {begin, end - begin};
 }
 
 // Block ids a paged view's table needs for `tokens` tokens starting
@@ -138,9 +148,10 @@ class WindowSet {
  public:
   ~WindowSet() { cudaFree(shared_); }
 
-  Status Init(PlanBasis basis, const WindowOptions& options) {
+  Status Init(PlanBasis basis, const WindowOptions& options, bool across_layers) {
     basis_ = std::move(basis);
-    windows_ = CutWindows(basis_, std::max<uint64_t>(options.window_kv_bytes, 1), &first_);
+    windows_ = CutWindows(basis_, std::max<uint64_t>(options.window_kv_bytes, 1), across_layers);
+    if (!across_layers) first_ = FirstWindows(windows_, basis_.shape.layers);
     uint64_t ws = 0, tables = 0, io = 0;
     for (FrameWindow& w : windows_) {
       KVSERVE_ASSIGN_OR_RETURN(const Plan plan, BuildPlan(basis_, {w.record_begin, w.record_end}));
@@ -233,7 +244,9 @@ class WindowSet {
 
 class WindowedEncoderImpl final : public WindowedEncoder {
  public:
-  Status Init(PlanBasis basis, const WindowOptions& options) { return set_.Init(std::move(basis), options); }
+  Status Init(PlanBasis basis, const WindowOptions& options) {
+    return set_.Init(std::move(basis), options, /*across_layers=*/false);
+  }
 
   const std::vector<uint8_t>& header() const override { return set_.basis().header; }
   const std::vector<FrameWindow>& windows() const override { return set_.windows(); }
@@ -292,7 +305,7 @@ class WindowedDecoderImpl final : public WindowedDecoder {
     info_.shape = basis.shape;
     info_.profile = basis.profile;
     info_.chunk_count = basis.slots.size();
-    return set_.Init(std::move(basis), options);
+    return set_.Init(std::move(basis), options, /*across_layers=*/true);
   }
 
   uint64_t HeaderBytes() const override { return header_bytes_; }

@@ -136,6 +136,16 @@ Decoded WindowedDecode(const std::vector<uint8_t>& frame, const KvShape& shape, 
   (void)cudaMemset(out.ptr, 0x5A, out_bytes);
   (void)cudaMemset(mask.ptr, 7, mask_bytes);
   const MutableKvView view{out.ptr, dtype, shape, KvStrides::Contiguous(shape)};
+  // The cut: whole records in order covering the frame, within the target
+  // unless one record; (layer, kind) boundaries may fall inside a window.
+  const std::vector<FrameWindow>& cut = (*dec)->windows();
+  for (size_t w = 0; w < cut.size(); ++w) {
+    EXPECT_LT(cut[w].record_begin, cut[w].record_end);
+    EXPECT_EQ(cut[w].record_begin, w == 0 ? 0 : cut[w - 1].record_end);
+    EXPECT_TRUE(cut[w].kv_bytes <= options.window_kv_bytes || cut[w].record_end == cut[w].record_begin + 1);
+  }
+  if (!cut.empty()) EXPECT_EQ(cut.back().record_end, static_cast<int64_t>((*dec)->info().chunk_count));
+  r.windows = cut.size();
   Slots slots((*dec)->SlotBytes(), (*dec)->TableBytes());
   const std::vector<std::vector<uint8_t>> windows = RecordsByWindow(frame, **dec, rng);
   // Windows in a random order too: each is independent.
@@ -173,7 +183,7 @@ TEST(CudaWindows, RandomProfilesEncodeAndDecodeByWindow) {
   int wanted = 60;
   if (const char* env = std::getenv("KVSERVE_CUDA_TEST_PROFILES")) wanted = std::max(4, std::atoi(env) / 3);
   std::mt19937 rng(2024);
-  int tested = 0, attempts = 0, multi = 0;
+  int tested = 0, attempts = 0, multi = 0, across = 0;
   while (tested < wanted && attempts < 100 * wanted) {
     ++attempts;
     static const int kDims[] = {32, 64, 128, 128, 256};
@@ -198,6 +208,8 @@ TEST(CudaWindows, RandomProfilesEncodeAndDecodeByWindow) {
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     ASSERT_EQ(FirstDifference(got.values, want.values), SIZE_MAX) << "windowed decode differs";
     ASSERT_EQ(got.mask, want.mask);
+    // Fewer windows than (layer, kind) runs: some window spans a boundary.
+    across += got.windows < static_cast<size_t>(2 * shape.layers);
     if ((*WindowedEncoder::Create(*profile, shape, dtype, &scores, windows))->windows().size() >
         static_cast<size_t>(2 * shape.layers))
       ++multi;
@@ -205,6 +217,7 @@ TEST(CudaWindows, RandomProfilesEncodeAndDecodeByWindow) {
   }
   EXPECT_EQ(tested, wanted);
   EXPECT_GE(multi, tested / 4) << "too few cases cut a (layer, kind) into several windows";
+  EXPECT_GE(across, tested / 8) << "too few cases decoded a window across (layer, kind) runs";
 }
 
 // Paged senders and receivers (vLLM and FlashInfer layouts, block sizes
@@ -232,13 +245,19 @@ TEST(CudaWindows, PagedCachesEncodeAndDecodeByWindow) {
     ASSERT_TRUE(got.status.ok()) << got.status.ToString();
     EXPECT_EQ(FirstDifference(got.bytes, want), SIZE_MAX);
 
-    DevicePagedCache receiver(rng, shape, DType::kBF16, layouts[round % 3], block_size == 16 ? 5 : 32);
-    const MutablePagedKvView rview = receiver.mutable_view();
     const Decoded whole = CpuDecode(want, shape, DType::kBF16);
-    const Decoded d = WindowedDecode(want, shape, DType::kBF16, RandomWindows(rng, shape, DType::kBF16), rng, &rview);
-    ASSERT_TRUE(d.status.ok()) << d.status.ToString();
-    EXPECT_EQ(FirstDifference(receiver.Contiguous(), whole.values), SIZE_MAX);
-    EXPECT_EQ(d.mask, whole.mask);
+    // Random windows, then about 1.5 (layer, kind) runs per window: windows
+    // that start inside one run and end inside the next (their tokens, the
+    // union of both runs' ranges, name the pages).
+    const uint64_t row = static_cast<uint64_t>(shape.kv_heads) * shape.head_dim * DTypeSize(DType::kBF16);
+    for (const WindowOptions& w : {RandomWindows(rng, shape, DType::kBF16), WindowOptions{row * shape.tokens * 3 / 2}}) {
+      DevicePagedCache receiver(rng, shape, DType::kBF16, layouts[round % 3], block_size == 16 ? 5 : 32);
+      const MutablePagedKvView rview = receiver.mutable_view();
+      const Decoded d = WindowedDecode(want, shape, DType::kBF16, w, rng, &rview);
+      ASSERT_TRUE(d.status.ok()) << d.status.ToString();
+      EXPECT_EQ(FirstDifference(receiver.Contiguous(), whole.values), SIZE_MAX);
+      EXPECT_EQ(d.mask, whole.mask);
+    }
   }
 }
 
