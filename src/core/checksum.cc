@@ -7,7 +7,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-KVSERVE_DEFINE_XXH3_OPS()
+KVSERVE_DEFINE_XXH3_OPS((void)0)
 
 namespace kvserve {
 

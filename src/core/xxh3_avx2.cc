@@ -4,11 +4,13 @@
 #include "core/xxh3_ops.h"
 
 #if defined(__AVX2__)
+#include <immintrin.h>
+
 #define XXH_INLINE_ALL
 #define XXH_VECTOR XXH_AVX2
 #include <xxhash.h>
 
-KVSERVE_DEFINE_XXH3_OPS()
+KVSERVE_DEFINE_XXH3_OPS(_mm256_zeroupper())
 
 const kvserve::detail::Xxh3Ops* kvserve::detail::Xxh3Avx2Ops() { return &kOps; }
 #else
