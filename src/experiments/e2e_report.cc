@@ -95,12 +95,13 @@ Over the authenticated, checksummed connections of `docs/transport.md`, user mes
 | 0x32 | GENERATE | prefill → decode | u32 JSON length, JSON (id, transfer ids (1..4096), KV token ids, suffix ids, sampling, logits count), f32 logits of the last prompt token |
 | 0x33 | RESULT | decode → prefill | JSON: id, status, tokens, decode-of-KV, generation and first-token seconds |
 | 0x34 | POOL_FETCH | prefill → decode | JSON: id, first transfer id, the hit's chunk keys (1..4096, each the pool's key encoding in hex) |
-| 0x35 | POOL_FETCHED | decode → prefill | JSON: id, status, chunks held, their frame bytes, fetch and decode seconds |
+| 0x35 | POOL_FETCHED | decode → prefill | JSON: id, status, chunks held, their frame bytes, fetch and decode seconds, and the fetch's seconds outside reading records (wait) |
 
 A request's frames (one; or one per pool chunk on a prefix hit) are followed by exactly one
 GENERATE naming their transfer ids in order. On a prefix hit, a decode worker that has the
 pool itself (`DecodeWorkerOptions::pool`, `--pool` of `kvserve serve decode`/`kvserve.pd`)
-is sent POOL_FETCH and fetches the chunks from the pool one after another, each record decoded
+is sent POOL_FETCH and fetches the chunks from the pool in one request (`KvPool::GetRecordsInOrder`,
+the pool's GET_FRAMES: chunk i+1 streams as soon as chunk i is acknowledged), each record decoded
 into its cache as it arrives (`PoolFrameSource` + `ReceiveKvWith`): the KV crosses only the
 pool's link, and POOL_FETCHED says how many chunks it holds. A decode worker without the pool
 answers NotSupported, and the prefill worker relays to it from then on: each chunk record by
