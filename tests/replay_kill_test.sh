@@ -13,14 +13,8 @@ set -euo pipefail
 KVSERVE=$(realpath "${1:?usage: replay_kill_test.sh path/to/kvserve path/to/trace.jsonl}")
 TRACE=${2:?usage: replay_kill_test.sh path/to/kvserve path/to/trace.jsonl}
 [ -f "$TRACE" ] || { echo "no trace at $TRACE: skipped"; exit 77; }
-DIR=$(mktemp -d /tmp/kvserve-replay-kill-XXXXXX)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/serve_lib.sh"
+serve_scratch replay-kill
 export KVSERVE_SECRET=replay-kill-test-secret
 MODEL=(--model "${KVSERVE_TEST_MODEL:-}")
 

@@ -10,14 +10,8 @@
 #   tests/serve_cli_test.sh path/to/kvserve
 set -euo pipefail
 KVSERVE=$(realpath "${1:?usage: serve_cli_test.sh path/to/kvserve}")
-DIR=$(mktemp -d /tmp/kvserve-serve-cli-XXXXXX)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$DIR"
-}
-trap cleanup EXIT
+source "$(dirname "$0")/serve_lib.sh"
+serve_scratch serve-cli
 export KVSERVE_SECRET=serve-cli-test-secret
 "$KVSERVE" serve --role decode --model "${KVSERVE_TEST_MODEL:-}" --listen 127.0.0.1:0 \
   --address-file "$DIR/decode.addr" --threads 1 --duration 120 >/dev/null 2>"$DIR/decode.log" &
