@@ -28,13 +28,21 @@ inline bool CpuHasAvx2AndF16c() {
 // thread runs afterwards is slowed (4-5x on the CPU runtime's prefill).
 // nullopt where the CPU cannot tell (no XGETBV(1)). For tests.
 __attribute__((target("xsave"))) inline std::optional<bool> AvxUpperStateInUse() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_OSXSAVE)) return std::nullopt;
-  if (__get_cpuid_max(0, nullptr) < 0xD) return std::nullopt;
-  __cpuid_count(0xD, 1, eax, ebx, ecx, edx);
-  if (!(eax & (1u << 2))) return std::nullopt;
+  static const bool can_tell = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_OSXSAVE)) return false;
+    if (__get_cpuid_max(0, nullptr) < 0xD) return false;
+    __cpuid_count(0xD, 1, eax, ebx, ecx, edx);
+    return (eax & (1u << 2)) != 0;
+  }();
+  if (!can_tell) return std::nullopt;
   return ((_xgetbv(1) >> 2) & 1) != 0;
 }
+
+// Clears the upper halves of this thread's vector registers (vzeroupper).
+// Call only where the CPU has AVX. For tests: a clean start, whatever ran
+// before on the thread.
+__attribute__((target("avx"))) inline void ClearAvxUpperState() { _mm256_zeroupper(); }
 
 }  // namespace kvserve
 

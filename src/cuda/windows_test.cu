@@ -49,6 +49,21 @@ SlotStatus ReadStatus(uint8_t* slot) {
   return s;
 }
 
+// A window cut: whole records in plan order from the first, each within
+// the target unless it is one record, their KV adding up to the frame's.
+void ExpectCutCoversTheFrame(const std::vector<FrameWindow>& windows, const WindowOptions& options,
+                             const KvShape& shape, DType dtype) {
+  uint64_t kv = 0;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    EXPECT_LT(windows[w].record_begin, windows[w].record_end);
+    EXPECT_EQ(windows[w].record_begin, w == 0 ? 0 : windows[w - 1].record_end);
+    EXPECT_TRUE(windows[w].kv_bytes <= options.window_kv_bytes ||
+                windows[w].record_end == windows[w].record_begin + 1);
+    kv += windows[w].kv_bytes;
+  }
+  EXPECT_EQ(kv, static_cast<uint64_t>(shape.NumElements()) * DTypeSize(dtype));
+}
+
 // The frame of `cache` (or of `paged`, when given) encoded window by window.
 GpuFrame WindowedEncode(const Profile& p, const HostCache& cache, const HeadScores* scores,
                         const WindowOptions& options, const PagedKvView* paged = nullptr) {
@@ -59,16 +74,8 @@ GpuFrame WindowedEncode(const Profile& p, const HostCache& cache, const HeadScor
     return r;
   }
   const std::vector<FrameWindow>& windows = (*enc)->windows();
-  // The cut: whole records of one (layer, kind), in order, covering the frame.
-  uint64_t kv = 0;
-  for (size_t w = 0; w < windows.size(); ++w) {
-    EXPECT_LT(windows[w].record_begin, windows[w].record_end);
-    if (w > 0) EXPECT_EQ(windows[w].record_begin, windows[w - 1].record_end);
-    EXPECT_TRUE(windows[w].kv_bytes <= options.window_kv_bytes ||
-                windows[w].record_end == windows[w].record_begin + 1);
-    kv += windows[w].kv_bytes;
-  }
-  EXPECT_EQ(kv, static_cast<uint64_t>(cache.shape.NumElements()) * DTypeSize(cache.dtype));
+  // The cut covers the frame; an encoder's windows are of one layer each.
+  ExpectCutCoversTheFrame(windows, options, cache.shape, cache.dtype);
   for (int l = 0; l < cache.shape.layers; ++l)
     for (int w = (*enc)->FirstWindow(l); w < (*enc)->FirstWindow(l + 1); ++w) EXPECT_EQ(windows[w].layer, l);
   EXPECT_EQ((*enc)->FirstWindow(cache.shape.layers), static_cast<int>(windows.size()));
@@ -136,16 +143,9 @@ Decoded WindowedDecode(const std::vector<uint8_t>& frame, const KvShape& shape, 
   (void)cudaMemset(out.ptr, 0x5A, out_bytes);
   (void)cudaMemset(mask.ptr, 7, mask_bytes);
   const MutableKvView view{out.ptr, dtype, shape, KvStrides::Contiguous(shape)};
-  // The cut: whole records in order covering the frame, within the target
-  // unless one record; (layer, kind) boundaries may fall inside a window.
-  const std::vector<FrameWindow>& cut = (*dec)->windows();
-  for (size_t w = 0; w < cut.size(); ++w) {
-    EXPECT_LT(cut[w].record_begin, cut[w].record_end);
-    EXPECT_EQ(cut[w].record_begin, w == 0 ? 0 : cut[w - 1].record_end);
-    EXPECT_TRUE(cut[w].kv_bytes <= options.window_kv_bytes || cut[w].record_end == cut[w].record_begin + 1);
-  }
-  if (!cut.empty()) EXPECT_EQ(cut.back().record_end, static_cast<int64_t>((*dec)->info().chunk_count));
-  r.windows = cut.size();
+  // The cut covers the frame; (layer, kind) boundaries may fall inside a window.
+  ExpectCutCoversTheFrame((*dec)->windows(), options, shape, dtype);
+  r.windows = (*dec)->windows().size();
   Slots slots((*dec)->SlotBytes(), (*dec)->TableBytes());
   const std::vector<std::vector<uint8_t>> windows = RecordsByWindow(frame, **dec, rng);
   // Windows in a random order too: each is independent.
