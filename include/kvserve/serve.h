@@ -79,7 +79,7 @@ struct ServeRequest {
 // overlap (encode, send and decode run layer by layer in a pipeline), so
 // they do not add up to jct_seconds.
 struct RequestTimings {
-  double queue_seconds = 0;       // prefill worker: arrival to its turn (one request at a time)
+  double queue_seconds = 0;       // prefill worker: arrival to its turn (one prefill and transfer at a time)
   double prefill_seconds = 0;     // model prefill (0 on a pool hit)
   double encode_seconds = 0;      // sum of per-layer encode times
   double transfer_seconds = 0;    // sender busy time: blocked writes + drain to the ack
@@ -210,6 +210,14 @@ struct PrefillWorkerOptions {
   // out of the controller's choices (they could not be encoded).
   const HeadScores* head_scores = nullptr;
   int max_attempts = 4;                 // frame transfers per request
+  // Requests of this worker generating at once on one decode worker (>= 1).
+  // A request holds a decode connection of its own from its KV transfer to
+  // the decode worker's result, so the next request's prefill and transfer
+  // run while earlier ones generate (the decode worker batches them when
+  // its engine does); a request finding this many out waits for one (in
+  // its queue time). Keep the sum over the prefill workers of one decode
+  // worker within its admission (DecodeWorkerOptions::admission).
+  int max_decode_connections = 4;
   // Pool for prefix caching (not owned; may be null = no pool).
   KvPool* pool = nullptr;
   // Profiles a missed prefix is stored under (specs; "none" for raw). Empty:
@@ -243,8 +251,9 @@ struct PrefillWorkerOptions {
 };
 
 // Runs prefill on its engine and sends the KV to a decode worker. Requests
-// from all client connections are served one at a time (the engine uses
-// the whole machine or GPU).
+// from all client connections run their prefill and KV transfer one at a
+// time (the engine uses the whole machine or GPU); up to
+// max_decode_connections of them then await their decode results at once.
 // Thread safety: thread-safe.
 class PrefillWorker {
  public:

@@ -28,13 +28,17 @@ link_bytes_per_second=0, model_id="model", overlap_prefill=True, pool=None,
 pool_store_profiles=[], pool_chunk_tokens=128, head_scores=None,
 default_workload="", table_reference_tokens=512, latency_model="streamed",
 epsilon=0.05, bandit=True, prefill_seconds_per_token_prior=1e-4,
-device=None, shared_link=None)``: ``serve(request)`` runs one request in the calling thread
-(the GIL released) and returns the response; clients reach it at
+device=None, shared_link=None, max_decode_connections=4)``: ``serve(request)`` runs one
+request in the calling thread (the GIL released) and returns the response; clients reach it at
 ``address`` (:class:`ServeClient`); ``set_link_rate(bytes_per_second)``
 re-shapes its decode link; ``bandwidth_estimate``. ``shared_link``
 (``kvserve.transport.SharedLink(gbps)``, given to several workers): one
 token bucket for all their decode transfers, which then contend for it as
-on one real link; ``set_link_rate`` then changes it for all of them.
+on one real link; ``set_link_rate`` then changes it for all of them. Requests
+run their prefill and KV transfer one at a time; up to
+``max_decode_connections`` of them then await their decode results at once
+(a decode worker whose engine batches, e.g. a TransformersEngine with a
+:class:`kvserve.batching.BatchDecoder`, steps them together).
 
 A response is a dict: ``id``, ``ok``, ``error``, ``code``, ``tokens`` and
 ``timings`` (kvserve/serve.h RequestTimings: prefill, encode, transfer,

@@ -448,7 +448,7 @@ void RegisterServe(py::module_& m) {
                        std::shared_ptr<HeadScores> head_scores, const std::string& default_workload,
                        int table_reference_tokens, const std::string& latency_model, double epsilon,
                        bool bandit, double prefill_seconds_per_token_prior, py::object device,
-                       std::shared_ptr<SharedLink> shared_link) {
+                       std::shared_ptr<SharedLink> shared_link, int max_decode_connections) {
              auto py_engine = std::make_unique<PyServingEngine>(engine);
              auto w = std::make_unique<PyPrefillWorker>(NewTcpTransport(), std::move(py_engine),
                                                         py::make_tuple(engine, device, pool, head_scores));
@@ -474,6 +474,7 @@ void RegisterServe(py::module_& m) {
              o.controller.bandit = bandit;
              o.prefill_seconds_per_token_prior = prefill_seconds_per_token_prior;
              o.device = ConnectorOf(device);
+             o.max_decode_connections = max_decode_connections;
              Result<std::unique_ptr<PrefillWorker>> started = Status::Internal("unset");
              {
                py::gil_scoped_release release;
@@ -489,7 +490,8 @@ void RegisterServe(py::module_& m) {
            py::arg("head_scores") = nullptr, py::arg("default_workload") = "", py::arg("table_reference_tokens") = 512,
            py::arg("latency_model") = "streamed", py::arg("epsilon") = 0.05, py::arg("bandit") = true,
            py::arg("prefill_seconds_per_token_prior") = 1e-4, py::arg("device") = py::none(),
-           py::arg("shared_link") = std::shared_ptr<SharedLink>())
+           py::arg("shared_link") = std::shared_ptr<SharedLink>(),
+           py::arg("max_decode_connections") = PrefillWorkerOptions{}.max_decode_connections)
       .def_property_readonly("address", &PyPrefillWorker::address)
       .def(
           "serve",

@@ -122,7 +122,7 @@ KV is concatenated along tokens. Otherwise RESULT carries Corruption and no toke
 
 | field | measured where | what |
 | --- | --- | --- |
-| queue | prefill worker | arrival to the request's turn (a worker serves one request at a time) |
+| queue | prefill worker | arrival to the request's turn (a worker runs one prefill and KV transfer at a time; up to `max_decode_connections` requests then await their decode results at once) |
 | prefill | prefill worker | `Model::Prefill` of the prompt (0 on a prefix hit) |
 | pool fetch | decode / prefill worker | prefix hit: its chunks' movement, the first pool request to the last chunk decoded (the decode worker's own fetch) or to the decode worker's last ack (a relay) |
 | encode | prefill worker | time inside the encoder (`Begin`, each `EncodeLayer`, `Finish`) |

@@ -27,6 +27,7 @@ Result<PrefillWorkerOptions> PrefillOptions(const ServeWorkerOptions& a, const s
   o.encode_threads = a.codec_threads;
   o.pool_store_profiles = SplitList(a.pool_profiles);
   o.pool_chunk_tokens = a.pool_chunk_tokens;
+  o.max_decode_connections = a.max_decode_connections;
   o.default_workload = a.workload;
   return o;
 }

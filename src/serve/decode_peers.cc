@@ -9,7 +9,11 @@ namespace kvserve::serve {
 DecodePeers::DecodePeers(Transport* transport, std::vector<std::string> addresses,
                          BandwidthEstimator* estimator)
     : transport_(transport), estimator_(estimator) {
-  for (auto& a : addresses) peers_.push_back(Peer{std::move(a), nullptr, 0, 0});
+  for (auto& a : addresses) {
+    Peer p;
+    p.address = std::move(a);
+    peers_.push_back(std::move(p));
+  }
 }
 
 DecodePeers::~DecodePeers() { CloseAll(); }
@@ -52,9 +56,19 @@ void DecodePeers::Choose(double kv_bytes) {
   current_ = best_seconds < std::numeric_limits<double>::infinity() ? best : soonest;
 }
 
-Result<Connection*> DecodePeers::Current(const ConnectionOptions& options) {
+bool DecodePeers::CanAcquire(int max_leased) const { return peers_[current_].leased < max_leased; }
+
+Status DecodePeers::Acquire(const ConnectionOptions& options, DecodeLease* lease) {
+  if (lease->connection) return Status::Ok();
   Peer& p = peers_[current_];
-  if (p.connection) return p.connection.get();
+  lease->peer = static_cast<int>(current_);
+  lease->epoch = epoch_;
+  if (!p.idle.empty()) {
+    lease->connection = std::move(p.idle.back());
+    p.idle.pop_back();
+    ++p.leased;
+    return Status::Ok();
+  }
   ConnectionOptions o = options;
   o.goodput = [estimator = estimator_, key = p.address](std::string_view, double bytes,
                                                        double seconds) {
@@ -63,35 +77,55 @@ Result<Connection*> DecodePeers::Current(const ConnectionOptions& options) {
   auto c = Connection::Dial(*transport_, p.address, o);
   if (!c.ok()) {
     const std::string address = p.address;
-    Fail(p);
+    Backoff(current_);
     return c.status().WithContext("decode worker " + address);
   }
-  p.connection = std::move(*c);
-  return p.connection.get();
+  lease->connection = std::move(*c);
+  ++p.leased;
+  return Status::Ok();
 }
 
-void DecodePeers::DropCurrent() { Fail(peers_[current_]); }
+void DecodePeers::Release(DecodeLease* lease) {
+  if (!lease->connection) return;
+  Peer& p = peers_[static_cast<size_t>(lease->peer)];
+  --p.leased;
+  if (lease->epoch == epoch_ && p.idle.size() < kMaxIdle) {
+    p.idle.push_back(std::move(lease->connection));
+  } else {
+    lease->connection->Close();
+    lease->connection.reset();
+  }
+}
 
-void DecodePeers::Fail(Peer& p) {
-  if (p.connection) p.connection->Close();
-  p.connection.reset();
-  if (peers_.size() > 1) p.backoff_until = MonotonicSeconds() + kBackoffSeconds;
-  current_ = (current_ + 1) % peers_.size();
+void DecodePeers::Drop(DecodeLease* lease) {
+  if (!lease->connection) return;
+  lease->connection->Close();
+  lease->connection.reset();
+  const auto peer = static_cast<size_t>(lease->peer);
+  --peers_[peer].leased;
+  // Its idle connections go to the same peer, which just failed.
+  for (auto& c : peers_[peer].idle) c->Close();
+  peers_[peer].idle.clear();
+  Backoff(peer);
+}
+
+void DecodePeers::Backoff(size_t peer) {
+  if (peers_.size() > 1) peers_[peer].backoff_until = MonotonicSeconds() + kBackoffSeconds;
+  if (peer == current_) current_ = (current_ + 1) % peers_.size();
 }
 
 void DecodePeers::CloseAll() {
+  ++epoch_;
   for (Peer& p : peers_) {
-    if (p.connection) p.connection->Close();
-    p.connection.reset();
+    for (auto& c : p.idle) c->Close();
+    p.idle.clear();
   }
 }
 
-void DecodePeers::ObserveGeneration(double seconds) {
-  Peer& p = peers_[current_];
+void DecodePeers::ObserveGeneration(int peer, double seconds) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
   p.generation_seconds =
       p.generation_seconds == 0 ? seconds : 0.7 * p.generation_seconds + 0.3 * seconds;
 }
-
-const std::string& DecodePeers::current_key() const { return peers_[current_].address; }
 
 }  // namespace kvserve::serve

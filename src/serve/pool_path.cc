@@ -137,7 +137,7 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   // A decode worker that reads the pool itself takes the chunks over the
   // pool's link alone (before its first fetch, at the decode link's rate);
   // a relay moves them at the slower of the two links.
-  const bool direct = DecodeFetchesPool();
+  const bool direct = DecodeFetchesPool(decode_->current());
   for (const auto& [spec, candidate] : candidates) {
     // The profile's fixed per-transfer overhead t0 once per hit: the
     // chunks follow each other on one connection without a wait between
@@ -237,17 +237,17 @@ Result<StreamResult> PrefillWorker::Impl::RelayPoolChunks(serve::PrefillContext&
   return total;
 }
 
-bool PrefillWorker::Impl::DecodeFetchesPool() const {
-  return relay_peers_.count(decode_->current_key()) == 0;
+bool PrefillWorker::Impl::DecodeFetchesPool(int peer) const {
+  return relay_peers_.count(decode_->key(peer)) == 0;
 }
 
 Result<StreamResult> PrefillWorker::Impl::MovePoolChunks(serve::PrefillContext& ctx, Connection& connection,
                                                          uint64_t first_id, std::vector<uint64_t>* transfer_ids) {
-  if (DecodeFetchesPool()) {
+  if (DecodeFetchesPool(ctx.lease.peer)) {
     auto fetched = FetchPoolChunksAtDecode(ctx, connection, first_id, transfer_ids);
     if (fetched.ok() || fetched.status().code() != StatusCode::kNotSupported) return fetched;
     // A decode worker without the pool: relay to it from now on.
-    relay_peers_.insert(decode_->current_key());
+    relay_peers_.insert(decode_->key(ctx.lease.peer));
   }
   return RelayPoolChunks(ctx, connection, first_id, transfer_ids);
 }

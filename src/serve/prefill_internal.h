@@ -5,6 +5,7 @@
 #define KVSERVE_SERVE_PREFILL_INTERNAL_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +39,11 @@ struct PrefillContext {
   double pool_relay_seconds = 0;
   uint64_t pool_relay_bytes = 0;
   double pool_wait_seconds = 0;  // the decode worker's, when it fetched the chunks
+  // The decode connection this request holds (empty until its first
+  // transfer; given back when the request is done) and the worker's lock,
+  // held while the request runs except while it awaits the decode result.
+  DecodeLease lease;
+  std::unique_lock<std::mutex>* lock = nullptr;
 };
 
 // A prompt chunk's KV waiting to be stored in the pool after its response
@@ -74,8 +80,15 @@ class PrefillWorker::Impl {
   // The table index of the request's workload (its own, else the default).
   Result<int> WorkloadOf(const ServeRequest& request) const;
   Result<EncoderContext*> Encoder(const std::string& spec);
-  Result<Connection*> DecodeConnection();
-  void DropDecodeConnection();
+  // ctx's decode connection (Acquire'd on first use from the current
+  // decode worker, after waiting under ctx.lock while that worker has
+  // options_.max_decode_connections of this worker's requests).
+  Result<Connection*> DecodeConnection(serve::PrefillContext& ctx);
+  // After a failure on ctx's connection (DecodePeers::Drop).
+  void DropDecodeConnection(serve::PrefillContext& ctx);
+  // Gives ctx's connection back (DecodePeers::Release) and wakes a request
+  // waiting for one.
+  void ReleaseDecodeConnection(serve::PrefillContext& ctx);
   Result<Chosen> Choose(const ServeRequest& request, double kv_bytes);
   // Sends `kv` (null on a prefix hit) encoded with `spec` as one transfer
   // (or, on a prefix hit, ctx's pool chunks relayed as one transfer each,
@@ -131,8 +144,8 @@ class PrefillWorker::Impl {
                                       std::vector<uint64_t>* transfer_ids);
   Result<StreamResult> FetchPoolChunksAtDecode(serve::PrefillContext& ctx, Connection& connection,
                                                uint64_t first_id, std::vector<uint64_t>* transfer_ids);
-  // False once the current decode worker said it has no pool.
-  bool DecodeFetchesPool() const;
+  // False once decode worker `peer` said it has no pool.
+  bool DecodeFetchesPool(int peer) const;
   // pool_path.cc: ctx's kv_tokens and suffix for the first `chunks` pool
   // chunks (at least the prompt's last token stays in the suffix).
   void CoverPoolChunks(serve::PrefillContext& ctx, size_t chunks);
@@ -159,7 +172,10 @@ class PrefillWorker::Impl {
   // Set before server_->Stop(); the handlers poll this, not server_, which a
   // handler may run before Start's assignment to server_ has completed.
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;  // one request at a time; guards everything below
+  // One request at a time runs its prefill and transfer; guards everything
+  // below. A request lets go of it while it awaits its decode result.
+  std::mutex mu_;
+  std::condition_variable decode_free_;  // a decode connection was given back
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   PrefillTimePredictor prefill_time_;

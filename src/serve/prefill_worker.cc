@@ -68,6 +68,8 @@ Status PrefillWorker::Impl::Start(ProfileTable table) {
   if (options_.decode_addresses.empty())
     return Status::InvalidArgument("prefill worker needs at least one decode worker address");
   if (options_.max_attempts < 1) return Status::InvalidArgument("max_attempts must be >= 1");
+  if (options_.max_decode_connections < 1)
+    return Status::InvalidArgument("max_decode_connections must be >= 1");
   if (options_.pool_chunk_tokens < 1)
     return Status::InvalidArgument("pool_chunk_tokens must be >= 1");
   if (options_.controller.model.kind == LatencyModelKind::kStreamed &&
@@ -145,13 +147,27 @@ Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
   return raw;
 }
 
-Result<Connection*> PrefillWorker::Impl::DecodeConnection() {
-  ConnectionOptions o = options_.decode_connection;
-  o.shape_bytes_per_second = link_rate_;
-  return decode_->Current(o);
+Result<Connection*> PrefillWorker::Impl::DecodeConnection(PrefillContext& ctx) {
+  if (!ctx.lease.connection) {
+    while (!decode_->CanAcquire(options_.max_decode_connections)) decode_free_.wait(*ctx.lock);
+    ConnectionOptions o = options_.decode_connection;
+    o.shape_bytes_per_second = link_rate_;
+    KVSERVE_RETURN_IF_ERROR(decode_->Acquire(o, &ctx.lease));
+  }
+  return ctx.lease.connection.get();
 }
 
-void PrefillWorker::Impl::DropDecodeConnection() { decode_->DropCurrent(); }
+void PrefillWorker::Impl::DropDecodeConnection(PrefillContext& ctx) {
+  if (!ctx.lease.connection) return;
+  decode_->Drop(&ctx.lease);
+  decode_free_.notify_all();
+}
+
+void PrefillWorker::Impl::ReleaseDecodeConnection(PrefillContext& ctx) {
+  if (!ctx.lease.connection) return;
+  decode_->Release(&ctx.lease);
+  decode_free_.notify_all();
+}
 
 Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeRequest& r,
                                                                  double kv_bytes) {
@@ -211,7 +227,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
   Status last = Status::Unavailable("no attempt made");
   for (int attempt = 1; attempt <= options_.max_attempts; ++attempt) {
     t->attempts = attempt;
-    auto connection = DecodeConnection();
+    auto connection = DecodeConnection(ctx);
     if (!connection.ok()) {
       last = connection.status();
       continue;
@@ -246,11 +262,11 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     if (!sent.ok()) {
       last = sent;
       if (!serve::IsRetryable(last)) {
-        DropDecodeConnection();  // e.g. an encoder error: the transfer was aborted
+        DropDecodeConnection(ctx);  // e.g. an encoder error: the transfer was aborted
         return last;
       }
       if (last.code() != StatusCode::kCorruption) {
-        DropDecodeConnection();
+        DropDecodeConnection(ctx);
         continue;
       }
       // Corruption: the receiver refused the frame (the GENERATE below is
@@ -273,21 +289,27 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     g.last_logits = ctx.last_logits;
     Status s = (*connection)->Send(kMsgServeGenerate, 0, serve::EncodeGenerate(g));
     Message reply;
-    if (s.ok()) s = (*connection)->Receive(&reply, 3600);
+    if (s.ok()) {
+      // The next request's prefill and transfer run while this one
+      // generates: the lease keeps this connection to this request.
+      ctx.lock->unlock();
+      s = (*connection)->Receive(&reply, 3600);
+      ctx.lock->lock();
+    }
     if (s.ok() && reply.type != kMsgServeResult)
       s = Status::Corruption("decode worker answered with message type " + std::to_string(reply.type));
     if (!s.ok()) {
       last = s.WithContext("awaiting the decode worker's result");
-      DropDecodeConnection();
+      DropDecodeConnection(ctx);
       continue;
     }
     auto result = serve::DecodeResult(reply.payload);
     if (!result.ok()) {
       last = result.status();
-      DropDecodeConnection();
+      DropDecodeConnection(ctx);
       continue;
     }
-    if (result->status.ok()) decode_->ObserveGeneration(result->generation_seconds);
+    if (result->status.ok()) decode_->ObserveGeneration(ctx.lease.peer, result->generation_seconds);
     if (!result->status.ok()) {
       last = result->status.WithContext("decode worker");
       if (!serve::IsRetryable(result->status)) return last;
@@ -310,7 +332,7 @@ Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
     return result;
   };
   if (!options_.overlap_prefill) return plain();
-  auto connection = DecodeConnection();
+  auto connection = DecodeConnection(ctx);
   if (!connection.ok()) return plain();  // the retry loop reports it
   const EngineInfo& c = engine_->info();
   const KvShape shape{c.layers, c.kv_heads, static_cast<int32_t>(prompt.size()), c.head_dim};
@@ -334,7 +356,7 @@ Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
     sent = StreamKvWhileProducing(**connection, **encoder, shape, c.kv_dtype, id, produce);
   }
   if (!prefill.ok()) {
-    DropDecodeConnection();  // the transfer was aborted
+    DropDecodeConnection(ctx);  // the transfer was aborted
     return prefill;
   }
   *streamed = std::move(sent);
@@ -346,7 +368,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   // TTFT counts from the request's arrival: the wait for the requests
   // before it (one at a time) is part of what a client sees.
   const double start = MonotonicSeconds();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   ServeResponse response;
   response.id = request.id;
   response.timings.queue_seconds = MonotonicSeconds() - start;
@@ -363,6 +385,13 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   decode_->Choose(kv_bytes);
   PrefillContext ctx;
   ctx.request = &request;
+  ctx.lock = &lock;
+  // Under the lock at every return (SendAndGenerate takes it back).
+  struct GiveBack {
+    Impl* impl;
+    PrefillContext* ctx;
+    ~GiveBack() { impl->ReleaseDecodeConnection(*ctx); }
+  } give_back{this, &ctx};
   t.kv_bytes = static_cast<uint64_t>(kv_bytes);
 
   // Prefix hit: fetch a stored encoding instead of recomputing, when faster.
@@ -444,7 +473,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     observation.codec_seconds = beside_prefill ? 0.0 : t.encode_seconds + t.decode_kv_seconds;
     observation.now_seconds = MonotonicSeconds();
     // The link this transfer measured (the estimator has its sample now).
-    observation.bandwidth = estimator_.Estimate(decode_->current_key());
+    observation.bandwidth = estimator_.Estimate(decode_->key(ctx.lease.peer));
     (void)controller_->Observe(chosen->decision, observation);
     if (chosen->decision.action == ControllerAction::kSend)
       frame_sizes_->Observe(chosen->decision.profile, static_cast<int>(request.prompt.size()),

@@ -158,6 +158,10 @@ struct ClusterOptions {
   std::optional<ProfileTable> table;
   // ControllerOptions::bandit (false: the analytical choice alone).
   bool bandit = true;
+  // The decode worker's engine (not owned; default: the small model's runtime).
+  ServingEngine* decode_engine = nullptr;
+  // PrefillWorkerOptions::max_decode_connections.
+  int max_decode_connections = PrefillWorkerOptions{}.max_decode_connections;
 };
 
 inline ClusterOptions Over(Kind kind) {
@@ -177,7 +181,8 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
     DecodeWorkerOptions d;
     d.connection = Options(o.decode_secret, "decode-0");
     d.pool = o.decode_pool;
-    auto w = DecodeWorker::Start(decode_transport, &SmallModel(), d);
+    auto w = o.decode_engine ? DecodeWorker::Start(decode_transport, o.decode_engine, d)
+                             : DecodeWorker::Start(decode_transport, &SmallModel(), d);
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     if (!w.ok()) return nullptr;
     c->decode = std::move(*w);
@@ -196,6 +201,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.pool_store_profiles = o.pool_store_profiles;
   p.pool_chunk_tokens = o.pool_chunk_tokens;
   p.overlap_prefill = o.overlap_prefill;
+  p.max_decode_connections = o.max_decode_connections;
   auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), o.table ? *o.table : TestTable(), p);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   if (!w.ok()) return nullptr;

@@ -89,6 +89,12 @@ RunFn SetupServe(CLI::App& sub) {
   sub.add_option("--pool-chunk-tokens", a->pool_chunk_tokens,
                  "prefill: tokens per pool chunk (prompts sharing their first chunks share them)")
       ->check(CLI::Range(1, 1 << 20));
+  sub.add_option("--max-decode-connections", a->max_decode_connections,
+                 "prefill: requests generating at once on one decode worker (the next request's "
+                 "prefill runs while they generate; keep the sum over prefill workers within the "
+                 "decode worker's admission, 16)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   sub.add_option("--threads", a->threads, "model threads, BLAS included (0 = all cores)");
   sub.add_option("--codec-threads", a->codec_threads, "encode/decode threads");
   sub.add_option("--timeout", a->timeout_seconds, "idle timeout of every network wait, seconds");

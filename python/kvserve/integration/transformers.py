@@ -109,18 +109,21 @@ def _tiny_classes():
             self.sharpness = 8.0  # peaked attention: outputs depend on individual past tokens
             self.w = torch.nn.Parameter(torch.randn(3, width, width, generator=g) / width ** 0.5)
 
-        def forward(self, x: Any, cache: Any) -> Any:
-            n, h, d = x.shape[0], self.heads, self.head_dim
-            q, k, v = ((x @ self.w[i]).view(n, h, d).transpose(0, 1) for i in range(3))
-            k, v = cache.update(k[None], v[None], self.index)
-            k, v = k[0], v[0]
-            total = k.shape[1]
-            pos = torch.arange(total - n, total, device=x.device)[:, None]
-            bias = torch.where(torch.arange(total, device=x.device)[None, :] <= pos, 0.0, float("-inf")).to(q.dtype)
-            att = torch.softmax(q @ k.transpose(1, 2) * (self.sharpness / d ** 0.5) + bias, dim=-1)
+        def forward(self, x: Any, cache: Any, mask: Any = None) -> Any:
+            # x: (batch, n, width); mask: a 4-D additive mask (batch, 1, n,
+            # cached tokens) as transformers takes it, or None for causal.
+            b, n, h, d = x.shape[0], x.shape[1], self.heads, self.head_dim
+            q, k, v = ((x @ self.w[i]).view(b, n, h, d).transpose(1, 2) for i in range(3))
+            k, v = cache.update(k, v, self.index)
+            total = k.shape[2]
+            if mask is None:
+                pos = torch.arange(total - n, total, device=x.device)[:, None]
+                mask = torch.where(torch.arange(total, device=x.device)[None, :] <= pos, 0.0,
+                                   float("-inf")).to(q.dtype)
+            att = torch.softmax(q @ k.transpose(-1, -2) * (self.sharpness / d ** 0.5) + mask, dim=-1)
             # No residual, RMS-normalised: every generated token depends on
             # the KV it attended to, and logits stay in a range where it shows.
-            y = (att @ v).transpose(0, 1).reshape(n, h * d)
+            y = (att @ v).transpose(1, 2).reshape(b, n, h * d)
             return y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6)
 
     class Inner(torch.nn.Module):
@@ -144,13 +147,16 @@ def _tiny_classes():
             return ListCache()
 
         def forward(self, input_ids: Any, past_key_values: Any = None, use_cache: bool = True,
-                    **_: Any) -> Any:
+                    attention_mask: Any = None, **_: Any) -> Any:
+            # input_ids: (batch, n); a 4-D attention_mask is used as given
+            # (additive), anything else means causal over the whole cache.
             cache = past_key_values if past_key_values is not None else ListCache()
-            x = self.emb[input_ids[0]]
+            mask = attention_mask if attention_mask is not None and attention_mask.dim() == 4 else None
+            x = self.emb[input_ids]
             for layer in self.model.layers:
-                x = layer(x, cache)
+                x = layer(x, cache, mask)
             logits = x @ self.emb.T / self.emb.shape[1] ** 0.5
-            return type("Out", (), {"logits": logits[None], "past_key_values": cache})()
+            return type("Out", (), {"logits": logits, "past_key_values": cache})()
 
     return Model
 
@@ -190,6 +196,14 @@ def load_model(name: str, device: str = "cpu", seed: int = 0) -> Any:
     return AutoModelForCausalLM.from_pretrained(name, torch_dtype=dtype).to(device).eval()
 
 
+def _first_token(last_logits: Sequence[float]) -> int:
+    """The greedy token of ``last_logits``: the lowest id on ties, as the
+    library's sampler."""
+    import numpy  # noqa: PLC0415
+
+    return int(numpy.asarray(last_logits).argmax())
+
+
 def deterministic() -> None:
     """Makes this process's torch kernels deterministic (cuBLAS workspace
     config, ``torch.use_deterministic_algorithms``): with random-weight
@@ -217,13 +231,18 @@ class TransformersEngine:
     """``model`` (see the module docstring) as kvserve's serving engine.
     ``name``: how it is reported (default: the model's ``name_or_path``).
     ``generator``: the :class:`kvserve.generation.Generator` the decode side
-    steps with (default: a new one; CUDA graphs on a GPU). The library
-    calls it from its worker threads; forward passes and generation take a
-    lock (one at a time)."""
+    steps with (default: a new one; CUDA graphs on a GPU). ``batch``: a
+    :class:`kvserve.batching.BatchDecoder` of the model: the decode steps of
+    concurrent requests then run together (continuous batching) instead of
+    one request at a time through ``generator``. The library calls it from
+    its worker threads; forward passes (and, without ``batch``, generation)
+    take a lock (one at a time)."""
 
-    def __init__(self, model: Any, *, name: Optional[str] = None, generator: Any = None) -> None:
+    def __init__(self, model: Any, *, name: Optional[str] = None, generator: Any = None,
+                 batch: Any = None) -> None:
         torch = _torch()
         self.model = model
+        self.batch = batch
         param = next(model.parameters())
         self.device = param.device
         self.layers = len(decoder_layers(model))
@@ -302,31 +321,65 @@ class TransformersEngine:
         if any(0 in m for m in keep_masks):
             raise NotImplementedError("the transformers engine cannot hide tokens a pruning profile dropped")
         start = time.monotonic()
-        with self._lock, torch.no_grad():
-            dtype = next(self.model.parameters()).dtype
-            if len(parts) > 1 and len(suffix) == 1:
-                # A whole-prefix hit: the generator copies the chunks into its cache one by one (a
-                # concatenation would hold the prompt's KV twice).
-                parts = [p.to(dtype=dtype) for p in parts]
-                layers = [([p[l, 0] for p in parts], [p[l, 1] for p in parts]) for l in range(parts[0].shape[0])]
-            else:
-                kv = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=3)
-                kv = kv.to(dtype=dtype)
-                layers = [(kv[l, 0], kv[l, 1]) for l in range(kv.shape[0])]
-            if suffix:
-                if len(suffix) > 1:  # the prompt's rest beyond the KV, then its last token as `last`
-                    cache = new_cache(self.model)
-                    for l, (k, v) in enumerate(layers):
-                        cache.update(k[None], v[None], l)
-                    self.model(input_ids=torch.tensor([list(suffix[:-1])], device=self.device),
-                               past_key_values=cache, use_cache=True, **last_logits_only(self.model))
-                    layers = [(k[0], v[0]) for k, v in hf.cache_layers(cache)]
-                tokens = self.generator.generate(layers, int(suffix[-1]), max_new_tokens)
-                first = time.monotonic() - start - sum(self.generator.step_seconds[1:])
-                return tokens, first
-            import numpy  # noqa: PLC0415
+        with torch.no_grad():
+            # Forward passes one at a time; without a batch decoder the steps too.
+            with self._lock:
+                layers = self._layers(parts, suffix)
+                if len(suffix) > 1:
+                    layers = self._run_prompt_rest(layers, suffix)
+                if self.batch is None:
+                    return self._generate_alone(layers, suffix, last_logits, max_new_tokens, start)
+            return self._generate_batched(layers, suffix, last_logits, max_new_tokens, start)
 
-            first_token = int(numpy.asarray(last_logits).argmax())  # lowest id on ties, as the library's sampler
-            first = time.monotonic() - start
-            rest = self.generator.generate(layers, first_token, max_new_tokens - 1) if max_new_tokens > 1 else []
-            return [first_token] + rest, first + self.generator.load_seconds
+    def _generate_alone(self, layers: List[Any], suffix: Sequence[int], last_logits: Sequence[float],
+                        max_new_tokens: int, start: float) -> Tuple[List[int], float]:
+        """The decode steps of this request alone, through the generator."""
+        if suffix:
+            tokens = self.generator.generate(layers, int(suffix[-1]), max_new_tokens)
+            return tokens, time.monotonic() - start - sum(self.generator.step_seconds[1:])
+        first_token = _first_token(last_logits)
+        first = time.monotonic() - start
+        rest = self.generator.generate(layers, first_token, max_new_tokens - 1) if max_new_tokens > 1 else []
+        return [first_token] + rest, first + self.generator.load_seconds
+
+    def _generate_batched(self, layers: List[Any], suffix: Sequence[int], last_logits: Sequence[float],
+                          max_new_tokens: int, start: float) -> Tuple[List[int], float]:
+        """The decode steps through the batch decoder, with those of every
+        other admitted request. The first token's seconds include the wait
+        for a free row (the request's KV is then in it)."""
+        before = time.monotonic()
+        if suffix:
+            result = self.batch.generate(layers, int(suffix[-1]), max_new_tokens)
+            return result.tokens, before - start + result.first_token_seconds
+        first_token = _first_token(last_logits)
+        if max_new_tokens <= 1:
+            return [first_token], time.monotonic() - start
+        result = self.batch.generate(layers, first_token, max_new_tokens - 1)
+        return [first_token] + result.tokens, before - start + result.load_seconds
+
+    def _run_prompt_rest(self, layers: List[Any], suffix: Sequence[int]) -> List[Any]:
+        """A prefix hit's rest of the prompt beyond the received KV (all of
+        ``suffix`` but its last token, which the first step runs) run
+        against ``layers``; the layers of the whole cache."""
+        torch = _torch()
+        cache = new_cache(self.model)
+        for l, (k, v) in enumerate(layers):
+            cache.update(k[None], v[None], l)
+        self.model(input_ids=torch.tensor([list(suffix[:-1])], device=self.device),
+                   past_key_values=cache, use_cache=True, **last_logits_only(self.model))
+        return [(k[0], v[0]) for k, v in hf.cache_layers(cache)]
+
+    def _layers(self, parts: Sequence[Any], suffix: Sequence[int]) -> List[Any]:
+        """Per model layer (K, V) of the received ``parts`` in the model's
+        dtype: concatenated along tokens, or, for a whole-prefix hit (several
+        parts, only the last prompt token left), as lists of the parts'
+        pieces, which the generator copies into its cache one by one (a
+        concatenation would hold the prompt's KV twice)."""
+        torch = _torch()
+        dtype = next(self.model.parameters()).dtype
+        if len(parts) > 1 and len(suffix) == 1:
+            parts = [p.to(dtype=dtype) for p in parts]
+            return [([p[l, 0] for p in parts], [p[l, 1] for p in parts]) for l in range(parts[0].shape[0])]
+        kv = parts[0] if len(parts) == 1 else torch.cat(list(parts), dim=3)
+        kv = kv.to(dtype=dtype)
+        return [(kv[l, 0], kv[l, 1]) for l in range(kv.shape[0])]

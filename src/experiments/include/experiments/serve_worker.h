@@ -28,6 +28,7 @@ struct ServeWorkerOptions {
   PoolBackendConfig store{.backend = "none"};  // prefill: prefix pool
   std::string pool_profiles;                   // prefill: comma-separated; "": the profile sent
   int pool_chunk_tokens = PrefillWorkerOptions{}.pool_chunk_tokens;
+  int max_decode_connections = PrefillWorkerOptions{}.max_decode_connections;
   int threads = 0;  // model and BLAS threads (0 = all cores)
   int codec_threads = 1;
   double duration_seconds = 0;  // 0: until SIGINT/SIGTERM

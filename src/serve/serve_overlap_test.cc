@@ -1,0 +1,127 @@
+// Requests of one prefill worker generate at once: a request lets go of the
+// worker while it awaits its decode result (on a decode connection of its
+// own), so the next request's prefill and transfer run meanwhile and the
+// decode worker sees several requests at once; never more than
+// PrefillWorkerOptions::max_decode_connections; and every request still
+// generates what one process does.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "kvserve/serve.h"
+#include "serve/serve_test_util.h"
+
+namespace kvserve {
+namespace {
+
+using servetest::Reference;
+using servetest::SmallModel;
+
+// The small model's runtime as a decode engine whose Generate calls wait
+// for each other: a call waits until `meet` calls are inside (or `patience`
+// has passed: only a worker that never lets them meet waits that long) and
+// the most calls inside at once is recorded.
+class MeetingEngine : public ServingEngine {
+ public:
+  MeetingEngine(int meet, std::chrono::milliseconds patience)
+      : inner_(NewRuntimeEngine(&SmallModel())), meet_(meet), patience_(patience) {}
+
+  const EngineInfo& info() const override { return inner_->info(); }
+  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
+    return inner_->Prefill(prompt, on_layer);
+  }
+  Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
+    return inner_->AllocateKv(shape, dtype);
+  }
+  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
+                                const std::vector<std::vector<uint8_t>>& keep_masks,
+                                const EngineGenerate& request) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++inside_;
+      most_ = std::max(most_, inside_);
+      if (inside_ >= meet_) met_ = true;
+      cv_.notify_all();
+      cv_.wait_for(lock, patience_, [&] { return met_; });
+    }
+    auto tokens = inner_->Generate(std::move(parts), keep_masks, request);
+    std::lock_guard<std::mutex> lock(mu_);
+    --inside_;
+    return tokens;
+  }
+
+  int most() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return most_;
+  }
+
+ private:
+  std::unique_ptr<ServingEngine> inner_;
+  const int meet_;
+  const std::chrono::milliseconds patience_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int inside_ = 0, most_ = 0;
+  bool met_ = false;
+};
+
+// `n` requests of fresh random prompts (greedy, raw), served at once by
+// cluster's prefill worker from `n` threads; each response checked against
+// the single-process reference.
+void ServeAtOnce(servetest::Cluster& cluster, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<ServeRequest> requests(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ServeRequest& r = requests[static_cast<size_t>(i)];
+    r.id = 500 + static_cast<uint64_t>(i);
+    r.prompt = servetest::RandomPrompt(rng, 8, 96);
+    r.max_new_tokens = 6;
+    r.method = "none";
+  }
+  std::vector<ServeResponse> responses(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i)
+    threads.emplace_back([&, i] { responses[i] = cluster.prefill->Serve(requests[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(requests[i].id));
+    ASSERT_TRUE(responses[i].status.ok()) << responses[i].status.ToString();
+    EXPECT_EQ(responses[i].tokens, Reference(SmallModel(), requests[i]));
+  }
+}
+
+TEST(ServeOverlap, RequestsOfOnePrefillWorkerGenerateAtOnce) {
+  // Three requests meet inside the decode engine only if none of them holds
+  // the prefill worker while it awaits its result.
+  MeetingEngine engine(/*meet=*/3, std::chrono::seconds(20));
+  servetest::ClusterOptions o;
+  o.decode_engine = &engine;
+  o.max_decode_connections = 3;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  ServeAtOnce(*cluster, 3, 7);
+  EXPECT_EQ(engine.most(), 3);
+  EXPECT_EQ(cluster->decode->completed(), 3);
+}
+
+TEST(ServeOverlap, AtMostMaxDecodeConnectionsGenerateAtOnce) {
+  // Each call would wait for a second one; with one decode connection per
+  // worker the second never comes while the first is inside.
+  MeetingEngine engine(/*meet=*/2, std::chrono::milliseconds(300));
+  servetest::ClusterOptions o;
+  o.decode_engine = &engine;
+  o.max_decode_connections = 1;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  ServeAtOnce(*cluster, 3, 8);
+  EXPECT_EQ(engine.most(), 1);
+}
+
+}  // namespace
+}  // namespace kvserve
