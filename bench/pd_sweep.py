@@ -114,9 +114,10 @@ def _outside_torch_text(runs: Sequence[Dict[str, Any]]) -> str:
 
 
 def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, timeout: float = 900.0,
-                         pool: str = "", name: str = "decode") -> tuple:
+                         pool: str = "", name: str = "decode", extra: Sequence[str] = ()) -> tuple:
     """Starts ``python -m kvserve.pd --role decode`` (with ``--pool pool``
-    when given: it then fetches prefix hits from that pool server itself)
+    when given: it then fetches prefix hits from that pool server itself;
+    ``extra``: more of its flags, e.g. ``--decode-batch 8``)
     with its address file and log ``name``.* in the directory ``tmp`` (the
     caller removes it) and returns (process, address, log path) once it
     listens; RuntimeError with its log when it exits first or does not
@@ -130,6 +131,7 @@ def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, t
            "--memory-file", memory_file]
     if pool:
         cmd += ["--pool", pool]
+    cmd += list(extra)
     if args.check:
         cmd += ["--deterministic"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -187,5 +187,21 @@ if [ -n "${KVSERVE_PD_BENCH_ARGS:-}" ]; then
   PYTHONUNBUFFERED=1 "$PY" bench/pd_sweep.py $KVSERVE_PD_BENCH_ARGS --check "${APPEND[@]}" \
     --out-json "$OUT/e2e-gpu.json" --out-md "$OUT/e2e-gpu.md" || rc=1
 fi
+# The trace replay under load (bench/trace_gpu.py: two prefill workers and a
+# batching decode worker on this GPU, `kvserve replay` of the shared trace)
+# when KVSERVE_TRACE_BENCH_ARGS is set (needs the CLI: KVSERVE_DEVICE_CLI=1
+# and ../shared's trace, carried as shared/ or given with --trace). Report
+# in $OUT/trace-gpu.{json,md,png}; KVSERVE_TRACE_BENCH_APPEND=FILE starts
+# from an earlier call's JSON and adds this call's points.
+if [ -n "${KVSERVE_TRACE_BENCH_ARGS:-}" ]; then
+  section "trace replay under load (bench/trace_gpu.py)"
+  APPEND=()
+  if [ -n "${KVSERVE_TRACE_BENCH_APPEND:-}" ]; then
+    cp "$KVSERVE_TRACE_BENCH_APPEND" "$OUT/trace-gpu.json" && APPEND=(--append)
+  fi
+  # shellcheck disable=SC2086  # the knob is a list of flags
+  PYTHONUNBUFFERED=1 "$PY" bench/trace_gpu.py --kvserve "$BUILD/tools/kvserve/kvserve" $KVSERVE_TRACE_BENCH_ARGS \
+    "${APPEND[@]}" --out-json "$OUT/trace-gpu.json" --out-md "$OUT/trace-gpu.md" --plot "$OUT/trace-gpu.png" || rc=1
+fi
 section "exit $rc"
 exit $rc

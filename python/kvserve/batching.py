@@ -11,8 +11,8 @@ together: each step reads the weights once for all of them.
 Requests are grouped by the capacity their sequence needs (prompt plus new
 tokens, rounded up to ``granularity`` times a power of two). Each group
 (a *bucket*) has a static cache of ``rows x capacity`` tokens (rows: as
-many as ``cache_budget_bytes`` holds, at most ``max_batch``, at least
-one), and on a GPU its step is captured once as a CUDA graph, as
+many as ``cache_budget_bytes``, the budget of all buckets together, holds
+beside the others, at most ``max_batch``, at least one), and on a GPU its step is captured once as a CUDA graph, as
 :class:`kvserve.generation.Generator` does for one request. A request is
 admitted into a free row of its bucket as soon as one is free (its KV
 copied into the row; the row's 4-D additive mask opens exactly its own
@@ -95,6 +95,7 @@ class _Bucket:
         self.cache = _row_cache(model, self.row_ids, capacity, self.pos)
         self.masked = torch.finfo(param.dtype).min
         self.mask = torch.full((rows, 1, 1, capacity), self.masked, dtype=param.dtype, device=device)
+        self.zero = torch.zeros((), dtype=param.dtype, device=device)
         self.requests: List[Optional["_Request"]] = [None] * rows
         self.attention = _math_attention if math_attention else contextlib.nullcontext
         self.graph = None
@@ -118,7 +119,9 @@ class _Bucket:
         return sum(t.numel() * t.element_size() for slot in self.cache.slots if slot is not None for t in slot)
 
     def _step(self) -> Any:
-        self.mask[self.row_ids, 0, 0, self.pos] = 0.0  # each row's own step position joins its attended ones
+        # Each row's own step position joins its attended ones (a device
+        # zero: a host scalar would be a copy, which a capture refuses).
+        self.mask[:, 0, 0].index_put_((self.row_ids, self.pos), self.zero)
         out = self.model(input_ids=self.ids, attention_mask=self.mask, position_ids=self.pos.view(-1, 1),
                          past_key_values=self.cache, cache_position=self.pos[:1], use_cache=True)
         tokens = out.logits[:, -1].argmax(-1)
@@ -219,8 +222,10 @@ class BatchDecoder:
     module docstring). Thread-safe: any number of threads call
     :meth:`generate` at once; one scheduler thread runs every step.
 
-    ``max_batch``: rows per bucket at most; ``cache_budget_bytes``: a
-    bucket's static cache at most (rows are cut to fit; one row always);
+    ``max_batch``: rows per bucket at most; ``cache_budget_bytes``: the
+    buckets' static caches together at most (a bucket's rows are cut to
+    fit, one row always; a request waits while not even that fits beside
+    the busy buckets);
     ``granularity``: the smallest capacity (capacities are it times powers
     of two); ``keep``: idle buckets kept for reuse (a GPU bucket is a cache
     and a captured graph); ``graphs``: capture each bucket's step as a CUDA
@@ -331,24 +336,48 @@ class BatchDecoder:
         idle = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
         return free + idle >= need
 
+    def _cache_bytes(self, rows: int, capacity: int) -> int:
+        return rows * capacity * self._bytes_per_token
+
+    def _drop(self, capacity: int) -> None:
+        del self._buckets[capacity]
+        if self.device.type == "cuda":
+            _torch().cuda.empty_cache()
+
     def _bucket(self, capacity: int) -> Optional[_Bucket]:
-        """The bucket of ``capacity``, made (idle ones evicted first while
-        there is no room) when there is none; None when it cannot be made
-        now (every other bucket busy and no room)."""
+        """The bucket of ``capacity``, made when there is none: idle buckets
+        (least recently used first) go while more than ``keep`` exist or
+        while the buckets' caches together would exceed
+        ``cache_budget_bytes`` or the device lacks room; the new one gets
+        the rows that then fit (at least one). None when not even one row
+        fits beside the busy buckets (the request waits for them)."""
         bucket = self._buckets.get(capacity)
         if bucket is not None:
             self._buckets.move_to_end(capacity)
             return bucket
         rows = self.rows_for(capacity)
+
+        def used() -> int:
+            return sum(self._cache_bytes(b.rows, b.capacity) for b in self._buckets.values())
+
         for cap in list(self._buckets):
-            idle = len(self._buckets) > self.keep or not self._room_for(capacity, rows)
-            if idle and not self._buckets[cap].busy:
-                del self._buckets[cap]
-                if self.device.type == "cuda":
-                    _torch().cuda.empty_cache()
-        if any(b.busy for b in self._buckets.values()) and not self._room_for(capacity, rows):
+            over = len(self._buckets) >= max(1, self.keep) or \
+                used() + self._cache_bytes(rows, capacity) > self.cache_budget_bytes or \
+                not self._room_for(capacity, rows)
+            if over and not self._buckets[cap].busy:
+                self._drop(cap)
+        if self._buckets:
+            left = self.cache_budget_bytes - used()
+            rows = min(rows, left // self._cache_bytes(1, capacity))
+            if rows < 1 or not self._room_for(capacity, rows):
+                return None  # wait for a busy bucket to empty
+        try:
+            bucket = _Bucket(self.model, rows, capacity, self.graphs, self.math_attention)
+        except _torch().cuda.OutOfMemoryError:
+            if not self._buckets:
+                raise
+            _torch().cuda.empty_cache()
             return None  # wait for a busy bucket to empty
-        bucket = _Bucket(self.model, rows, capacity, self.graphs, self.math_attention)
         self._buckets[capacity] = bucket
         return bucket
 

@@ -109,6 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gbps", type=float, default=0.0, help="shape the prefill->decode link (0: off)")
     p.add_argument("--device-budget-mib", type=int, default=64,
                    help="device memory per transfer for the GPU connector's ring, MiB")
+    p.add_argument("--decode-batch", type=int, default=0,
+                   help="role decode: step up to this many requests together (continuous batching, "
+                        "kvserve.batching.BatchDecoder); 0: one request at a time")
+    p.add_argument("--decode-cache-mib", type=int, default=8192,
+                   help="role decode with --decode-batch: static cache of one batch of requests of "
+                        "similar length at most, MiB (fewer rows for longer requests; one at least)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true",
                    help="compare the tokens of lossless methods with a single-process run; exit 1 "
@@ -132,9 +138,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if args.deterministic or args.check:
         deterministic()
+    if args.decode_batch < 0 or args.decode_cache_mib < 1:
+        raise SystemExit("--decode-batch must be >= 0 and --decode-cache-mib >= 1")
+    if args.decode_batch and args.role != "decode":
+        raise SystemExit("--decode-batch is for --role decode (a process of its own: the prefill "
+                         "side's layer hooks would see the batch's steps)")
     model = load_model(args.model, args.device, args.seed)
     freeze_heap()
-    engine = TransformersEngine(model)
+    batch = None
+    if args.decode_batch:
+        from kvserve.batching import BatchDecoder  # noqa: PLC0415
+
+        batch = BatchDecoder(model, max_batch=args.decode_batch, cache_budget_bytes=args.decode_cache_mib << 20)
+    engine = TransformersEngine(model, batch=batch)
     device = connector_for(engine, args.device_budget_mib << 20)
     if args.role == "decode":
         pool = kvpool.remote(args.pool, secret=args.secret) if args.pool else None
@@ -148,7 +164,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         worker.stop()
         if args.memory_file:
             with open(args.memory_file, "w") as f:
-                json.dump(device.memory() if device is not None else {}, f)
+                report = device.memory() if device is not None else {}
+                if batch is not None:
+                    report = {**report, "batch": dict(batch.stats)}
+                json.dump(report, f)
+        if batch is not None:
+            batch.close()
         return 0
     decode = None
     address = args.address

@@ -1,0 +1,70 @@
+"""bench/trace_gpu.py on the toy model (CPU), a small window of the shared
+trace: raw's saturation rate is measured first, every method's point
+answers every request of the window (the script exits 1 when one is lost
+or failed), kvserve's choices stay within the quality floor, the pool
+serves prefix hits and the no-pool replay of the same requests is there to
+compare them with, the decode worker batched, and the report and plot
+are written."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    torch = None
+
+import kvserve
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "bench", "trace_gpu.py")
+TRACE = os.path.join(ROOT, "..", "shared", "data", "traces", "mooncake-conversation.jsonl")
+BUILD = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(kvserve.__file__))))
+CLI = os.environ.get("KVSERVE_CLI", os.path.join(BUILD, "tools", "kvserve", "kvserve"))
+
+
+@unittest.skipIf(torch is None, "torch not installed")
+@unittest.skipIf(not os.path.exists(TRACE), "the shared trace is not beside the repository")
+@unittest.skipIf(not os.path.exists(CLI), "no kvserve CLI (KVSERVE_CLI)")
+class TraceGpuScriptTest(unittest.TestCase):
+    def test_every_request_of_every_point_is_answered_within_the_floor(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "trace.json")
+            cmd = [sys.executable, SCRIPT, "--model", "tiny", "--kvserve", CLI, "--trace", TRACE,
+                   "--window-seconds", "20", "--max-requests", "12", "--max-prompt-tokens", "256",
+                   "--max-output-tokens", "8", "--pool-chunk-tokens", "64", "--gbps", "0.05", "--loads", "1",
+                   "--methods", "none,kivi-2,kvserve", "--pool-check", "--calibration-tokens", "256",
+                   "--table", os.path.join(ROOT, "configs/profiles/kvs-qwen2-9m-qa.json"),
+                   "--baseline-quality", os.path.join(ROOT, "docs/results/quality"),
+                   "--out-json", out, "--out-md", os.path.join(tmp, "trace.md"),
+                   "--plot", os.path.join(tmp, "trace.png")]
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            with open(out) as f:
+                report = json.load(f)
+            rate = report["rates"]["0.05"]
+            self.assertGreater(rate["saturation"]["rps"], 0)
+            points = rate["points"]
+            self.assertEqual(set(points), {"1/none", "1/kivi-2", "1/kvserve", "1/kvserve-no-pool"})
+            for name, p in points.items():
+                s = p["summary"]
+                self.assertEqual((s["requests"], s["answered"], s["failed"]), (12, 12, 0), name)
+                self.assertEqual(len(p["records"]), 12)
+            self.assertTrue(all(r.get("quality", 1.0) >= 0.97 for r in points["1/kvserve"]["records"]))
+            self.assertGreater(points["1/kvserve"]["summary"]["prefix_hit_rate"], 0)
+            self.assertEqual(points["1/kvserve-no-pool"]["summary"]["prefix_hit_rate"], 0)
+            self.assertEqual(report["failures"], [])
+            self.assertGreaterEqual(report["decode"]["batch"]["requests"], 12 * 5)
+            self.assertTrue(report["checks"]["pool"])
+            with open(os.path.join(tmp, "trace.md")) as f:
+                self.assertIn("Against issue 43's criteria", f.read())
+            self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
