@@ -90,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out-json", default="trace.json")
     p.add_argument("--out-md", default="")
     p.add_argument("--plot", default="", help="goodput against offered load per method (PNG)")
+    p.add_argument("--kill-run", action="store_true",
+                   help="after the points: a short replay (--kill-requests) through two prefill worker "
+                        "processes, the second SIGKILLed --kill-after s in; every request must be answered")
+    p.add_argument("--kill-requests", type=int, default=12)
+    p.add_argument("--kill-after", type=float, default=2.0)
+    p.add_argument("--kill-gbps", type=float, default=25.0, help="each kill-run worker's own link")
     p.add_argument("--append", action="store_true", help="keep the points of --out-json")
     p.add_argument("--render-only", action="store_true", help="write --out-md/--plot from --out-json")
     return p
@@ -197,6 +203,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
     engine = TransformersEngine(model)
     device = pd.connector_for(engine, args.device_budget_mib << 20)
     vocab = engine.vocab_size or 96
+    prefill_side = {"engine": engine, "device": device}  # let go of before the kill run's processes start
     methods = [m for m in args.methods.split(",") if m]
     fixed = [m for m in methods if m != "kvserve"]
     import random  # noqa: PLC0415
@@ -207,7 +214,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
     if args.baseline_quality:
         table = pd_sweep.with_baselines(table, fixed, args.baseline_quality)
     table = pd_sweep.calibrate(table, kv, engine.info()["kv_dtype"])
-    del kv
+    del kv, engine, device
     progress("calibrated: " + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
     report["table"] = [{"spec": c.spec, "compression_ratio": c.compression_ratio,
                         "encode_gbps": c.encode_bytes_per_second * 8e-9, "decode_gbps": c.decode_bytes_per_second * 8e-9,
@@ -224,7 +231,8 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         """Fresh workers on a fresh shared link and pool; one replay."""
         link = transport.SharedLink(gbps) if gbps > 0 else None
         store = kvpool.memory(args.pool_mib << 20)
-        workers = [serve.PrefillWorker(engine, table, [decode_address], secret=args.secret, device=device,
+        workers = [serve.PrefillWorker(prefill_side["engine"], table, [decode_address], secret=args.secret,
+                                       device=prefill_side["device"],
                                        default_workload=args.workload, shared_link=link, pool=store,
                                        pool_chunk_tokens=args.pool_chunk_tokens,
                                        table_reference_tokens=args.calibration_tokens,
@@ -290,12 +298,97 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
                     p["load"] = load
                     points[f"{load:g}/kvserve-no-pool"] = p
                     save()
+        if args.kill_run and "kill" not in report:
+            # This process's model and device memory go first: the kill run's two prefill
+            # processes load a model each beside the decode process's.
+            prefill_side.clear()
+            del model
+            import gc  # noqa: PLC0415
+
+            gc.unfreeze()  # freeze_heap() put the model out of the collector's reach
+            gc.collect()
+            if args.device.startswith("cuda"):
+                import torch  # noqa: PLC0415
+
+                torch.cuda.empty_cache()
+            progress(f"kill run: {args.kill_requests} requests, two prefill worker processes, the second "
+                     f"SIGKILLed after {args.kill_after:g} s")
+            report["kill"] = kill_run(args, decode_address, table, tmp, vocab)
+            k = report["kill"]["summary"]
+            if k.get("answered") != k.get("requests"):
+                failures.append(f"kill run: {k.get('answered')} of {k.get('requests')} answered")
+            save()
     finally:
         memory: Dict[str, Any] = {}
         pd_sweep.stop_decode_process(proc, decode_log, memory_file, memory, "decode", failures)
         report["decode"] = memory.get("decode", {})
         shutil.rmtree(tmp, ignore_errors=True)
         save()
+
+
+def _start(cmd: List[str], address_file: str, log_path: str, timeout: float = 900.0) -> tuple:
+    """Starts ``cmd`` (a worker writing its address to ``address_file``);
+    (process, address) once it listens; RuntimeError with its log when it
+    exits first or does not listen within ``timeout`` s."""
+    log = open(log_path, "w+")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(address_file):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            log.seek(0)
+            raise RuntimeError(f"{cmd[:6]} did not start: " + log.read()[-4000:])
+        time.sleep(0.1)
+    with open(address_file) as f:
+        return proc, f.read().strip()
+
+
+def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str, vocab: int) -> Dict[str, Any]:
+    """Two prefill workers as processes of their own (``python -m
+    kvserve.pd --role prefill-server``, each its own model and link: a
+    shared link is one process's), a replay of the window's first
+    ``--kill-requests`` requests at the trace's own pace with the
+    controller choosing, and the second worker SIGKILLed ``--kill-after`` s
+    after the replay starts. The router re-submits that worker's requests
+    to the other; the replay's summary says how many (``rerouted``)."""
+    table_path = os.path.join(tmp, "table.json")
+    with open(table_path, "w") as f:
+        f.write(table.to_json())
+    procs = []
+    try:
+        addresses = []
+        for i in range(2):
+            address_file = os.path.join(tmp, f"prefill{i}.address")
+            cmd = [sys.executable, "-m", "kvserve.pd", "--role", "prefill-server", "--model", args.model,
+                   "--device", args.device, "--seed", str(args.seed), "--secret", args.secret,
+                   "--address", decode_address, "--address-file", address_file, "--table", table_path,
+                   "--workload", args.workload, "--gbps", str(args.kill_gbps),
+                   "--max-decode-connections", str(args.max_decode_connections),
+                   "--pool-memory-mib", str(args.pool_mib), "--pool-chunk-tokens", str(args.pool_chunk_tokens),
+                   "--device-budget-mib", str(args.device_budget_mib)]
+            proc, address = _start(cmd, address_file, os.path.join(tmp, f"prefill{i}.log"))
+            procs.append(proc)
+            addresses.append(address)
+        victim = procs[1]
+        timer = threading.Timer(args.kill_after, victim.kill)
+        sub = argparse.Namespace(**{**vars(args), "max_requests": args.kill_requests})
+        timer.start()
+        try:
+            out = _replay(sub, addresses, "kvserve", 1.0, os.path.join(tmp, "kill.json"), vocab)
+        finally:
+            timer.cancel()
+        killed = victim.poll() is not None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(120)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    return {"requests": args.kill_requests, "kill_after_s": args.kill_after, "gbps": args.kill_gbps,
+            "killed": killed, "exit": out["exit"], "summary": out["summary"],
+            "records": [_keep(r) for r in out["records"]]}
 
 
 # -- the report ---------------------------------------------------------------
@@ -388,6 +481,15 @@ def markdown(report: Dict[str, Any]) -> str:
                          f"{s['jct_mean_s']:.2f} / {s['jct_p50_s']:.2f} / {s['jct_p99_s']:.2f} | "
                          f"{s['kv_bytes_mean'] / 1e6:.1f} | {s['prefix_hit_rate']:.2f} | {busy} | {s['failed']} |")
         lines.append("")
+        shares = [(p["load"], p["summary"]) for p in points.values() if p["method"] == "kvserve" and p["pool"]]
+        if shares:
+            lines += ["The controller's bandwidth estimate at each decision against the link's rate divided by "
+                      "the transfers on it then (1 = it estimates its fair share under contention):", ""]
+            for load, s in sorted(shares, key=lambda x: x[0]):
+                lines.append(f"- load x{load:g}: estimate / fair share p50 {s.get('estimate_vs_fair_share_p50', 0):.2f}, "
+                             f"mean {s.get('estimate_vs_fair_share_mean', 0):.2f}; transfers on the link at a "
+                             f"decision {s.get('link_transfers_mean', 0):.2f} on average")
+            lines.append("")
     c = checks(report)
     lines += ["## Against issue 43's criteria", "",
               "| Gbps | load | kvserve goodput | best static | / best static | / raw | / best other | p99 TTFT / best static |",
@@ -402,6 +504,14 @@ def markdown(report: Dict[str, Any]) -> str:
         for e in c["pool"]:
             lines.append(f"- load x{e['load']:g}: {e['hits']} hits, TTFT {e['ttft_hit_mean_s']:.3f} s with the pool "
                          f"vs {e['ttft_recomputed_mean_s']:.3f} s recomputed")
+    kill = report.get("kill")
+    if kill:
+        k = kill["summary"]
+        lines += ["", f"Kill run: {kill['requests']} requests of the window at the trace's pace through two "
+                  f"prefill worker processes (each its own {kill['gbps']:g} Gbps link), the second SIGKILLed "
+                  f"{kill['kill_after_s']:g} s in ({'killed' if kill['killed'] else 'it had already exited'}): "
+                  f"{k['answered']} answered, {k['failed']} failed, {k['rerouted']} re-routed to the live "
+                  f"worker (served per worker: {k.get('served_per_worker')})."]
     lines += ["", f"Failures recorded: {c['failures']}."]
     for f in report.get("failures", [])[:20]:
         lines.append(f"- {f}")

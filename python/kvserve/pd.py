@@ -85,10 +85,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="tiny (seeded toy, CPU), llama-8b-random (timing only) or a transformers "
                         "checkpoint (e.g. models/kvs-qwen2-9m)")
     p.add_argument("--device", default="cpu", help="torch device of the models (cpu, cuda, cuda:1)")
-    p.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
+    p.add_argument("--role", choices=["both", "prefill", "decode", "prefill-server"], default="both",
+                   help="both: the two workers here, requests sent from here; decode: a decode worker; "
+                        "prefill: a prefill worker sending --methods requests of its own; prefill-server: "
+                        "a prefill worker serving clients (kvserve replay / router) at --listen")
     p.add_argument("--address", default="127.0.0.1:0",
-                   help="decode worker's listen address (role decode/both) or the one to dial (prefill)")
-    p.add_argument("--address-file", help="role decode: write the bound address here once listening")
+                   help="decode worker's listen address (role decode/both) or the one to dial (prefill, "
+                        "prefill-server)")
+    p.add_argument("--listen", default="127.0.0.1:0", help="role prefill-server: where clients reach it")
+    p.add_argument("--address-file",
+                   help="roles decode and prefill-server: write the bound address here once listening")
+    p.add_argument("--max-decode-connections", type=int, default=4,
+                   help="role prefill-server: requests generating at once on the decode worker")
+    p.add_argument("--pool-memory-mib", type=int, default=0,
+                   help="role prefill-server: an embedded prefix pool of this budget (0: none)")
+    p.add_argument("--pool-chunk-tokens", type=int, default=512, help="role prefill-server: pool chunk")
     p.add_argument("--memory-file",
                    help="role decode: at exit, write the device connector's memory report here (JSON)")
     p.add_argument("--secret", default="", help="shared secret of the connections (both sides)")
@@ -125,6 +136,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _announce(what: str, address: str, address_file: Optional[str]) -> None:
+    """Says where ``what`` listens, on stderr and (written whole, then
+    renamed) in ``address_file``."""
+    print(f"{what} listening on {address}", file=sys.stderr, flush=True)
+    if address_file:
+        with open(address_file + ".tmp", "w") as f:
+            f.write(address)
+        os.replace(address_file + ".tmp", address_file)
+
+
 def _wait_for_signal() -> None:
     """Blocks (the GIL released) until SIGTERM or SIGINT."""
     done = threading.Event()
@@ -152,14 +173,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         batch = BatchDecoder(model, max_batch=args.decode_batch, cache_budget_bytes=args.decode_cache_mib << 20)
     engine = TransformersEngine(model, batch=batch)
     device = connector_for(engine, args.device_budget_mib << 20)
+    if args.role == "prefill-server":
+        table = kvserve.ProfileTable.load(args.table) if args.table else raw_table()
+        store = kvpool.memory(args.pool_memory_mib << 20) if args.pool_memory_mib else None
+        server = serve.PrefillWorker(engine, table, [args.address], listen=args.listen, secret=args.secret,
+                                     link_bytes_per_second=kvserve.gbps_to_bytes_per_second(args.gbps),
+                                     default_workload=args.workload, device=device, pool=store,
+                                     pool_chunk_tokens=args.pool_chunk_tokens,
+                                     max_decode_connections=args.max_decode_connections)
+        _announce("prefill worker", server.address, args.address_file)
+        _wait_for_signal()
+        server.stop()
+        return 0
     if args.role == "decode":
         pool = kvpool.remote(args.pool, secret=args.secret) if args.pool else None
         worker = serve.DecodeWorker(engine, listen=args.address, secret=args.secret, device=device, pool=pool)
-        print(f"decode worker listening on {worker.address}", file=sys.stderr, flush=True)
-        if args.address_file:
-            with open(args.address_file + ".tmp", "w") as f:
-                f.write(worker.address)
-            os.replace(args.address_file + ".tmp", args.address_file)
+        _announce("decode worker", worker.address, args.address_file)
         _wait_for_signal()
         worker.stop()
         if args.memory_file:

@@ -3,8 +3,9 @@ trace: raw's saturation rate is measured first, every method's point
 answers every request of the window (the script exits 1 when one is lost
 or failed), kvserve's choices stay within the quality floor, the pool
 serves prefix hits and the no-pool replay of the same requests is there to
-compare them with, the decode worker batched, and the report and plot
-are written."""
+compare them with, the decode worker batched, a replay through two
+prefill worker processes answers every request when one is SIGKILLed
+mid-run, and the report and plot are written."""
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ class TraceGpuScriptTest(unittest.TestCase):
                    "--window-seconds", "20", "--max-requests", "12", "--max-prompt-tokens", "256",
                    "--max-output-tokens", "8", "--pool-chunk-tokens", "64", "--gbps", "0.05", "--loads", "1",
                    "--methods", "none,kivi-2,kvserve", "--pool-check", "--calibration-tokens", "256",
+                   "--kill-run", "--kill-requests", "24", "--kill-after", "1",
                    "--table", os.path.join(ROOT, "configs/profiles/kvs-qwen2-9m-qa.json"),
                    "--baseline-quality", os.path.join(ROOT, "docs/results/quality"),
                    "--out-json", out, "--out-md", os.path.join(tmp, "trace.md"),
@@ -61,6 +63,12 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertEqual(report["failures"], [])
             self.assertGreaterEqual(report["decode"]["batch"]["requests"], 12 * 5)
             self.assertTrue(report["checks"]["pool"])
+            # The kill run: the second worker process died mid-replay, its requests went to the other.
+            kill = report["kill"]
+            self.assertTrue(kill["killed"])
+            self.assertEqual((kill["summary"]["answered"], kill["summary"]["failed"]), (24, 0))
+            self.assertEqual(kill["exit"], 0)
+            self.assertGreaterEqual(kill["summary"]["rerouted"], 1)
             with open(os.path.join(tmp, "trace.md")) as f:
                 self.assertIn("Against issue 43's criteria", f.read())
             self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
