@@ -81,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--decode-cache-mib", type=int, default=8192, help="decode worker's cache per batch, MiB")
     p.add_argument("--pool-chunk-tokens", type=int, default=512)
     p.add_argument("--pool-mib", type=int, default=16384, help="embedded pool budget, MiB")
+    p.add_argument("--pool-backend", choices=["memory", "redis"], default="memory",
+                   help="the prefix pool: embedded in the prefill process, or Redis (a fresh key prefix "
+                        "per point)")
+    p.add_argument("--redis", default="",
+                   help="--pool-backend redis: host:port of a running Redis; empty: start redis-server "
+                        "(from PATH, or --redis-server) on a free port for the run")
+    p.add_argument("--redis-server", default="redis-server", help="the redis-server binary to start")
     p.add_argument("--pool-check", action="store_true",
                    help="also replay kvserve's first-load point without the pool (hits vs recomputed)")
     p.add_argument("--calibration-tokens", type=int, default=4096)
@@ -227,10 +234,23 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
     proc, decode_address, decode_log = pd_sweep.start_decode_process(sweep_args, tmp, memory_file, extra=decode_args)
     failures: List[str] = report.setdefault("failures", [])
 
+    redis_address, redis_proc = args.redis, None
+    if args.pool_backend == "redis" and not redis_address:
+        redis_proc, redis_address = _start_redis(args.redis_server, tmp)
+    report["pool_backend"] = args.pool_backend + (f" ({redis_address})" if redis_address else "")
+    points_run = [0]
+
+    def new_pool() -> Any:
+        """A pool holding nothing: a fresh embedded one, or a fresh key prefix in Redis."""
+        points_run[0] += 1
+        if args.pool_backend == "redis":
+            return kvpool.redis(redis_address, key_prefix=f"kvserve-trace-{os.getpid()}-{points_run[0]}")
+        return kvpool.memory(args.pool_mib << 20)
+
     def point(gbps: float, method: str, time_scale: float, use_pool: bool = True) -> Dict[str, Any]:
         """Fresh workers on a fresh shared link and pool; one replay."""
         link = transport.SharedLink(gbps) if gbps > 0 else None
-        store = kvpool.memory(args.pool_mib << 20)
+        store = new_pool()
         workers = [serve.PrefillWorker(prefill_side["engine"], table, [decode_address], secret=args.secret,
                                        device=prefill_side["device"],
                                        default_workload=args.workload, shared_link=link, pool=store,
@@ -313,7 +333,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
                 torch.cuda.empty_cache()
             progress(f"kill run: {args.kill_requests} requests, two prefill worker processes, the second "
                      f"SIGKILLed after {args.kill_after:g} s")
-            report["kill"] = kill_run(args, decode_address, table, tmp, vocab)
+            report["kill"] = kill_run(args, decode_address, table, tmp, vocab, redis_address)
             k = report["kill"]["summary"]
             if k.get("answered") != k.get("requests"):
                 failures.append(f"kill run: {k.get('answered')} of {k.get('requests')} answered")
@@ -322,6 +342,9 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         memory: Dict[str, Any] = {}
         pd_sweep.stop_decode_process(proc, decode_log, memory_file, memory, "decode", failures)
         report["decode"] = memory.get("decode", {})
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(60)
         shutil.rmtree(tmp, ignore_errors=True)
         save()
 
@@ -343,7 +366,34 @@ def _start(cmd: List[str], address_file: str, log_path: str, timeout: float = 90
         return proc, f.read().strip()
 
 
-def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str, vocab: int) -> Dict[str, Any]:
+def _start_redis(binary: str, tmp: str) -> tuple:
+    """A redis-server on a free port of 127.0.0.1 (no persistence, its
+    files in ``tmp``); (process, address) once it answers."""
+    import socket  # noqa: PLC0415
+
+    from kvserve import pool as kvpool  # noqa: PLC0415
+    import kvserve  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", tmp], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            kvpool.redis(address, key_prefix="probe", reconnect_attempts=0).stats()
+            return proc, address
+        except kvserve.KvserveError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError(f"{binary} did not start on {address}")
+            time.sleep(0.05)
+
+
+def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str, vocab: int,
+             redis_address: str = "") -> Dict[str, Any]:
     """Two prefill workers as processes of their own (``python -m
     kvserve.pd --role prefill-server``, each its own model and link: a
     shared link is one process's), a replay of the window's first
@@ -364,7 +414,8 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
                    "--address", decode_address, "--address-file", address_file, "--table", table_path,
                    "--workload", args.workload, "--gbps", str(args.kill_gbps),
                    "--max-decode-connections", str(args.max_decode_connections),
-                   "--pool-memory-mib", str(args.pool_mib), "--pool-chunk-tokens", str(args.pool_chunk_tokens),
+                   "--pool-chunk-tokens", str(args.pool_chunk_tokens),
+                   *(["--pool-redis", redis_address] if redis_address else ["--pool-memory-mib", str(args.pool_mib)]),
                    "--device-budget-mib", str(args.device_budget_mib)]
             proc, address = _start(cmd, address_file, os.path.join(tmp, f"prefill{i}.log"))
             procs.append(proc)
@@ -460,7 +511,8 @@ def markdown(report: Dict[str, Any]) -> str:
              f"{a['max_output_tokens']}; TTFT target {a['slo_base_s']:g} s + {a['slo_per_1k_s']:g} s per 1K prompt "
              f"tokens; quality floor {a['quality_min']}. {a['workers']} prefill workers (one process, one model, "
              f"one shared link), one decode worker (its own process, continuous batching of up to "
-             f"{a['decode_batch']} requests), embedded prefix pool ({a['pool_chunk_tokens']}-token chunks).", ""]
+             f"{a['decode_batch']} requests), prefix pool: {report.get('pool_backend', 'memory')} "
+             f"({a['pool_chunk_tokens']}-token chunks, empty at each point's start).", ""]
     for key, rate in sorted(report["rates"].items(), key=lambda kv: -float(kv[0])):
         sat = rate.get("saturation")
         if not sat:

@@ -35,7 +35,8 @@ DEBS=(libzstd-dev libzstd1 liblz4-dev liblz4-1 libxxhash-dev libxxhash0 libfmt-d
       nlohmann-json3-dev libeigen3-dev libdlpack-dev libcli11-dev libnlopt-dev libnlopt0
       libsqlite3-dev libsqlite3-0 libhiredis-dev libhiredis0.14 libssl-dev libssl3 libasio-dev
       libonig-dev libonig5 libicu-dev libicu72 libucx-dev libucx0 libnuma1 librdmacm1 libibverbs1
-      libnlopt-cxx-dev libnlopt-cxx0 libgtest-dev libgmock-dev)
+      libnlopt-cxx-dev libnlopt-cxx0 libgtest-dev libgmock-dev
+      redis-server redis-tools libjemalloc2 liblzf1)
 
 if [ "${1:-}" = "prepare" ]; then
   mkdir -p .devdeps
@@ -192,7 +193,9 @@ fi
 # when KVSERVE_TRACE_BENCH_ARGS is set (needs the CLI: KVSERVE_DEVICE_CLI=1
 # and ../shared's trace, carried as shared/ or given with --trace). Report
 # in $OUT/trace-gpu.{json,md,png}; KVSERVE_TRACE_BENCH_APPEND=FILE starts
-# from an earlier call's JSON and adds this call's points.
+# from an earlier call's JSON and adds this call's points. The Redis run:
+# "--pool-backend redis --redis-server /tmp/devdeps/usr/bin/redis-server"
+# (redis-server is one of the carried .debs).
 if [ -n "${KVSERVE_TRACE_BENCH_ARGS:-}" ]; then
   section "trace replay under load (bench/trace_gpu.py)"
   APPEND=()

@@ -99,6 +99,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="role prefill-server: requests generating at once on the decode worker")
     p.add_argument("--pool-memory-mib", type=int, default=0,
                    help="role prefill-server: an embedded prefix pool of this budget (0: none)")
+    p.add_argument("--pool-redis", default="",
+                   help="role prefill-server: the prefix pool in Redis at host:port (shared by workers)")
     p.add_argument("--pool-chunk-tokens", type=int, default=512, help="role prefill-server: pool chunk")
     p.add_argument("--memory-file",
                    help="role decode: at exit, write the device connector's memory report here (JSON)")
@@ -175,7 +177,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     device = connector_for(engine, args.device_budget_mib << 20)
     if args.role == "prefill-server":
         table = kvserve.ProfileTable.load(args.table) if args.table else raw_table()
-        store = kvpool.memory(args.pool_memory_mib << 20) if args.pool_memory_mib else None
+        store = kvpool.redis(args.pool_redis) if args.pool_redis else \
+            kvpool.memory(args.pool_memory_mib << 20) if args.pool_memory_mib else None
         server = serve.PrefillWorker(engine, table, [args.address], listen=args.listen, secret=args.secret,
                                      link_bytes_per_second=kvserve.gbps_to_bytes_per_second(args.gbps),
                                      default_workload=args.workload, device=device, pool=store,

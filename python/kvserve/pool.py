@@ -3,6 +3,7 @@ hash, profile), as the serving workers keep them (include/kvserve/pool.h,
 docs/transport.md for the pool protocol).
 
     pool = kvserve.pool.memory(budget_bytes=8 << 30)       # embedded LRU
+    pool = kvserve.pool.redis("127.0.0.1:6379")             # or in Redis
     server = kvserve.pool.serve(pool, "127.0.0.1:0", secret="s")
     client = kvserve.pool.remote(server.address, secret="s", shape_gbps=5)
     client.put("llama-8b", kvserve.pool.prefix_hash(tokens), "kivi-2", frame)
@@ -22,7 +23,7 @@ from . import _kvserve, transport
 KvPool = _kvserve.KvPool
 PoolServer = _kvserve.PoolServer
 
-__all__ = ["KvPool", "PoolServer", "memory", "remote", "serve", "prefix_hash"]
+__all__ = ["KvPool", "PoolServer", "memory", "redis", "remote", "serve", "prefix_hash"]
 
 
 def prefix_hash(tokens: Sequence[int]) -> int:
@@ -36,6 +37,19 @@ def memory(budget_bytes: int = 1 << 30) -> KvPool:
     ``budget_bytes`` of stored frames; a frame larger than the budget is
     refused (KvserveResourceExhaustedError)."""
     return _kvserve.memory_pool(int(budget_bytes))
+
+
+def redis(address: str = "127.0.0.1:6379", *, password: str = "", database: int = 0,
+          key_prefix: str = "kvserve", reconnect_attempts: int = 5) -> KvPool:
+    """A pool in Redis at ``address`` (``host:port``; hiredis, one
+    connection, values binary-safe under ``key_prefix``): several
+    processes, or hosts, share it. Connects now: KvserveUnavailableError
+    naming the address when Redis cannot be reached (later calls, after
+    ``reconnect_attempts``)."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address: host:port, not {address!r}")
+    return _kvserve.redis_pool(host, int(port), password, database, key_prefix, int(reconnect_attempts))
 
 
 def remote(address: str, *, reconnect_attempts: int = 2, estimator: Optional[Any] = None,

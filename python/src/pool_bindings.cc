@@ -147,6 +147,25 @@ void RegisterPool(py::module_& m) {
           if (budget_bytes == 0) ThrowInvalid("budget_bytes: must be > 0");
           return std::make_unique<PyPool>(nullptr, NewMemoryPool({.budget_bytes = budget_bytes}));
         }, py::arg("budget_bytes") = uint64_t{1} << 30);
+  m.def("redis_pool", [](const std::string& host, int port, const std::string& password, int database,
+                         const std::string& key_prefix, int reconnect_attempts) {
+          if (port < 1 || port > 65535) ThrowInvalid("port: must be in [1, 65535]");
+          if (reconnect_attempts < 0) ThrowInvalid("reconnect_attempts: must be >= 0");
+          RedisPoolOptions o;
+          o.host = host;
+          o.port = port;
+          o.password = password;
+          o.database = database;
+          o.key_prefix = key_prefix;
+          o.reconnect_attempts = reconnect_attempts;
+          Result<std::unique_ptr<KvPool>> pool = Status::Internal("unset");
+          {
+            py::gil_scoped_release release;
+            pool = NewRedisPool(std::move(o));
+          }
+          return std::make_unique<PyPool>(nullptr, ValueOrThrow(std::move(pool)));
+        }, py::arg("host") = "127.0.0.1", py::arg("port") = 6379, py::arg("password") = "",
+        py::arg("database") = 0, py::arg("key_prefix") = "kvserve", py::arg("reconnect_attempts") = 5);
   m.def("remote_pool", [](const std::string& address, const ConnectionOptions& options, int reconnect_attempts) {
           if (reconnect_attempts < 0) ThrowInvalid("reconnect_attempts: must be >= 0");
           auto transport = NewTcpTransport();

@@ -6,7 +6,11 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import random
+import shutil
 import struct
+import subprocess
+import tempfile
+import time
 import unittest
 
 import kvserve
@@ -74,6 +78,51 @@ class PoolTest(unittest.TestCase):
         lib.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         packed = struct.pack(f"<{len(tokens)}i", *tokens)
         self.assertEqual(kvpool.prefix_hash(tokens), lib.XXH3_64bits(packed, len(packed)))
+
+
+def _free_port():
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@unittest.skipIf(shutil.which("redis-server") is None, "redis-server not installed")
+class RedisPoolTest(PoolTest):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kvserve-redis-")
+        self.port = _free_port()
+        self.server = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                        "--save", "", "--appendonly", "no", "--dir", self.dir],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.addCleanup(self.server.wait)
+        self.addCleanup(self.server.terminate)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                kvpool.redis(f"127.0.0.1:{self.port}", key_prefix="probe", reconnect_attempts=0).stats()
+                break
+            except kvserve.KvserveError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def test_redis_pool_answers_as_the_embedded_one(self):
+        # A fresh key prefix: the same server holds nothing under it yet.
+        self.check_pool(kvpool.redis(f"127.0.0.1:{self.port}", key_prefix=f"t{random.randrange(1 << 30)}"))
+
+    def test_unreachable_redis_is_unavailable(self):
+        with self.assertRaisesRegex(kvserve.KvserveUnavailableError, "redis at 127.0.0.1"):
+            kvpool.redis(f"127.0.0.1:{_free_port()}", reconnect_attempts=0)
+        with self.assertRaises(ValueError):
+            kvpool.redis("no-port")
+
+    # The embedded pool's own tests are not repeated against Redis.
+    test_memory_pool = test_remote_pool_through_a_server_matches = None
+    test_wrong_secret_is_refused = test_memory_budget_evicts_least_recently_used = None
+    test_prefix_hash_is_over_little_endian_int32 = None
 
 
 if __name__ == "__main__":
