@@ -38,7 +38,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from .generation import Pair, _as_4d, _math_attention, _pieces, _tokens
+from .generation import Pair, _as_4d, _capture, _math_attention, _pieces, _slots_bytes, _tokens
 
 
 def _torch() -> Any:
@@ -99,24 +99,15 @@ class _Bucket:
         self.requests: List[Optional["_Request"]] = [None] * rows
         self.attention = _math_attention if math_attention else contextlib.nullcontext
         self.graph = None
-        with torch.no_grad(), self.attention():
-            if not graphs:
+        if not graphs:
+            with torch.no_grad(), self.attention():
                 self._step()  # allocates the cache (every row parked)
-                return
-            side = torch.cuda.Stream(device)
-            side.wait_stream(torch.cuda.current_stream(device))
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self._step()
-            torch.cuda.current_stream(device).wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-                self.next = self._step()
-            torch.cuda.current_stream(device).synchronize()
+            return
+        self.graph, self.next = _capture(self._step, lambda: None, device, self.attention)
 
     @property
     def cache_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for slot in self.cache.slots if slot is not None for t in slot)
+        return _slots_bytes(self.cache.slots)
 
     def _step(self) -> Any:
         # Each row's own step position joins its attended ones (a device

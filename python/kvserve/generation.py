@@ -140,6 +140,32 @@ def _math_attention() -> Any:
     return sdpa_kernel([SDPBackend.MATH])
 
 
+def _capture(step: Any, before: Any, device: Any, attention: Any) -> Tuple[Any, Any]:
+    """``step()`` (a decode step on static tensors) run twice on a side
+    stream as a warm-up (the cache's allocation, kernel choices), then
+    captured as a CUDA graph; ``before()`` runs ahead of each (e.g. parking
+    the write position). Returns (graph, the captured step's output)."""
+    torch = _torch()
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.no_grad(), torch.cuda.stream(side), attention():
+        for _ in range(2):
+            before()
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    before()
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), attention(), torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        out = step()
+    torch.cuda.current_stream(device).synchronize()
+    return graph, out
+
+
+def _slots_bytes(slots: Sequence[Any]) -> int:
+    """Bytes of a static cache's K/V buffers (``None`` slots not yet allocated)."""
+    return sum(t.numel() * t.element_size() for slot in slots if slot is not None for t in slot)
+
+
 class _GraphStep:
     """One cache of ``capacity`` tokens and a decode step captured on it:
     input token and position live in device tensors the replay advances
@@ -155,28 +181,16 @@ class _GraphStep:
         self.cache = _slot_cache(model, capacity, self.pos)
         self.masked = torch.finfo(param.dtype).min
         self.mask = torch.full((1, 1, 1, capacity), self.masked, dtype=param.dtype, device=device)
-        # Warm-up on a side stream (the cache's allocation, kernel choices),
-        # writing only the last slot, then the capture.
+        # The warm-up and the capture write only the last slot.
         attention = _math_attention if math_attention else contextlib.nullcontext
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.no_grad(), torch.cuda.stream(side), attention():
-            for _ in range(2):
-                self.pos.fill_(capacity - 1)
-                self._step()
-        torch.cuda.current_stream(device).wait_stream(side)
+        self.graph, self.next = _capture(self._step, lambda: self.pos.fill_(capacity - 1), device, attention)
         if any(slot is None for slot in self.cache.slots):
             raise RuntimeError("the model's forward did not update every layer of the cache")
-        self.pos.fill_(capacity - 1)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), attention(), torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
-            self.next = self._step()
-        torch.cuda.current_stream(device).synchronize()
 
     @property
     def cache_bytes(self) -> int:
         """Bytes of this step's K/V buffers."""
-        return sum(t.numel() * t.element_size() for slot in self.cache.slots if slot is not None for t in slot)
+        return _slots_bytes(self.cache.slots)
 
     def _step(self) -> Any:
         self.mask.index_fill_(3, self.pos, 0.0)  # this step's own position joins the attended ones

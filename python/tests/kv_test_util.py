@@ -47,3 +47,17 @@ def relative_rmse(decoded, original, mask=None) -> float:
         keep = mask.astype(bool)[..., None]
         d, o = d * keep, o * keep
     return float(np.sqrt(np.mean((d - o) ** 2)) / np.sqrt(np.mean(o ** 2)))
+
+
+def small_llama(seed: int):
+    """A seeded 3-layer Llama (fp32, 4 heads, 2 KV heads, vocabulary 512)
+    on the GPU, for the CUDA-graph tests (needs torch, transformers, CUDA)."""
+    import torch  # noqa: PLC0415
+    import transformers  # noqa: PLC0415
+
+    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
+                                      max_position_embeddings=8192)
+    torch.manual_seed(seed)
+    with torch.device("cuda"):
+        return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()

@@ -20,6 +20,7 @@ try:
 except ImportError:  # pragma: no cover - transformers is optional
     transformers = None
 
+from kv_test_util import small_llama
 from kvserve import generation, hf, serve
 
 if torch is not None:
@@ -141,20 +142,11 @@ class BatchDecoderTest(unittest.TestCase):
         self.assertEqual(batch.stats["most_rows"], 4)  # the four stepped together
 
 
-def _small_llama(seed):
-    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-                                      max_position_embeddings=8192)
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
-
-
 @unittest.skipIf(torch is None or transformers is None or not torch.cuda.is_available(),
                  "needs torch, transformers and a CUDA device")
 class GraphBatchDecoderTest(unittest.TestCase):
     def test_captured_rows_get_their_tokens_alone(self):
-        model = _small_llama(76)
+        model = small_llama(76)
         requests = _requests(model, 76, 7, 512, lengths=(20, 300), steps=(4, 24))
         alone = BatchDecoder(model, max_batch=3, granularity=256)
         self.addCleanup(alone.close)

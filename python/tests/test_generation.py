@@ -13,6 +13,7 @@ try:
 except ImportError:  # pragma: no cover - transformers is optional
     transformers = None
 
+from kv_test_util import small_llama
 from kvserve import generation, hf, pd
 
 
@@ -78,21 +79,12 @@ class EagerGeneratorTest(unittest.TestCase):
             torch.use_deterministic_algorithms(was)
 
 
-def _small_llama(seed):
-    config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=3,
-                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=512,
-                                      max_position_embeddings=8192)
-    torch.manual_seed(seed)
-    with torch.device("cuda"):
-        return transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32).eval()
-
-
 @unittest.skipIf(torch is None or transformers is None or not torch.cuda.is_available(),
                  "needs torch, transformers and a CUDA device")
 class GraphGeneratorTest(unittest.TestCase):
     def test_replays_repeat_and_ignore_what_earlier_requests_left(self):
         rng = random.Random(62)
-        model = _small_llama(62)
+        model = small_llama(62)
         gen = generation.Generator(model, granularity=256, keep=2)
         self.assertTrue(gen.graphs)
         long_ids = [rng.randrange(1, 512) for _ in range(200)]
