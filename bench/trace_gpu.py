@@ -55,7 +55,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="bench/trace_gpu.py", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="tiny", help="tiny (toy, CPU), llama-8b-random, or a checkpoint")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="torch device of the prefill side (cpu, cuda, cuda:0)")
+    p.add_argument("--decode-device", default="",
+                   help="torch device of the decode process (default: --device; cuda:1 on a machine of "
+                        "several GPUs puts prefill and decode on GPUs of their own)")
     p.add_argument("--kvserve", default="build/release/tools/kvserve/kvserve", help="the kvserve CLI (replay)")
     p.add_argument("--trace", default="../shared/data/traces/mooncake-conversation.jsonl")
     p.add_argument("--window-start", type=float, default=0.0, help="trace seconds where the window starts")
@@ -229,7 +232,8 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
     tmp = tempfile.mkdtemp(prefix="kvserve-trace-")
     memory_file = os.path.join(tmp, "decode-memory.json")
     decode_args = ["--decode-batch", str(args.decode_batch), "--decode-cache-mib", str(args.decode_cache_mib)]
-    sweep_args = argparse.Namespace(model=args.model, device=args.device, seed=args.seed, secret=args.secret,
+    sweep_args = argparse.Namespace(model=args.model, device=args.decode_device or args.device, seed=args.seed,
+                                    secret=args.secret,
                                     device_budget_mib=args.device_budget_mib, check=False)
     proc, decode_address, decode_log = pd_sweep.start_decode_process(sweep_args, tmp, memory_file, extra=decode_args)
     failures: List[str] = report.setdefault("failures", [])
@@ -260,11 +264,15 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
                    for _ in range(args.workers)]
         busy = GpuBusy(args.device)
         busy.start()
+        decode_busy = GpuBusy(args.decode_device) if args.decode_device not in ("", args.device) else None
+        if decode_busy is not None:
+            decode_busy.start()
         try:
             out = _replay(args, [w.address for w in workers], method, time_scale,
                           os.path.join(tmp, "replay.json"), vocab, use_pool)
         finally:
             share = busy.stop()
+            decode_share = decode_busy.stop() if decode_busy is not None else None
             for w in workers:
                 w.stop()
         s = out["summary"]
@@ -281,7 +289,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         if out["exit"] != 0 or s.get("failed", 0):
             failures.append(f"{gbps} Gbps {method} x{time_scale:.3g}: {s.get('failed')} failed: {out['stderr_tail']}")
         return {"gbps": gbps, "method": method, "time_scale": time_scale, "pool": use_pool,
-                "gpu_busy": share, "summary": s, "records": records}
+                "gpu_busy": share, "decode_gpu_busy": decode_share, "summary": s, "records": records}
 
     try:
         for gbps in [float(x) for x in args.gbps.split(",") if x]:
@@ -510,7 +518,8 @@ def markdown(report: Dict[str, Any]) -> str:
              f"at most {a['max_requests']} requests, prompts capped at {a['max_prompt_tokens']} tokens, outputs at "
              f"{a['max_output_tokens']}; TTFT target {a['slo_base_s']:g} s + {a['slo_per_1k_s']:g} s per 1K prompt "
              f"tokens; quality floor {a['quality_min']}. {a['workers']} prefill workers (one process, one model, "
-             f"one shared link), one decode worker (its own process, continuous batching of up to "
+             f"one shared link; {a['device']}), one decode worker ({a.get('decode_device') or a['device']}; "
+             f"its own process, continuous batching of up to "
              f"{a['decode_batch']} requests), prefix pool: {report.get('pool_backend', 'memory')} "
              f"({a['pool_chunk_tokens']}-token chunks, empty at each point's start).", ""]
     for key, rate in sorted(report["rates"].items(), key=lambda kv: -float(kv[0])):
@@ -520,7 +529,7 @@ def markdown(report: Dict[str, Any]) -> str:
         lines += [f"## {float(key):g} Gbps", "",
                   f"Raw's saturation rate: {sat['rps']:.3f} requests/s (the window's requests at once).", "",
                   "| load | offered req/s | method | goodput req/s | TTFT mean / p50 / p99 s | JCT mean / p50 / p99 s "
-                  "| KV MB/request | pool hits | GPU busy | failed |",
+                  "| KV MB/request | pool hits | GPU busy (prefill / decode GPU) | failed |",
                   "|---:|---:|---|---:|---|---|---:|---:|---:|---:|"]
         points = rate.get("points", {})
         for name, p in sorted(points.items(), key=lambda kv: (kv[1]["load"], kv[0])):
@@ -528,6 +537,8 @@ def markdown(report: Dict[str, Any]) -> str:
             best = best_static(points, p["load"])
             label = p["method"] + (" (best static)" if p["method"] == best else "") + ("" if p["pool"] else ", no pool")
             busy = f"{p['gpu_busy']:.2f}" if p.get("gpu_busy") is not None else "-"
+            if p.get("decode_gpu_busy") is not None:
+                busy += f" / {p['decode_gpu_busy']:.2f}"
             lines.append(f"| x{p['load']:g} | {s.get('offered_rps', 0):.3f} | {label} | {s['goodput_rps']:.3f} | "
                          f"{s['ttft_mean_s']:.2f} / {s['ttft_p50_s']:.2f} / {s['ttft_p99_s']:.2f} | "
                          f"{s['jct_mean_s']:.2f} / {s['jct_p50_s']:.2f} / {s['jct_p99_s']:.2f} | "
