@@ -191,7 +191,8 @@ struct PrefillWorkerOptions {
   std::string listen_address = "127.0.0.1:0";
   // The M decode workers. Each request goes to the one with the least
   // predicted KV seconds at its bandwidth estimate plus its smoothed
-  // generation time (a connection to each, dialled on first use); after a
+  // generation time (connections to each dialled on first use and kept for
+  // later requests, one per request generating at once); after a
   // failure the next one is tried and the failed one passed over for 2 s.
   std::vector<std::string> decode_addresses;
   ConnectionOptions client_connection;  // for clients (secret, limits)
