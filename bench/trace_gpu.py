@@ -302,7 +302,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
                 # Arrivals in the replay are trace seconds times the time scale.
                 rate["saturation"] = {"rps": s["answered"] / s["span_s"] if s.get("span_s") else 0.0,
                                       "window_rps": _window_rate(sat["records"]) * sat["time_scale"],
-                                      "summary": s}
+                                      "gpu_busy": sat["gpu_busy"], "summary": s, "records": sat["records"]}
                 save()
             sat_rps, window_rps = rate["saturation"]["rps"], rate["saturation"]["window_rps"]
             points = rate.setdefault("points", {})
