@@ -215,9 +215,12 @@ struct PrefillWorkerOptions {
   // A request holds a decode connection of its own from its KV transfer to
   // the decode worker's result, so the next request's prefill and transfer
   // run while earlier ones generate (the decode worker batches them when
-  // its engine does); a request finding this many out waits for one (in
-  // its queue time). Keep the sum over the prefill workers of one decode
-  // worker within its admission (DecodeWorkerOptions::admission).
+  // its engine does). While this many are out, up to as many more requests
+  // run their prefill anyway and hold their KV until a connection is free
+  // (sent then, not streamed during the prefill); beyond those a request
+  // waits before its prefill (in its queue time). Keep the sum over the
+  // prefill workers of one decode worker within its admission
+  // (DecodeWorkerOptions::admission).
   int max_decode_connections = 4;
   // Pool for prefix caching (not owned; may be null = no pool).
   KvPool* pool = nullptr;

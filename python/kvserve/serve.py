@@ -38,7 +38,9 @@ on one real link; ``set_link_rate`` then changes it for all of them. Requests
 run their prefill and KV transfer one at a time; up to
 ``max_decode_connections`` of them then await their decode results at once
 (a decode worker whose engine batches, e.g. a TransformersEngine with a
-:class:`kvserve.batching.BatchDecoder`, steps them together).
+:class:`kvserve.batching.BatchDecoder`, steps them together), and while
+they do, up to as many more run their prefill and hold their KV until a
+connection is free.
 
 A response is a dict: ``id``, ``ok``, ``error``, ``code``, ``tokens`` and
 ``timings`` (kvserve/serve.h RequestTimings: prefill, encode, transfer,

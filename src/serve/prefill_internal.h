@@ -44,6 +44,9 @@ struct PrefillContext {
   // held while the request runs except while it awaits the decode result.
   DecodeLease lease;
   std::unique_lock<std::mutex>* lock = nullptr;
+  // Its prefill ran while every decode connection was out: counted in
+  // prefilled_waiting_ until it has one.
+  bool counted_waiting = false;
 };
 
 // A prompt chunk's KV waiting to be stored in the pool after its response
@@ -176,6 +179,8 @@ class PrefillWorker::Impl {
   // below. A request lets go of it while it awaits its decode result.
   std::mutex mu_;
   std::condition_variable decode_free_;  // a decode connection was given back
+  // Requests prefilled while every decode connection was out, waiting for one.
+  int prefilled_waiting_ = 0;
   std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   PrefillTimePredictor prefill_time_;

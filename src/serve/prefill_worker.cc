@@ -153,6 +153,10 @@ Result<Connection*> PrefillWorker::Impl::DecodeConnection(PrefillContext& ctx) {
     ConnectionOptions o = options_.decode_connection;
     o.shape_bytes_per_second = link_rate_;
     KVSERVE_RETURN_IF_ERROR(decode_->Acquire(o, &ctx.lease));
+    if (ctx.counted_waiting) {  // its prefilled KV no longer waits for a connection
+      ctx.counted_waiting = false;
+      --prefilled_waiting_;
+    }
   }
   return ctx.lease.connection.get();
 }
@@ -164,6 +168,11 @@ void PrefillWorker::Impl::DropDecodeConnection(PrefillContext& ctx) {
 }
 
 void PrefillWorker::Impl::ReleaseDecodeConnection(PrefillContext& ctx) {
+  if (ctx.counted_waiting) {
+    ctx.counted_waiting = false;
+    --prefilled_waiting_;
+    decode_free_.notify_all();
+  }
   if (!ctx.lease.connection) return;
   decode_->Release(&ctx.lease);
   decode_free_.notify_all();
@@ -332,6 +341,17 @@ Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
     return result;
   };
   if (!options_.overlap_prefill) return plain();
+  // Every decode connection out (the decode worker generating this
+  // worker's max_decode_connections requests): prefill now and send once
+  // one is free, rather than leave the engine idle until then -- for as
+  // many requests as there are connections (each holds its KV meanwhile).
+  if (!ctx.lease.connection && !decode_->CanAcquire(options_.max_decode_connections)) {
+    if (prefilled_waiting_ < options_.max_decode_connections) {
+      ++prefilled_waiting_;
+      ctx.counted_waiting = true;
+      return plain();
+    }
+  }
   auto connection = DecodeConnection(ctx);
   if (!connection.ok()) return plain();  // the retry loop reports it
   const EngineInfo& c = engine_->info();

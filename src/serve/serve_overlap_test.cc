@@ -2,8 +2,9 @@
 // worker while it awaits its decode result (on a decode connection of its
 // own), so the next request's prefill and transfer run meanwhile and the
 // decode worker sees several requests at once; never more than
-// PrefillWorkerOptions::max_decode_connections; and every request still
-// generates what one process does.
+// PrefillWorkerOptions::max_decode_connections; the next prefill runs even
+// while every decode connection is out; and every request still generates
+// what one process does.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +122,83 @@ TEST(ServeOverlap, AtMostMaxDecodeConnectionsGenerateAtOnce) {
   ASSERT_TRUE(cluster);
   ServeAtOnce(*cluster, 3, 8);
   EXPECT_EQ(engine.most(), 1);
+}
+
+// Prefills counted on the prefill side; the decode side's Generate waits
+// until `want` prefills have run (or `patience` has passed); whether they
+// had for the first generation is recorded.
+struct PrefillGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  int prefills = 0;
+  int generations = 0;
+  bool met = false;  // by the first generation
+};
+
+class CountingPrefillEngine : public ServingEngine {
+ public:
+  explicit CountingPrefillEngine(PrefillGate* gate) : inner_(NewRuntimeEngine(&SmallModel())), gate_(gate) {}
+  const EngineInfo& info() const override { return inner_->info(); }
+  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
+    auto result = inner_->Prefill(prompt, on_layer);
+    if (gate_ == nullptr) return result;
+    std::lock_guard<std::mutex> lock(gate_->mu);
+    ++gate_->prefills;
+    gate_->cv.notify_all();
+    return result;
+  }
+  Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
+    return inner_->AllocateKv(shape, dtype);
+  }
+  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
+                                const std::vector<std::vector<uint8_t>>& keep_masks,
+                                const EngineGenerate& request) override {
+    return inner_->Generate(std::move(parts), keep_masks, request);
+  }
+
+ private:
+  std::unique_ptr<ServingEngine> inner_;
+  PrefillGate* gate_;
+};
+
+class WaitForPrefillsEngine : public CountingPrefillEngine {
+ public:
+  WaitForPrefillsEngine(PrefillGate* gate, int want, std::chrono::milliseconds patience)
+      : CountingPrefillEngine(nullptr), gate_(gate), want_(want), patience_(patience) {}
+  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
+                                const std::vector<std::vector<uint8_t>>& keep_masks,
+                                const EngineGenerate& request) override {
+    {
+      std::unique_lock<std::mutex> lock(gate_->mu);
+      const bool first = gate_->generations++ == 0;
+      const bool met = gate_->cv.wait_for(lock, patience_, [&] { return gate_->prefills >= want_; });
+      if (first) gate_->met = met;
+    }
+    return CountingPrefillEngine::Generate(std::move(parts), keep_masks, request);
+  }
+
+ private:
+  PrefillGate* gate_;
+  const int want_;
+  const std::chrono::milliseconds patience_;
+};
+
+TEST(ServeOverlap, ThePrefillGoesOnWhileEveryDecodeConnectionIsOut) {
+  // One decode connection: the first request's generation waits until a
+  // second prefill has run, which happens only if the second request does
+  // not wait for that connection before its prefill.
+  PrefillGate gate;
+  CountingPrefillEngine prefill(&gate);
+  WaitForPrefillsEngine decode(&gate, /*want=*/2, std::chrono::seconds(20));
+  servetest::ClusterOptions o;
+  o.prefill_engine = &prefill;
+  o.decode_engine = &decode;
+  o.max_decode_connections = 1;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  ServeAtOnce(*cluster, 2, 9);
+  EXPECT_TRUE(gate.met);
+  EXPECT_EQ(gate.prefills, 2);
 }
 
 }  // namespace

@@ -158,8 +158,9 @@ struct ClusterOptions {
   std::optional<ProfileTable> table;
   // ControllerOptions::bandit (false: the analytical choice alone).
   bool bandit = true;
-  // The decode worker's engine (not owned; default: the small model's runtime).
+  // The workers' engines (not owned; default: the small model's runtime).
   ServingEngine* decode_engine = nullptr;
+  ServingEngine* prefill_engine = nullptr;
   // PrefillWorkerOptions::max_decode_connections.
   int max_decode_connections = PrefillWorkerOptions{}.max_decode_connections;
 };
@@ -202,7 +203,9 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.pool_chunk_tokens = o.pool_chunk_tokens;
   p.overlap_prefill = o.overlap_prefill;
   p.max_decode_connections = o.max_decode_connections;
-  auto w = PrefillWorker::Start(prefill_transport, &SmallModel(), o.table ? *o.table : TestTable(), p);
+  ProfileTable table = o.table ? *o.table : TestTable();
+  auto w = o.prefill_engine ? PrefillWorker::Start(prefill_transport, o.prefill_engine, std::move(table), p)
+                            : PrefillWorker::Start(prefill_transport, &SmallModel(), std::move(table), p);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   if (!w.ok()) return nullptr;
   c->prefill = std::move(*w);
