@@ -124,7 +124,6 @@ def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, t
     listen within ``timeout`` s."""
     address_file = os.path.join(tmp, name + ".address")
     log_path = os.path.join(tmp, name + ".log")
-    log = open(log_path, "w+")
     cmd = [sys.executable, "-m", "kvserve.pd", "--role", "decode", "--model", args.model, "--device", args.device,
            "--address", "127.0.0.1:0", "--address-file", address_file, "--seed", str(args.seed),
            "--secret", args.secret, "--device-budget-mib", str(args.device_budget_mib),
@@ -134,16 +133,27 @@ def start_decode_process(args: argparse.Namespace, tmp: str, memory_file: str, t
     cmd += list(extra)
     if args.check:
         cmd += ["--deterministic"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc, address = start_process(cmd, address_file, log_path, "decode worker", timeout)
+    return proc, address, log_path
+
+
+def start_process(cmd: Sequence[str], address_file: str, log_path: str, what: str = "worker",
+                  timeout: float = 900.0) -> tuple:
+    """Starts ``cmd`` (a worker that writes its address to
+    ``address_file``; output to ``log_path``); (process, address) once it
+    listens; RuntimeError with its log when it exits first or does not
+    listen within ``timeout`` s."""
+    log = open(log_path, "w+")
+    proc = subprocess.Popen(list(cmd), stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while not os.path.exists(address_file):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             log.seek(0)
-            raise RuntimeError("decode worker did not start: " + log.read()[-4000:])
+            raise RuntimeError(f"{what} did not start: " + log.read()[-4000:])
         time.sleep(0.1)
     with open(address_file) as f:
-        return proc, f.read().strip(), log_path
+        return proc, f.read().strip()
 
 
 def stop_decode_process(proc: Any, log_path: str, memory_file: str, memory: Dict[str, Any], key: str,

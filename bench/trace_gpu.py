@@ -357,23 +357,6 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         save()
 
 
-def _start(cmd: List[str], address_file: str, log_path: str, timeout: float = 900.0) -> tuple:
-    """Starts ``cmd`` (a worker writing its address to ``address_file``);
-    (process, address) once it listens; RuntimeError with its log when it
-    exits first or does not listen within ``timeout`` s."""
-    log = open(log_path, "w+")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(address_file):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            log.seek(0)
-            raise RuntimeError(f"{cmd[:6]} did not start: " + log.read()[-4000:])
-        time.sleep(0.1)
-    with open(address_file) as f:
-        return proc, f.read().strip()
-
-
 def _start_redis(binary: str, tmp: str) -> tuple:
     """A redis-server on a free port of 127.0.0.1 (no persistence, its
     files in ``tmp``); (process, address) once it answers."""
@@ -409,6 +392,8 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
     controller choosing, and the second worker SIGKILLed ``--kill-after`` s
     after the replay starts. The router re-submits that worker's requests
     to the other; the replay's summary says how many (``rerouted``)."""
+    import pd_sweep  # noqa: PLC0415
+
     table_path = os.path.join(tmp, "table.json")
     with open(table_path, "w") as f:
         f.write(table.to_json())
@@ -425,7 +410,8 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
                    "--pool-chunk-tokens", str(args.pool_chunk_tokens),
                    *(["--pool-redis", redis_address] if redis_address else ["--pool-memory-mib", str(args.pool_mib)]),
                    "--device-budget-mib", str(args.device_budget_mib)]
-            proc, address = _start(cmd, address_file, os.path.join(tmp, f"prefill{i}.log"))
+            proc, address = pd_sweep.start_process(cmd, address_file, os.path.join(tmp, f"prefill{i}.log"),
+                                                   f"prefill worker {i}")
             procs.append(proc)
             addresses.append(address)
         victim = procs[1]
