@@ -38,7 +38,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from .generation import Pair, _as_4d, _capture, _math_attention, _pieces, _slots_bytes, _tokens
+from .generation import Pair, _as_4d, _capture, _device_has, _math_attention, _pieces, _slots_bytes, _tokens
 
 
 def _torch() -> Any:
@@ -203,7 +203,7 @@ class Pending:
         r.done.wait()
         if r.error is not None:
             raise r.error
-        if not r.steps or r.steps < 0:
+        if r.steps <= 0:
             return BatchResult([], 0.0, 0.0)
         return BatchResult(r.out, r.loaded_at - r.submitted, r.first_at - r.submitted)
 
@@ -319,13 +319,7 @@ class BatchDecoder:
     def _room_for(self, capacity: int, rows: int) -> bool:
         """Whether the device has room for a bucket (its cache and as much
         again for the step's activations); always on the CPU."""
-        if self.device.type != "cuda":
-            return True
-        torch = _torch()
-        need = 2 * rows * capacity * self._bytes_per_token
-        free, _ = torch.cuda.mem_get_info(self.device)
-        idle = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
-        return free + idle >= need
+        return self.device.type != "cuda" or _device_has(self.device, 2 * self._cache_bytes(rows, capacity))
 
     def _cache_bytes(self, rows: int, capacity: int) -> int:
         return rows * capacity * self._bytes_per_token

@@ -161,6 +161,15 @@ def _capture(step: Any, before: Any, device: Any, attention: Any) -> Tuple[Any, 
     return graph, out
 
 
+def _device_has(device: Any, need_bytes: float) -> bool:
+    """Whether CUDA ``device`` has ``need_bytes`` free, counting memory
+    torch's allocator holds unused."""
+    torch = _torch()
+    free, _ = torch.cuda.mem_get_info(device)
+    idle = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return free + idle >= need_bytes
+
+
 def _slots_bytes(slots: Sequence[Any]) -> int:
     """Bytes of a static cache's K/V buffers (``None`` slots not yet allocated)."""
     return sum(t.numel() * t.element_size() for slot in slots if slot is not None for t in slot)
@@ -278,12 +287,8 @@ class Generator:
         unused; always on the CPU."""
         if self.device.type != "cuda" or not self._steps:
             return True
-        torch = _torch()
         last = next(reversed(self._steps.values()))
-        need = 2 * last.cache_bytes * capacity / last.capacity
-        free, _ = torch.cuda.mem_get_info(self.device)
-        idle = torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
-        return free + idle >= need
+        return _device_has(self.device, 2 * last.cache_bytes * capacity / last.capacity)
 
     def release(self) -> None:
         """Drops every kept step (its cache and graph pool) and, on a GPU,

@@ -24,15 +24,10 @@ namespace {
 using servetest::Reference;
 using servetest::SmallModel;
 
-// The small model's runtime as a decode engine whose Generate calls wait
-// for each other: a call waits until `meet` calls are inside (or `patience`
-// has passed: only a worker that never lets them meet waits that long) and
-// the most calls inside at once is recorded.
-class MeetingEngine : public ServingEngine {
+// The small model's runtime engine; the test engines below override one call.
+class RuntimeEngineWrapper : public ServingEngine {
  public:
-  MeetingEngine(int meet, std::chrono::milliseconds patience)
-      : inner_(NewRuntimeEngine(&SmallModel())), meet_(meet), patience_(patience) {}
-
+  RuntimeEngineWrapper() : inner_(NewRuntimeEngine(&SmallModel())) {}
   const EngineInfo& info() const override { return inner_->info(); }
   Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
     return inner_->Prefill(prompt, on_layer);
@@ -40,6 +35,24 @@ class MeetingEngine : public ServingEngine {
   Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
     return inner_->AllocateKv(shape, dtype);
   }
+  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
+                                const std::vector<std::vector<uint8_t>>& keep_masks,
+                                const EngineGenerate& request) override {
+    return inner_->Generate(std::move(parts), keep_masks, request);
+  }
+
+ private:
+  std::unique_ptr<ServingEngine> inner_;
+};
+
+// The small model's runtime as a decode engine whose Generate calls wait
+// for each other: a call waits until `meet` calls are inside (or `patience`
+// has passed: only a worker that never lets them meet waits that long) and
+// the most calls inside at once is recorded.
+class MeetingEngine : public RuntimeEngineWrapper {
+ public:
+  MeetingEngine(int meet, std::chrono::milliseconds patience) : meet_(meet), patience_(patience) {}
+
   Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
                                 const std::vector<std::vector<uint8_t>>& keep_masks,
                                 const EngineGenerate& request) override {
@@ -51,7 +64,7 @@ class MeetingEngine : public ServingEngine {
       cv_.notify_all();
       cv_.wait_for(lock, patience_, [&] { return met_; });
     }
-    auto tokens = inner_->Generate(std::move(parts), keep_masks, request);
+    auto tokens = RuntimeEngineWrapper::Generate(std::move(parts), keep_masks, request);
     std::lock_guard<std::mutex> lock(mu_);
     --inside_;
     return tokens;
@@ -63,7 +76,6 @@ class MeetingEngine : public ServingEngine {
   }
 
  private:
-  std::unique_ptr<ServingEngine> inner_;
   const int meet_;
   const std::chrono::milliseconds patience_;
   mutable std::mutex mu_;
@@ -135,36 +147,25 @@ struct PrefillGate {
   bool met = false;  // by the first generation
 };
 
-class CountingPrefillEngine : public ServingEngine {
+class CountingPrefillEngine : public RuntimeEngineWrapper {
  public:
-  explicit CountingPrefillEngine(PrefillGate* gate) : inner_(NewRuntimeEngine(&SmallModel())), gate_(gate) {}
-  const EngineInfo& info() const override { return inner_->info(); }
+  explicit CountingPrefillEngine(PrefillGate* gate) : gate_(gate) {}
   Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
-    auto result = inner_->Prefill(prompt, on_layer);
-    if (gate_ == nullptr) return result;
+    auto result = RuntimeEngineWrapper::Prefill(prompt, on_layer);
     std::lock_guard<std::mutex> lock(gate_->mu);
     ++gate_->prefills;
     gate_->cv.notify_all();
     return result;
   }
-  Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
-    return inner_->AllocateKv(shape, dtype);
-  }
-  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
-                                const std::vector<std::vector<uint8_t>>& keep_masks,
-                                const EngineGenerate& request) override {
-    return inner_->Generate(std::move(parts), keep_masks, request);
-  }
 
  private:
-  std::unique_ptr<ServingEngine> inner_;
   PrefillGate* gate_;
 };
 
-class WaitForPrefillsEngine : public CountingPrefillEngine {
+class WaitForPrefillsEngine : public RuntimeEngineWrapper {
  public:
   WaitForPrefillsEngine(PrefillGate* gate, int want, std::chrono::milliseconds patience)
-      : CountingPrefillEngine(nullptr), gate_(gate), want_(want), patience_(patience) {}
+      : gate_(gate), want_(want), patience_(patience) {}
   Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
                                 const std::vector<std::vector<uint8_t>>& keep_masks,
                                 const EngineGenerate& request) override {
@@ -174,7 +175,7 @@ class WaitForPrefillsEngine : public CountingPrefillEngine {
       const bool met = gate_->cv.wait_for(lock, patience_, [&] { return gate_->prefills >= want_; });
       if (first) gate_->met = met;
     }
-    return CountingPrefillEngine::Generate(std::move(parts), keep_masks, request);
+    return RuntimeEngineWrapper::Generate(std::move(parts), keep_masks, request);
   }
 
  private:
