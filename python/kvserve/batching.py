@@ -11,8 +11,11 @@ together: each step reads the weights once for all of them.
 Requests are grouped by the capacity their sequence needs (prompt plus new
 tokens, rounded up to ``granularity`` times a power of two). Each group
 (a *bucket*) has a static cache of ``rows x capacity`` tokens (rows: as
-many as ``cache_budget_bytes``, the budget of all buckets together, holds
-beside the others, at most ``max_batch``, at least one), and on a GPU its step is captured once as a CUDA graph, as
+many as fit in the bucket's share of ``cache_budget_bytes``, the budget of
+all buckets together, which is that budget over ``keep``; at most
+``max_batch``, at least one): one long prompt's bucket never takes the whole
+budget, so a short request is admitted beside busy long ones instead of
+waiting for them to empty. On a GPU a bucket's step is captured once as a CUDA graph, as
 :class:`kvserve.generation.Generator` does for one request. A request is
 admitted into a free row of its bucket as soon as one is free (its KV
 copied into the row; the row's 4-D additive mask opens exactly its own
@@ -218,8 +221,9 @@ class BatchDecoder:
     fit, one row always; a request waits while not even that fits beside
     the busy buckets);
     ``granularity``: the smallest capacity (capacities are it times powers
-    of two); ``keep``: idle buckets kept for reuse (a GPU bucket is a cache
-    and a captured graph); ``graphs``: capture each bucket's step as a CUDA
+    of two); ``keep``: buckets kept for reuse (a GPU bucket is a cache
+    and a captured graph; idle ones beyond it go), and the budget's shares
+    (a bucket's rows fit ``cache_budget_bytes / keep``); ``graphs``: capture each bucket's step as a CUDA
     graph (default: a transformers model on a CUDA device);
     ``math_attention``: as :class:`kvserve.generation.Generator`;
     ``start``: start the scheduler now (else :meth:`start`)."""
@@ -247,9 +251,10 @@ class BatchDecoder:
         self._stop = False
         self._bytes_per_token = 0
         # What the scheduler did: steps run, rows that stepped summed over
-        # them, the most rows in one step, seconds spent stepping, requests
-        # completed.
-        self.stats = {"steps": 0, "row_steps": 0, "most_rows": 0, "step_seconds": 0.0, "requests": 0}
+        # them, the most rows in one step, the most buckets stepped in one
+        # loop, seconds spent stepping, requests completed.
+        self.stats = {"steps": 0, "row_steps": 0, "most_rows": 0, "most_buckets": 0, "step_seconds": 0.0,
+                      "requests": 0}
         self._thread: Optional[threading.Thread] = None
         if start:
             self.start()
@@ -281,11 +286,14 @@ class BatchDecoder:
         return capacity
 
     def rows_for(self, capacity: int) -> int:
-        """Rows of the bucket of ``capacity`` (known once a request has
-        shown the KV's bytes per token; ``max_batch`` before)."""
+        """Rows of the bucket of ``capacity``: as many as its share of the
+        budget (``cache_budget_bytes`` over ``keep``) holds, at most
+        ``max_batch``, at least one (known once a request has shown the
+        KV's bytes per token; ``max_batch`` before)."""
         if not self._bytes_per_token:
             return self.max_batch
-        return max(1, min(self.max_batch, self.cache_budget_bytes // (capacity * self._bytes_per_token)))
+        share = self.cache_budget_bytes // max(1, self.keep)
+        return max(1, min(self.max_batch, share // (capacity * self._bytes_per_token)))
 
     def generate(self, layers: Sequence[Pair], last: int, steps: int) -> BatchResult:
         """``steps`` greedy tokens after ``last`` from ``layers`` (per model
@@ -419,9 +427,10 @@ class BatchDecoder:
                     return
             with torch.no_grad():
                 self._admit()
-                for bucket in list(self._buckets.values()):
-                    if bucket.busy:
-                        self._step(bucket)
+                busy = [b for b in self._buckets.values() if b.busy]
+                self.stats["most_buckets"] = max(self.stats["most_buckets"], len(busy))
+                for bucket in busy:
+                    self._step(bucket)
 
     def _step(self, bucket: _Bucket) -> None:
         start = time.monotonic()

@@ -89,6 +89,26 @@ class BatchDecoderTest(unittest.TestCase):
         self.assertEqual(decoder.rows_for(128), 1)  # a budget below one row still gives one
         self.assertEqual(decoder.stats["requests"], 6)
 
+    def test_a_short_request_steps_beside_a_busy_long_one(self):
+        model = TinyCausalLM(seed=76)
+        (long_kv, long_last, _), = _requests(model, 76, 1, 96, lengths=(100, 120))
+        (short_kv, short_last, _), = _requests(model, 77, 1, 96, lengths=(5, 10))
+        k = long_kv[0][0]
+        per_token = 2 * len(long_kv) * k.shape[-3] * k.shape[-1] * k.element_size()
+        decoder = BatchDecoder(model, max_batch=4, granularity=16, keep=2, start=False)
+        capacity = decoder.capacity_for(k.shape[-2] + 50)
+        # The budget holds four rows of the long request's bucket; its share (a half) two.
+        decoder.cache_budget_bytes = 4 * capacity * per_token
+        self.addCleanup(decoder.close)
+        big = decoder.submit(long_kv, long_last, 50)
+        small = decoder.submit(short_kv, short_last, 3)
+        self.assertEqual(decoder.rows_for(capacity), 2)
+        decoder.start()
+        self.assertEqual(len(small.result().tokens), 3)
+        self.assertEqual(len(big.result().tokens), 50)
+        # The short request did not wait for the long one's bucket to empty.
+        self.assertEqual(decoder.stats["most_buckets"], 2)
+
     def test_a_closed_decoder_fails_what_waits(self):
         model = TinyCausalLM(seed=73)
         decoder = BatchDecoder(model, start=False)
