@@ -92,6 +92,12 @@ struct RequestTimings {
   // time outside reading their records (each chunk's KV allocated, its
   // last windows awaited on a GPU).
   double pool_wait_seconds = 0;
+  // Prefill worker, inside the request's turn and outside its other times:
+  // the pool stores of the worker's previous requests, done before this one
+  // (pool_store_seconds), and the wait for a free decode connection while
+  // every one was out with a generating request (connection_wait_seconds).
+  double pool_store_seconds = 0;
+  double connection_wait_seconds = 0;
   double ttft_seconds = 0;        // arrival at the prefill worker (queue included) to first token
   double after_first_token_seconds = 0;  // decode worker: its first token to its last
   double jct_seconds = 0;         // client: submit to response
@@ -110,6 +116,9 @@ struct RequestTimings {
   bool feasible = true;           // controller met the SLO
   bool prefix_hit = false;        // KV came from the pool
   bool recomputed = false;        // pool hit ignored: recomputing was predicted faster
+  // The KV streamed while the prefill ran (PrefillWorkerOptions::overlap_prefill
+  // and the transfer predicted no slower than the prefill).
+  bool streamed = false;
   int attempts = 0;               // frame transfers tried (1 = first try worked)
   int prefix_chunks = 0;          // pool chunks the KV came from (0 unless prefix_hit)
   // A prefix hit that was chosen but could not be used (the request then

@@ -47,6 +47,8 @@ struct PrefillContext {
   // Its prefill ran while every decode connection was out: counted in
   // prefilled_waiting_ until it has one.
   bool counted_waiting = false;
+  // Seconds it waited for a free decode connection (every one out).
+  double connection_wait_seconds = 0;
 };
 
 // A prompt chunk's KV waiting to be stored in the pool after its response
@@ -113,14 +115,22 @@ class PrefillWorker::Impl {
   static uint64_t FirstTransferId(uint64_t request_id, int attempt) {
     return (request_id * 64 + static_cast<uint64_t>(attempt)) * serve::kMaxGenerateTransfers;
   }
-  // Runs the prefill of the request in `ctx`; with options_.overlap_prefill
-  // and a decode connection, streams the KV encoded with `spec` as the
-  // first attempt's transfer while it runs and stores that transfer's
-  // result in `*streamed`. Sets `*prefill_end` to the MonotonicSeconds()
-  // when the model finished (the transfer may end later).
-  Result<EnginePrefill> RunPrefill(serve::PrefillContext& ctx, const std::string& spec,
+  // Runs the prefill of the request in `ctx`; with `stream` (and
+  // options_.overlap_prefill) and a decode connection, streams the KV
+  // encoded with `spec` as the first attempt's transfer while it runs and
+  // stores that transfer's result in `*streamed`. Sets `*prefill_end` to
+  // the MonotonicSeconds() when the model finished (the transfer may end
+  // later).
+  Result<EnginePrefill> RunPrefill(serve::PrefillContext& ctx, const std::string& spec, bool stream,
                                    std::optional<Result<StreamResult>>* streamed,
                                    double* prefill_end);
+  // Whether streaming the KV of `request` (encoded as `chosen`) while its
+  // prefill runs pays: its transfer, at the measured bandwidth, is
+  // predicted to take no longer than the prefill. A slower transfer would
+  // hold the engine for the transfer's length (the prefill's layers wait
+  // for the link), keeping every other request's prefill from it; the
+  // prefill then runs alone and the KV goes after it.
+  bool StreamPays(const ServeRequest& request, const Chosen& chosen, double kv_bytes);
   // True when the engine's KV is on a GPU (moved by options_.device).
   bool device() const { return engine_->info().device >= 0; }
   // Streams the whole `kv` encoded with `spec` (the host encoder, or the

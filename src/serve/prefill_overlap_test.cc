@@ -55,5 +55,34 @@ TEST(PrefillOverlapTest, OverlapOnAndOffGenerateTheSameTokens) {
   }
 }
 
+// The KV streams while the prefill runs only when its transfer is predicted
+// to take no longer than the prefill: a slower one would hold the engine for
+// the transfer's length. Before any measurement the predictions are the
+// priors (the bandwidth estimator's 10 Gbps, the prefill's seconds per
+// token): a prefill predicted far faster than the transfer runs alone.
+TEST(PrefillOverlapTest, ATransferSlowerThanThePrefillIsNotStreamed) {
+  servetest::ClusterOptions slow_prefill;  // the default prior: the transfer is faster
+  servetest::ClusterOptions fast_prefill;
+  fast_prefill.prefill_seconds_per_token_prior = 1e-15;
+  auto streams = servetest::StartCluster(slow_prefill);
+  auto plain = servetest::StartCluster(fast_prefill);
+  ASSERT_TRUE(streams && plain);
+  std::mt19937_64 rng(7007);
+  ServeRequest r;
+  r.id = 600;
+  r.prompt = servetest::RandomPrompt(rng, 100, 140);
+  r.max_new_tokens = 6;
+  r.method = "none";
+  auto a = streams->client->Submit(r);
+  auto b = plain->client->Submit(r);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(a->status.ok()) << a->status.ToString();
+  ASSERT_TRUE(b->status.ok()) << b->status.ToString();
+  EXPECT_TRUE(a->timings.streamed);
+  EXPECT_FALSE(b->timings.streamed);
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(b->tokens, servetest::Reference(servetest::SmallModel(), r));
+}
+
 }  // namespace
 }  // namespace kvserve

@@ -149,7 +149,9 @@ Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
 
 Result<Connection*> PrefillWorker::Impl::DecodeConnection(PrefillContext& ctx) {
   if (!ctx.lease.connection) {
+    const double wait_start = MonotonicSeconds();
     while (!decode_->CanAcquire(options_.max_decode_connections)) decode_free_.wait(*ctx.lock);
+    ctx.connection_wait_seconds += MonotonicSeconds() - wait_start;
     ConnectionOptions o = options_.decode_connection;
     o.shape_bytes_per_second = link_rate_;
     KVSERVE_RETURN_IF_ERROR(decode_->Acquire(o, &ctx.lease));
@@ -330,8 +332,29 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
                           std::to_string(options_.max_attempts) + " attempts");
 }
 
+bool PrefillWorker::Impl::StreamPays(const ServeRequest& request, const Chosen& chosen, double kv_bytes) {
+  const int tokens = static_cast<int>(request.prompt.size());
+  double transfer = 0;
+  if (chosen.adaptive && chosen.decision.action == ControllerAction::kSend && chosen.decision.predicted_seconds > 0) {
+    transfer = chosen.decision.predicted_seconds;
+  } else if (chosen.bandwidth > 0) {
+    double frame_bytes = kv_bytes;  // raw, or a method the table does not hold
+    const ProfileTable& table = controller_->table();
+    auto profile = Profile::Parse(chosen.spec);
+    for (int i = 1; profile.ok() && i < table.size(); ++i) {
+      auto row = Profile::Parse(table.profile(i).spec);
+      if (!row.ok() || !(*row == *profile)) continue;
+      const double planned = frame_sizes_->For(tokens)[static_cast<size_t>(i)];
+      frame_bytes = planned > 0 ? planned : kv_bytes / table.profile(i).compression_ratio;
+      break;
+    }
+    transfer = frame_bytes / chosen.bandwidth;
+  }
+  return transfer <= prefill_time_.Predict(tokens);
+}
+
 Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx,
-                                                      const std::string& spec,
+                                                      const std::string& spec, bool stream,
                                                       std::optional<Result<StreamResult>>* streamed,
                                                       double* prefill_end_out) {
   const std::vector<int32_t>& prompt = ctx.request->prompt;
@@ -340,7 +363,7 @@ Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
     *prefill_end_out = MonotonicSeconds();
     return result;
   };
-  if (!options_.overlap_prefill) return plain();
+  if (!options_.overlap_prefill || !stream) return plain();
   // Every decode connection out (the decode worker generating this
   // worker's max_decode_connections requests): prefill now and send once
   // one is free, rather than leave the engine idle until then -- for as
@@ -392,7 +415,9 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   ServeResponse response;
   response.id = request.id;
   response.timings.queue_seconds = MonotonicSeconds() - start;
+  const double stores_start = MonotonicSeconds();
   FlushPoolStoresLocked();
+  response.timings.pool_store_seconds = MonotonicSeconds() - stores_start;
   Status valid = ValidateRequest(request);
   if (!valid.ok()) {
     response.status = valid;
@@ -423,6 +448,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
     }
     if (*hit) {
       auto result = SendAndGenerate(ctx, nullptr, t.profile, /*pool_hit=*/true, &t);
+      t.connection_wait_seconds = ctx.connection_wait_seconds;
       RecordPoolHit(ctx, &t);
       if (result.ok()) {
         hit_first_token_.Observe(static_cast<int>(ctx.suffix.size()), result->first_token_seconds);
@@ -460,7 +486,8 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   const double prefill_start = MonotonicSeconds();
   std::optional<Result<StreamResult>> streamed;
   double prefill_end = 0;
-  auto prefill = RunPrefill(ctx, chosen->spec, &streamed, &prefill_end);
+  auto prefill = RunPrefill(ctx, chosen->spec, StreamPays(request, *chosen, kv_bytes), &streamed, &prefill_end);
+  t.streamed = streamed.has_value();
   if (!prefill.ok()) {
     response.status = prefill.status().WithContext("prefill");
     return response;
@@ -474,6 +501,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
 
   auto result = SendAndGenerate(ctx, kv.get(), chosen->spec, /*pool_hit=*/false, &t,
                                 streamed ? &*streamed : nullptr);
+  t.connection_wait_seconds = ctx.connection_wait_seconds;
   if (!result.ok()) {
     response.status = result.status();
     return response;

@@ -134,6 +134,8 @@ std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
                   {"kv_seconds", t.kv_seconds},
                   {"pool_fetch_seconds", t.pool_fetch_seconds},
                   {"pool_wait_seconds", t.pool_wait_seconds},
+                  {"pool_store_seconds", t.pool_store_seconds},
+                  {"connection_wait_seconds", t.connection_wait_seconds},
                   {"ttft_seconds", t.ttft_seconds},
                   {"after_first_token_seconds", t.after_first_token_seconds},
                   {"jct_seconds", t.jct_seconds},
@@ -148,6 +150,7 @@ std::vector<uint8_t> EncodeResponse(const ServeResponse& r) {
                   {"feasible", t.feasible},
                   {"prefix_hit", t.prefix_hit},
                   {"recomputed", t.recomputed},
+                  {"streamed", t.streamed},
                   {"attempts", t.attempts},
                   {"prefix_chunks", t.prefix_chunks},
                   {"hit_error", t.hit_error}};
@@ -178,6 +181,8 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
                             {"kv_seconds", &t.kv_seconds},
                             {"pool_fetch_seconds", &t.pool_fetch_seconds},
                             {"pool_wait_seconds", &t.pool_wait_seconds},
+                            {"pool_store_seconds", &t.pool_store_seconds},
+                            {"connection_wait_seconds", &t.connection_wait_seconds},
                             {"ttft_seconds", &t.ttft_seconds},
                             {"after_first_token_seconds", &t.after_first_token_seconds},
                             {"jct_seconds", &t.jct_seconds},
@@ -192,6 +197,7 @@ Result<ServeResponse> DecodeResponse(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "feasible", &t.feasible, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_hit", &t.prefix_hit, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "recomputed", &t.recomputed, kWhat));
+  KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "streamed", &t.streamed, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "attempts", &t.attempts, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "link_transfers", &t.link_transfers, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(tj, "prefix_chunks", &t.prefix_chunks, kWhat));

@@ -163,6 +163,8 @@ struct ClusterOptions {
   ServingEngine* prefill_engine = nullptr;
   // PrefillWorkerOptions::max_decode_connections.
   int max_decode_connections = PrefillWorkerOptions{}.max_decode_connections;
+  // PrefillWorkerOptions::prefill_seconds_per_token_prior.
+  double prefill_seconds_per_token_prior = PrefillWorkerOptions{}.prefill_seconds_per_token_prior;
 };
 
 inline ClusterOptions Over(Kind kind) {
@@ -203,6 +205,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.pool_chunk_tokens = o.pool_chunk_tokens;
   p.overlap_prefill = o.overlap_prefill;
   p.max_decode_connections = o.max_decode_connections;
+  p.prefill_seconds_per_token_prior = o.prefill_seconds_per_token_prior;
   ProfileTable table = o.table ? *o.table : TestTable();
   auto w = o.prefill_engine ? PrefillWorker::Start(prefill_transport, o.prefill_engine, std::move(table), p)
                             : PrefillWorker::Start(prefill_transport, &SmallModel(), std::move(table), p);
