@@ -619,6 +619,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.render_only:
         with open(args.out_json) as f:
             report = json.load(f)
+        report["args"]["out_json"] = args.out_json  # where the report's JSON now is
     else:
         report: Dict[str, Any] = {"rates": {}, "runs": []}
         if args.append and os.path.exists(args.out_json):

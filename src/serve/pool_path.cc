@@ -61,19 +61,19 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
 
   const ProfileTable& table = controller_->table();
   auto workload = WorkloadOf(r);
-  // The profiles a hit may use: exactly r.method, or (adaptive) raw and the
-  // table's profiles that meet the quality floor; an unknown profile's
-  // quality is unknown, so it is never used.
+  // The profiles a hit may use: exactly r.method (what the request would
+  // send anyway, in the table or not), or (adaptive) raw and the table's
+  // profiles that meet the quality floor; for the adaptive choice an unknown
+  // profile's quality is unknown, so it is never used.
   auto usable = [&](const std::string& spec, const ProfileCost** row) {
     *row = nullptr;
     if (r.method != kMethodAdaptive && spec != r.method) return false;
     if (spec == "none") return true;
     for (int i = 1; i < table.size(); ++i)
       if (table.profile(i).spec == spec) *row = &table.profile(i);
-    if (*row == nullptr) return false;
-    return r.method != kMethodAdaptive ||
-           (workload.ok() &&
-            table.Quality(static_cast<int>(*row - &table.profile(0)), *workload) >= r.quality_min);
+    if (r.method != kMethodAdaptive) return true;
+    return *row != nullptr && workload.ok() &&
+           table.Quality(static_cast<int>(*row - &table.profile(0)), *workload) >= r.quality_min;
   };
 
   // Walk the chunks while some usable profile is stored for all of them.

@@ -99,6 +99,32 @@ TEST_P(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
   EXPECT_EQ(stats->entries, 2 * chunks);
 }
 
+// A forced method hits the chunks stored under it whether or not the
+// controller's table holds it (the trace benchmark's fixed baselines).
+TEST_P(ServePrefixChunkTest, AForcedMethodOutsideTheTableHitsItsOwnChunks) {
+  auto pool = NewMemoryPool();
+  servetest::ClusterOptions o = servetest::Over(GetParam());
+  o.pool = pool.get();
+  ProfileCost only = servetest::TestTable().profile(1);
+  ASSERT_EQ(only.spec, "kivi-4");
+  o.table = ProfileTable::FromRows({only}).value();
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(707);
+  ServeRequest r = PoolRequest(300, servetest::RandomPrompt(rng, 4 * c + 1, 6 * c), rng);
+  r.method = "kivi-2";
+  auto first = cluster->client->Submit(r);
+  ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+  EXPECT_FALSE(first->timings.prefix_hit);
+  auto second = cluster->client->Submit(r);
+  ASSERT_TRUE(second.ok() && second->status.ok()) << second->status.ToString();
+  EXPECT_TRUE(second->timings.prefix_hit);
+  EXPECT_EQ(second->timings.profile, "kivi-2");
+  EXPECT_EQ(second->timings.prefix_chunks, static_cast<int>((r.prompt.size() - 1) / c));
+  EXPECT_EQ(second->tokens.size(), static_cast<size_t>(r.max_new_tokens));  // lossy: not the first's tokens
+}
+
 TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o = servetest::Over(GetParam());
