@@ -495,6 +495,38 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
             "failures": len(report.get("failures", []))}
 
 
+STAGES = (("queue_s", "queue"), ("pool_store_s", "pool stores"), ("connection_wait_s", "connection wait"),
+          ("prefill_s", "prefill"), ("kv_s", "KV"), ("pool_fetch_s", "pool fetch"), ("decode_kv_s", "KV decode"))
+
+
+def stage_table(report: Dict[str, Any]) -> List[str]:
+    """Where the time to first token goes: per point, the mean of each stage
+    the prefill worker timed over the answered requests ("-": not recorded
+    by the run's build), and the share whose KV streamed during the prefill."""
+    lines = ["## Where the time to first token goes", "",
+             "Means over each point's answered requests, seconds (the stages overlap where the KV streams during "
+             "the prefill; the rest of the TTFT is the decode worker's import and first step, and the wait for a "
+             "batch row).", "",
+             "| Gbps | load | method | TTFT | " + " | ".join(label for _, label in STAGES) + " | streamed |",
+             "|---:|---:|---|---:|" + "---:|" * len(STAGES) + "---:|"]
+    for key, rate in sorted(report["rates"].items(), key=lambda kv: -float(kv[0])):
+        for name, p in sorted(rate.get("points", {}).items(), key=lambda kv: (kv[1]["load"], kv[0])):
+            ok = [r for r in p["records"] if r.get("ok")]
+            if not ok:
+                continue
+
+            def mean(field: str) -> str:
+                values = [r[field] for r in ok if field in r]
+                return f"{statistics.fmean(values):.2f}" if values else "-"
+
+            streamed = [r["streamed"] for r in ok if "streamed" in r]
+            share = f"{sum(streamed) / len(streamed):.2f}" if streamed else "-"
+            label = p["method"] + ("" if p["pool"] else ", no pool")
+            lines.append(f"| {float(key):g} | x{p['load']:g} | {label} | {mean('ttft_s')} | "
+                         + " | ".join(mean(field) for field, _ in STAGES) + f" | {share} |")
+    return lines + [""]
+
+
 def markdown(report: Dict[str, Any]) -> str:
     a = report["args"]
     lines = ["# Serving a production trace on the GPU (issue 43)", "",
@@ -540,6 +572,7 @@ def markdown(report: Dict[str, Any]) -> str:
                              f"mean {s.get('estimate_vs_fair_share_mean', 0):.2f}; transfers on the link at a "
                              f"decision {s.get('link_transfers_mean', 0):.2f} on average")
             lines.append("")
+    lines += stage_table(report)
     c = checks(report)
     lines += ["## Against issue 43's criteria", "",
               "| Gbps | load | kvserve goodput | best static | / best static | / raw | / best other | p99 TTFT / best static |",

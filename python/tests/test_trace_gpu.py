@@ -5,7 +5,8 @@ or failed), kvserve's choices stay within the quality floor, the pool
 serves prefix hits and the no-pool replay of the same requests is there to
 compare them with, the decode worker batched, a replay through two
 prefill worker processes answers every request when one is SIGKILLed
-mid-run, and the report and plot are written."""
+mid-run, and the report (with where each point's time to first token
+went) and plot are written."""
 from __future__ import annotations
 
 import json
@@ -69,8 +70,13 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertEqual((kill["summary"]["answered"], kill["summary"]["failed"]), (24, 0))
             self.assertEqual(kill["exit"], 0)
             self.assertGreaterEqual(kill["summary"]["rerouted"], 1)
+            # Each record says where its time went (the report's stage table).
+            for field in ("queue_s", "prefill_s", "kv_s", "connection_wait_s", "pool_store_s", "streamed"):
+                self.assertTrue(all(field in r for r in points["1/kvserve"]["records"]), field)
             with open(os.path.join(tmp, "trace.md")) as f:
-                self.assertIn("Against issue 43's criteria", f.read())
+                md = f.read()
+            self.assertIn("Against issue 43's criteria", md)
+            self.assertIn("Where the time to first token goes", md)
             self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
 
 
