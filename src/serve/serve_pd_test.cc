@@ -142,12 +142,10 @@ TEST_P(ServePoolTest, PrefixHitsGenerateWhatRecomputingDoes) {
     r.max_new_tokens = 6;
     r.method = "none";
     r.use_pool = true;
-    auto first = cluster->client->Submit(r);
-    ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
-    EXPECT_FALSE(first->timings.prefix_hit);
-    auto second = cluster->client->Submit(r);
-    ASSERT_TRUE(second.ok() && second->status.ok()) << second->status.ToString();
-    EXPECT_TRUE(second->timings.prefix_hit);
+    auto answers = servetest::SubmitMissThenHit(*cluster->client, r);
+    ASSERT_TRUE(answers);
+    const ServeResponse* first = &answers->miss;
+    const ServeResponse* second = &answers->hit;
     EXPECT_EQ(second->timings.profile, "none");
     EXPECT_EQ(second->timings.prefill_seconds, 0);
     EXPECT_EQ(second->tokens.size(), first->tokens.size());

@@ -82,15 +82,11 @@ TEST_P(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
     const int n = i == 0 ? 3 * c + 1 : std::uniform_int_distribution<int>(c + 1, 8 * c)(rng);
     ServeRequest r = PoolRequest(200 + i, servetest::RandomPrompt(rng, n, n), rng);
     SCOPED_TRACE(std::to_string(n) + " tokens");
-    auto first = cluster->client->Submit(r);
-    ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
-    EXPECT_FALSE(first->timings.prefix_hit);
-    auto second = cluster->client->Submit(r);
-    ASSERT_TRUE(second.ok() && second->status.ok()) << second->status.ToString();
-    EXPECT_TRUE(second->timings.prefix_hit);
-    EXPECT_EQ(second->timings.prefix_chunks, (n - 1) / c);
-    EXPECT_EQ(second->tokens, first->tokens);
-    EXPECT_EQ(second->tokens, Reference(SmallModel(), r));
+    auto answers = servetest::SubmitMissThenHit(*cluster->client, r);
+    ASSERT_TRUE(answers);
+    EXPECT_EQ(answers->hit.timings.prefix_chunks, (n - 1) / c);
+    EXPECT_EQ(answers->hit.tokens, answers->miss.tokens);
+    EXPECT_EQ(answers->hit.tokens, Reference(SmallModel(), r));
     chunks += (n - 1) / c;
   }
   // Each chunk was stored once per profile (the hits stored nothing).
@@ -114,15 +110,11 @@ TEST_P(ServePrefixChunkTest, AForcedMethodOutsideTheTableHitsItsOwnChunks) {
   std::mt19937_64 rng(707);
   ServeRequest r = PoolRequest(300, servetest::RandomPrompt(rng, 4 * c + 1, 6 * c), rng);
   r.method = "kivi-2";
-  auto first = cluster->client->Submit(r);
-  ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
-  EXPECT_FALSE(first->timings.prefix_hit);
-  auto second = cluster->client->Submit(r);
-  ASSERT_TRUE(second.ok() && second->status.ok()) << second->status.ToString();
-  EXPECT_TRUE(second->timings.prefix_hit);
-  EXPECT_EQ(second->timings.profile, "kivi-2");
-  EXPECT_EQ(second->timings.prefix_chunks, static_cast<int>((r.prompt.size() - 1) / c));
-  EXPECT_EQ(second->tokens.size(), static_cast<size_t>(r.max_new_tokens));  // lossy: not the first's tokens
+  auto answers = servetest::SubmitMissThenHit(*cluster->client, r);
+  ASSERT_TRUE(answers);
+  EXPECT_EQ(answers->hit.timings.profile, "kivi-2");
+  EXPECT_EQ(answers->hit.timings.prefix_chunks, static_cast<int>((r.prompt.size() - 1) / c));
+  EXPECT_EQ(answers->hit.tokens.size(), static_cast<size_t>(r.max_new_tokens));  // lossy: not the miss's tokens
 }
 
 TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {

@@ -97,6 +97,28 @@ inline ServeRequest PoolRequest(uint64_t id, std::vector<int32_t> prompt, std::m
   return r;
 }
 
+// Submits `r` twice through `client`: the first answer must miss the pool
+// and the second hit it. Both answers, or nullopt (a test failure recorded)
+// when either failed.
+struct MissAndHit {
+  ServeResponse miss;
+  ServeResponse hit;
+};
+inline std::optional<MissAndHit> SubmitMissThenHit(ServeClient& client, const ServeRequest& r) {
+  MissAndHit out;
+  for (ServeResponse* into : {&out.miss, &out.hit}) {
+    auto answer = client.Submit(r);
+    EXPECT_TRUE(answer.ok()) << answer.status().ToString();
+    if (!answer.ok()) return std::nullopt;
+    EXPECT_TRUE(answer->status.ok()) << answer->status.ToString();
+    if (!answer->status.ok()) return std::nullopt;
+    *into = std::move(*answer);
+  }
+  EXPECT_FALSE(out.miss.timings.prefix_hit);
+  EXPECT_TRUE(out.hit.timings.prefix_hit);
+  return out;
+}
+
 // What one process running prefill and decode back to back generates.
 inline std::vector<int32_t> Reference(const Model& model, const ServeRequest& r) {
   auto prefill = model.Prefill(r.prompt);
