@@ -186,7 +186,7 @@ def _replay(args: argparse.Namespace, addresses: Sequence[str], method: str, tim
 
 def _keep(record: Dict[str, Any]) -> Dict[str, Any]:
     fields = ("id", "ok", "error", "prompt_tokens", "arrival_s", "ttft_s", "jct_s", "ttft_slo_s", "met_slo",
-              "profile", "prefill_s", "queue_s", "kv_s", "pool_fetch_s", "decode_kv_s", "generation_s",
+              "profile", "prefill_s", "queue_s", "kv_s", "pool_fetch_s", "decode_kv_s", "generation_s", "first_token_s",
               "send_delay_s", "pool_store_s", "connection_wait_s", "streamed", "kv_bytes",
               "frame_bytes", "prefix_hit", "prefix_chunks", "bandwidth_gbps", "link_transfers", "fair_share_gbps",
               "worker", "submissions")
@@ -496,7 +496,8 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
 
 
 STAGES = (("queue_s", "queue"), ("pool_store_s", "pool stores"), ("connection_wait_s", "connection wait"),
-          ("prefill_s", "prefill"), ("kv_s", "KV"), ("pool_fetch_s", "pool fetch"), ("decode_kv_s", "KV decode"))
+          ("prefill_s", "prefill"), ("kv_s", "KV"), ("pool_fetch_s", "pool fetch"), ("decode_kv_s", "KV decode"),
+          ("first_token_s", "first token"))
 
 
 def stage_table(report: Dict[str, Any]) -> List[str]:
@@ -505,8 +506,8 @@ def stage_table(report: Dict[str, Any]) -> List[str]:
     by the run's build), and the share whose KV streamed during the prefill."""
     lines = ["## Where the time to first token goes", "",
              "Means over each point's answered requests, seconds (the stages overlap where the KV streams during "
-             "the prefill; the rest of the TTFT is the decode worker's import and first step, and the wait for a "
-             "batch row).", "",
+             "the prefill; first token: the decode worker's call to its first token, the wait for a batch row "
+             "and the KV's import included; the rest of the TTFT is messages between the workers).", "",
              "| Gbps | load | method | TTFT | " + " | ".join(label for _, label in STAGES) + " | streamed |",
              "|---:|---:|---|---:|" + "---:|" * len(STAGES) + "---:|"]
     for key, rate in sorted(report["rates"].items(), key=lambda kv: -float(kv[0])):

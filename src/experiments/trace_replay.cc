@@ -253,6 +253,9 @@ std::string ReplayRecordJson(const ReplayRecord& r) {
                       {"connection_wait_s", t.connection_wait_seconds},
                       {"streamed", t.streamed},
                       {"generation_s", t.generation_seconds},
+                      // The decode worker's call to its first token (a batch row's wait and the KV import
+                      // included).
+                      {"first_token_s", std::max(0.0, t.generation_seconds - t.after_first_token_seconds)},
                       {"kv_bytes", t.kv_bytes},
                       {"frame_bytes", t.frame_bytes},
                       {"bandwidth_gbps", BytesPerSecondToGbps(t.bandwidth_estimate)},
