@@ -50,6 +50,8 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stderr[-3000:])
             with open(out) as f:
                 report = json.load(f)
+            # The unrecorded warm-up answered its requests before the first measurement.
+            self.assertEqual(report["warmups"][0]["summary"]["answered"], 4)
             rate = report["rates"]["0.05"]
             self.assertGreater(rate["saturation"]["rps"], 0)
             points = rate["points"]
