@@ -213,10 +213,10 @@ struct PrefillWorkerOptions {
   int encode_threads = 1;
   // Stream the KV while the prefill runs: each layer is encoded and sent as
   // soon as the model has computed it, so the transfer overlaps the rest of
-  // the prefill -- for a request whose transfer is predicted no slower than
-  // its prefill (a slower one would hold the engine while the link drains;
-  // that request prefills first). Off: prefill first, then encode and send
-  // layer by layer.
+  // the prefill -- unless requests wait behind it and its transfer is
+  // predicted slower than its prefill (it would hold the engine while the
+  // link drains; that request prefills first). Off: prefill first, then
+  // encode and send layer by layer.
   bool overlap_prefill = true;
   // Per-head retrieval scores for profiles that need them (mixhq, duo); not
   // owned, may be null: the table's profiles that need them are then left
@@ -305,6 +305,9 @@ class PrefillWorker {
   // The bandwidth estimate (bytes/s) for the current decode worker.
   double BandwidthEstimate() const;
   const ProfileTable& table() const;
+  // Requests that have arrived and wait for their turn behind the one
+  // running its prefill and transfer (a load signal; thread-safe).
+  int queued() const;
 
   class Impl;
 

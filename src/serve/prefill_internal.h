@@ -125,11 +125,12 @@ class PrefillWorker::Impl {
                                    std::optional<Result<StreamResult>>* streamed,
                                    double* prefill_end);
   // Whether streaming the KV of `request` (encoded as `chosen`) while its
-  // prefill runs pays: its transfer, at the measured bandwidth, is
-  // predicted to take no longer than the prefill. A slower transfer would
-  // hold the engine for the transfer's length (the prefill's layers wait
-  // for the link), keeping every other request's prefill from it; the
-  // prefill then runs alone and the KV goes after it.
+  // prefill runs pays: no request waits for its turn behind this one, or
+  // its transfer, at the measured bandwidth, is predicted to take no longer
+  // than the prefill. A slower transfer would hold the engine for the
+  // transfer's length (the prefill's layers wait for the link), keeping the
+  // waiting requests' prefills from it; the prefill then runs alone and the
+  // KV goes after it.
   bool StreamPays(const ServeRequest& request, const Chosen& chosen, double kv_bytes);
   // True when the engine's KV is on a GPU (moved by options_.device).
   bool device() const { return engine_->info().device >= 0; }
@@ -185,6 +186,8 @@ class PrefillWorker::Impl {
   // Set before server_->Stop(); the handlers poll this, not server_, which a
   // handler may run before Start's assignment to server_ has completed.
   std::atomic<bool> stopping_{false};
+  // Requests that have arrived (Serve) and wait for their turn (mu_).
+  std::atomic<int> queued_{0};
   // One request at a time runs its prefill and transfer; guards everything
   // below. A request lets go of it while it awaits its decode result.
   std::mutex mu_;

@@ -1,10 +1,16 @@
 // Copyright kvserve authors. The prefill worker's overlap of prefill and KV
 // streaming (PrefillWorkerOptions::overlap_prefill, through the connector's
-// StreamKvWhileProducing) changes when the KV moves, never what it is.
+// StreamKvWhileProducing) changes when the KV moves, never what it is; a
+// transfer slower than its prefill streams only when no request waits.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "kvserve/serve.h"
 #include "serve/serve_test_util.h"
@@ -55,33 +61,85 @@ TEST(PrefillOverlapTest, OverlapOnAndOffGenerateTheSameTokens) {
   }
 }
 
-// The KV streams while the prefill runs only when its transfer is predicted
-// to take no longer than the prefill: a slower one would hold the engine for
-// the transfer's length. Before any measurement the predictions are the
-// priors (the bandwidth estimator's 10 Gbps, the prefill's seconds per
-// token): a prefill predicted far faster than the transfer runs alone.
-TEST(PrefillOverlapTest, ATransferSlowerThanThePrefillIsNotStreamed) {
-  servetest::ClusterOptions slow_prefill;  // the default prior: the transfer is faster
-  servetest::ClusterOptions fast_prefill;
-  fast_prefill.prefill_seconds_per_token_prior = 1e-15;
-  auto streams = servetest::StartCluster(slow_prefill);
-  auto plain = servetest::StartCluster(fast_prefill);
-  ASSERT_TRUE(streams && plain);
+// A decode engine whose first KV allocation (the first frame's arrival)
+// waits, once inside, until the test opens it: the first transfer cannot
+// end, so the prefill worker stays on its request while others arrive.
+class GatedDecodeEngine : public servetest::RuntimeEngineWrapper {
+ public:
+  ~GatedDecodeEngine() override { Open(); }
+  Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!entered_) {
+        entered_ = true;
+        cv_.notify_all();
+        cv_.wait(lock, [&] { return open_; });
+      }
+    }
+    return RuntimeEngineWrapper::AllocateKv(shape, dtype);
+  }
+  // Waits (at most a minute) for the first allocation to be inside.
+  bool AwaitEntered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::minutes(1), [&] { return entered_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool open_ = false;
+};
+
+// A transfer predicted slower than its prefill streams while the prefill
+// runs only when no request waits behind it (streaming would hold the
+// engine while the link drains, and the waiting requests with it). On a
+// link of 500 KB/s a transfer of these prompts takes about as long as tens
+// of their prefills. The first request, alone, streams (its transfer held
+// up at the decode worker until two more requests wait behind it); of those
+// two, the one that runs while the other still waits prefills first, the
+// last (no one behind it) streams.
+TEST(PrefillOverlapTest, ASlowTransferStreamsOnlyWhenNoRequestWaitsBehindIt) {
+  GatedDecodeEngine engine;
+  servetest::ClusterOptions o;
+  o.decode_engine = &engine;
+  o.shape_bytes_per_second = 500e3;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
   std::mt19937_64 rng(7007);
-  ServeRequest r;
-  r.id = 600;
-  r.prompt = servetest::RandomPrompt(rng, 100, 140);
-  r.max_new_tokens = 6;
-  r.method = "none";
-  auto a = streams->client->Submit(r);
-  auto b = plain->client->Submit(r);
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_TRUE(a->status.ok()) << a->status.ToString();
-  ASSERT_TRUE(b->status.ok()) << b->status.ToString();
-  EXPECT_TRUE(a->timings.streamed);
-  EXPECT_FALSE(b->timings.streamed);
-  EXPECT_EQ(a->tokens, b->tokens);
-  EXPECT_EQ(b->tokens, servetest::Reference(servetest::SmallModel(), r));
+  std::vector<ServeRequest> requests(3);
+  std::vector<ServeResponse> answers(3);
+  for (int i = 0; i < 3; ++i) {
+    requests[i].id = 600 + i;
+    requests[i].prompt = servetest::RandomPrompt(rng, 60, 140);
+    requests[i].max_new_tokens = 6;
+    requests[i].method = "none";
+  }
+  auto serve = [&](int i) { return std::thread([&, i] { answers[i] = cluster->prefill->Serve(requests[i]); }); };
+  std::vector<std::thread> threads;
+  threads.push_back(serve(0));
+  ASSERT_TRUE(engine.AwaitEntered());
+  for (int i = 1; i < 3; ++i) {
+    threads.push_back(serve(i));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    while (cluster->prefill->queued() < i && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_EQ(cluster->prefill->queued(), i);
+  }
+  engine.Open();
+  for (std::thread& t : threads) t.join();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(answers[i].status.ok()) << answers[i].status.ToString();
+    EXPECT_EQ(answers[i].tokens, servetest::Reference(servetest::SmallModel(), requests[i]));
+  }
+  EXPECT_TRUE(answers[0].timings.streamed);
+  EXPECT_EQ(answers[1].timings.streamed + answers[2].timings.streamed, 1);
+  EXPECT_EQ(cluster->prefill->queued(), 0);
 }
 
 }  // namespace

@@ -333,6 +333,7 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
 }
 
 bool PrefillWorker::Impl::StreamPays(const ServeRequest& request, const Chosen& chosen, double kv_bytes) {
+  if (queued_.load() == 0) return true;  // the overlap costs no one a wait
   const int tokens = static_cast<int>(request.prompt.size());
   double transfer = 0;
   if (chosen.adaptive && chosen.decision.action == ControllerAction::kSend && chosen.decision.predicted_seconds > 0) {
@@ -411,7 +412,9 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   // TTFT counts from the request's arrival: the wait for the requests
   // before it (one at a time) is part of what a client sees.
   const double start = MonotonicSeconds();
+  ++queued_;
   std::unique_lock<std::mutex> lock(mu_);
+  --queued_;
   ServeResponse response;
   response.id = request.id;
   response.timings.queue_seconds = MonotonicSeconds() - start;
@@ -582,5 +585,6 @@ void PrefillWorker::StorePending() { impl_->FlushPoolStores(); }
 void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
 double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }
 const ProfileTable& PrefillWorker::table() const { return impl_->controller_->table(); }
+int PrefillWorker::queued() const { return impl_->queued_.load(); }
 
 }  // namespace kvserve

@@ -22,28 +22,8 @@ namespace kvserve {
 namespace {
 
 using servetest::Reference;
+using servetest::RuntimeEngineWrapper;
 using servetest::SmallModel;
-
-// The small model's runtime engine; the test engines below override one call.
-class RuntimeEngineWrapper : public ServingEngine {
- public:
-  RuntimeEngineWrapper() : inner_(NewRuntimeEngine(&SmallModel())) {}
-  const EngineInfo& info() const override { return inner_->info(); }
-  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
-    return inner_->Prefill(prompt, on_layer);
-  }
-  Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
-    return inner_->AllocateKv(shape, dtype);
-  }
-  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
-                                const std::vector<std::vector<uint8_t>>& keep_masks,
-                                const EngineGenerate& request) override {
-    return inner_->Generate(std::move(parts), keep_masks, request);
-  }
-
- private:
-  std::unique_ptr<ServingEngine> inner_;
-};
 
 // The small model's runtime as a decode engine whose Generate calls wait
 // for each other: a call waits until `meet` calls are inside (or `patience`

@@ -97,6 +97,27 @@ inline ServeRequest PoolRequest(uint64_t id, std::vector<int32_t> prompt, std::m
   return r;
 }
 
+// The small model's runtime engine, for test engines that override one call.
+class RuntimeEngineWrapper : public ServingEngine {
+ public:
+  RuntimeEngineWrapper() : inner_(NewRuntimeEngine(&SmallModel())) {}
+  const EngineInfo& info() const override { return inner_->info(); }
+  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
+    return inner_->Prefill(prompt, on_layer);
+  }
+  Result<std::unique_ptr<EngineKv>> AllocateKv(const KvShape& shape, DType dtype) override {
+    return inner_->AllocateKv(shape, dtype);
+  }
+  Result<EngineTokens> Generate(std::vector<std::unique_ptr<EngineKv>> parts,
+                                const std::vector<std::vector<uint8_t>>& keep_masks,
+                                const EngineGenerate& request) override {
+    return inner_->Generate(std::move(parts), keep_masks, request);
+  }
+
+ private:
+  std::unique_ptr<ServingEngine> inner_;
+};
+
 // Submits `r` twice through `client`: the first answer must miss the pool
 // and the second hit it. Both answers, or nullopt (a test failure recorded)
 // when either failed.
@@ -185,8 +206,6 @@ struct ClusterOptions {
   ServingEngine* prefill_engine = nullptr;
   // PrefillWorkerOptions::max_decode_connections.
   int max_decode_connections = PrefillWorkerOptions{}.max_decode_connections;
-  // PrefillWorkerOptions::prefill_seconds_per_token_prior.
-  double prefill_seconds_per_token_prior = PrefillWorkerOptions{}.prefill_seconds_per_token_prior;
 };
 
 inline ClusterOptions Over(Kind kind) {
@@ -227,7 +246,6 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.pool_chunk_tokens = o.pool_chunk_tokens;
   p.overlap_prefill = o.overlap_prefill;
   p.max_decode_connections = o.max_decode_connections;
-  p.prefill_seconds_per_token_prior = o.prefill_seconds_per_token_prior;
   ProfileTable table = o.table ? *o.table : TestTable();
   auto w = o.prefill_engine ? PrefillWorker::Start(prefill_transport, o.prefill_engine, std::move(table), p)
                             : PrefillWorker::Start(prefill_transport, &SmallModel(), std::move(table), p);
