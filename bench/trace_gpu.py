@@ -165,11 +165,13 @@ class GpuBusy:
 
 
 def _replay(args: argparse.Namespace, addresses: Sequence[str], method: str, time_scale: float, out: str,
-            vocab: int, use_pool: bool = True) -> Dict[str, Any]:
-    """One ``kvserve replay`` of the window; its summary and records."""
+            vocab: int, use_pool: bool = True, max_requests: int = 0) -> Dict[str, Any]:
+    """One ``kvserve replay`` of the window (its first ``max_requests``
+    requests when given, else ``args.max_requests``); its summary and
+    records."""
     cmd = [args.kvserve, "replay", "--trace", args.trace, "--prefill", ",".join(addresses),
            "--vocab", str(vocab), "--window-start", str(args.window_start), "--window-seconds", str(args.window_seconds),
-           "--max-requests", str(args.max_requests), "--time-scale", f"{time_scale:.6g}",
+           "--max-requests", str(max_requests or args.max_requests), "--time-scale", f"{time_scale:.6g}",
            "--max-output-tokens", str(args.max_output_tokens), "--max-prompt-tokens", str(args.max_prompt_tokens),
            "--pool-chunk-tokens", str(args.pool_chunk_tokens), "--seed", str(args.seed),
            "--method", "adaptive" if method == "kvserve" else method, "--workload", args.workload,
@@ -275,9 +277,8 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         if decode_busy is not None:
             decode_busy.start()
         try:
-            replay_args = argparse.Namespace(**{**vars(args), "max_requests": requests}) if requests else args
-            out = _replay(replay_args, [w.address for w in workers], method, time_scale,
-                          os.path.join(tmp, "replay.json"), vocab, use_pool)
+            out = _replay(args, [w.address for w in workers], method, time_scale,
+                          os.path.join(tmp, "replay.json"), vocab, use_pool, max_requests=requests)
         finally:
             share = busy.stop()
             decode_share = decode_busy.stop() if decode_busy is not None else None
@@ -429,10 +430,10 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
             addresses.append(address)
         victim = procs[1]
         timer = threading.Timer(args.kill_after, victim.kill)
-        sub = argparse.Namespace(**{**vars(args), "max_requests": args.kill_requests})
         timer.start()
         try:
-            out = _replay(sub, addresses, "kvserve", 1.0, os.path.join(tmp, "kill.json"), vocab)
+            out = _replay(args, addresses, "kvserve", 1.0, os.path.join(tmp, "kill.json"), vocab,
+                          max_requests=args.kill_requests)
         finally:
             timer.cancel()
         killed = victim.poll() is not None

@@ -116,8 +116,9 @@ struct RequestTimings {
   bool feasible = true;           // controller met the SLO
   bool prefix_hit = false;        // KV came from the pool
   bool recomputed = false;        // pool hit ignored: recomputing was predicted faster
-  // The KV streamed while the prefill ran (PrefillWorkerOptions::overlap_prefill
-  // and the transfer predicted no slower than the prefill).
+  // The KV streamed while the prefill ran (PrefillWorkerOptions::overlap_prefill,
+  // and no request waited behind this one or its transfer was predicted no
+  // slower than its prefill).
   bool streamed = false;
   int attempts = 0;               // frame transfers tried (1 = first try worked)
   int prefix_chunks = 0;          // pool chunks the KV came from (0 unless prefix_hit)

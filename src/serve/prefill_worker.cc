@@ -417,10 +417,10 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   --queued_;
   ServeResponse response;
   response.id = request.id;
-  response.timings.queue_seconds = MonotonicSeconds() - start;
-  const double stores_start = MonotonicSeconds();
+  const double turn = MonotonicSeconds();
+  response.timings.queue_seconds = turn - start;
   FlushPoolStoresLocked();
-  response.timings.pool_store_seconds = MonotonicSeconds() - stores_start;
+  response.timings.pool_store_seconds = MonotonicSeconds() - turn;
   Status valid = ValidateRequest(request);
   if (!valid.ok()) {
     response.status = valid;
