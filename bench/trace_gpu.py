@@ -64,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--window-start", type=float, default=0.0, help="trace seconds where the window starts")
     p.add_argument("--window-seconds", type=float, default=30.0, help="trace seconds in the window")
     p.add_argument("--max-requests", type=int, default=24, help="requests of the window at most")
+    p.add_argument("--spread-ticks", type=float, default=3.0,
+                   help="the trace's clock tick, trace seconds: the requests of one timestamp arrive evenly "
+                        "over it (the Mooncake trace stamps about ten requests at a time every 3 s); 0: at once")
     p.add_argument("--max-prompt-tokens", type=int, default=16384, help="cap on each prompt (0: the trace's)")
     p.add_argument("--max-output-tokens", type=int, default=32, help="cap on each output")
     p.add_argument("--gbps", default="25,5", help="link rates of the shared link, comma-separated")
@@ -165,13 +168,16 @@ class GpuBusy:
 
 
 def _replay(args: argparse.Namespace, addresses: Sequence[str], method: str, time_scale: float, out: str,
-            vocab: int, use_pool: bool = True, max_requests: int = 0) -> Dict[str, Any]:
+            vocab: int, use_pool: bool = True, max_requests: int = 0,
+            spread_ticks: Optional[float] = None) -> Dict[str, Any]:
     """One ``kvserve replay`` of the window (its first ``max_requests``
-    requests when given, else ``args.max_requests``); its summary and
-    records."""
+    requests when given, else ``args.max_requests``; each tick's requests
+    spread over ``spread_ticks`` s, else ``args.spread_ticks``); its summary
+    and records."""
     cmd = [args.kvserve, "replay", "--trace", args.trace, "--prefill", ",".join(addresses),
            "--vocab", str(vocab), "--window-start", str(args.window_start), "--window-seconds", str(args.window_seconds),
            "--max-requests", str(max_requests or args.max_requests), "--time-scale", f"{time_scale:.6g}",
+           "--spread-ticks", f"{args.spread_ticks if spread_ticks is None else spread_ticks:g}",
            "--max-output-tokens", str(args.max_output_tokens), "--max-prompt-tokens", str(args.max_prompt_tokens),
            "--pool-chunk-tokens", str(args.pool_chunk_tokens), "--seed", str(args.seed),
            "--method", "adaptive" if method == "kvserve" else method, "--workload", args.workload,
@@ -402,7 +408,8 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
     """Two prefill workers as processes of their own (``python -m
     kvserve.pd --role prefill-server``, each its own model and link: a
     shared link is one process's), a replay of the window's first
-    ``--kill-requests`` requests at the trace's own pace with the
+    ``--kill-requests`` requests at the trace's own pace (a tick's requests
+    at once: many in flight when the kill comes) with the
     controller choosing, and the second worker SIGKILLed ``--kill-after`` s
     after the replay starts. The router re-submits that worker's requests
     to the other; the replay's summary says how many (``rerouted``)."""
@@ -433,7 +440,7 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
         timer.start()
         try:
             out = _replay(args, addresses, "kvserve", 1.0, os.path.join(tmp, "kill.json"), vocab,
-                          max_requests=args.kill_requests)
+                          max_requests=args.kill_requests, spread_ticks=0.0)
         finally:
             timer.cancel()
         killed = victim.poll() is not None
@@ -548,7 +555,10 @@ def markdown(report: Dict[str, Any]) -> str:
              f"{report['machine'].get('torch', '')}); its JSON: `{a['out_json']}`. Every number below is "
              "measured in the recorded run(s) named in the JSON's `runs`.", "",
              f"Trace: `{os.path.basename(a['trace'])}`, window {a['window_start']:g} s + {a['window_seconds']:g} s, "
-             f"at most {a['max_requests']} requests, prompts capped at {a['max_prompt_tokens']} tokens, outputs at "
+             f"at most {a['max_requests']} requests"
+             + (f" (the requests of one trace timestamp arriving evenly over its {a['spread_ticks']:g} s tick)"
+                if a.get("spread_ticks") else " (the requests of one trace timestamp at once)")
+             + f", prompts capped at {a['max_prompt_tokens']} tokens, outputs at "
              f"{a['max_output_tokens']}; TTFT target {a['slo_base_s']:g} s + {a['slo_per_1k_s']:g} s per 1K prompt "
              f"tokens; quality floor {a['quality_min']}. {a['workers']} prefill workers (one process, one model, "
              f"one shared link; {a['device']}), one decode worker ({a.get('decode_device') or a['device']}; "
@@ -606,7 +616,8 @@ def markdown(report: Dict[str, Any]) -> str:
     kill = report.get("kill")
     if kill:
         k = kill["summary"]
-        lines += ["", f"Kill run: {kill['requests']} requests of the window at the trace's pace through two "
+        lines += ["", f"Kill run: {kill['requests']} requests of the window at the trace's pace (each timestamp's "
+                  "requests at once) through two "
                   f"prefill worker processes (each its own {kill['gbps']:g} Gbps link), the second SIGKILLed "
                   f"{kill['kill_after_s']:g} s in ({'killed' if kill['killed'] else 'it had already exited'}): "
                   f"{k['answered']} answered, {k['failed']} failed, {k['rerouted']} re-routed to the live "

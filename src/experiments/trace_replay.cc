@@ -8,6 +8,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -89,15 +90,26 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
     return Status::InvalidArgument("time_scale must be > 0");
   if (o.max_requests < 0 || o.max_output_tokens < 1 || o.max_prompt_tokens < 0)
     return Status::InvalidArgument("max_requests and max_prompt_tokens must be >= 0, max_output_tokens >= 1");
-  std::vector<const TraceRecord*> window;
-  for (const TraceRecord& r : trace) {
+  if (!(o.spread_seconds >= 0) || !std::isfinite(o.spread_seconds))
+    return Status::InvalidArgument("spread_seconds must be >= 0");
+  // Each record's arrival, spread over its stamp's tick: the k-th of the m
+  // records of one stamp (file order, whole trace) at stamp + k * spread / m.
+  std::map<double, int> per_stamp;
+  for (const TraceRecord& r : trace) ++per_stamp[r.arrival_seconds];
+  std::map<double, int> seen;
+  std::vector<double> arrival(trace.size());
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const double stamp = trace[i].arrival_seconds;
+    arrival[i] = stamp + o.spread_seconds * seen[stamp]++ / per_stamp[stamp];
+  }
+  std::vector<size_t> window;  // indices into trace
+  for (size_t i = 0; i < trace.size(); ++i) {
+    const TraceRecord& r = trace[i];
     if (r.arrival_seconds < o.window_start_seconds) continue;
     if (o.window_seconds > 0 && r.arrival_seconds >= o.window_start_seconds + o.window_seconds) continue;
-    window.push_back(&r);
+    window.push_back(i);
   }
-  std::stable_sort(window.begin(), window.end(), [](const TraceRecord* a, const TraceRecord* b) {
-    return a->arrival_seconds < b->arrival_seconds;
-  });
+  std::stable_sort(window.begin(), window.end(), [&](size_t a, size_t b) { return arrival[a] < arrival[b]; });
   if (o.max_requests > 0 && static_cast<int>(window.size()) > o.max_requests) window.resize(o.max_requests);
   if (window.empty())
     return Status::InvalidArgument(fmt::format("the trace has no request in [{} s, {} s)", o.window_start_seconds,
@@ -106,7 +118,7 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
   std::vector<TimedRequest> out;
   std::mt19937_64 sampling(Mix(o.seed, 0x5eed));
   for (size_t i = 0; i < window.size(); ++i) {
-    const TraceRecord& t = *window[i];
+    const TraceRecord& t = trace[window[i]];
     int tokens = t.input_tokens;
     if (o.max_prompt_tokens > 0) tokens = std::min(tokens, o.max_prompt_tokens);
     TimedRequest timed;
@@ -128,7 +140,7 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
     r.sampling.seed = sampling();
     timed.ttft_slo_seconds = o.slo_base_seconds + o.slo_per_1k_tokens_seconds * tokens / 1000.0;
     r.slo_seconds = timed.ttft_slo_seconds;
-    timed.at_seconds = (t.arrival_seconds - window.front()->arrival_seconds) * o.time_scale;
+    timed.at_seconds = (arrival[window[i]] - arrival[window.front()]) * o.time_scale;
     out.push_back(std::move(timed));
   }
   return out;

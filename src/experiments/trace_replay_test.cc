@@ -6,6 +6,7 @@
 // answered.
 #include "experiments/trace_replay.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -137,6 +138,55 @@ TEST(TraceReplayTest, WindowBecomesRequestsWithSharedPrefixes) {
     EXPECT_TRUE(refused([](ReplayOptions& b) { b.window_start_seconds = 1e6; }));  // no request there
     EXPECT_FALSE(refused([](ReplayOptions&) {}));
   }
+}
+
+// A tick's requests (one stamp) arrive evenly over the tick, in file order,
+// counted over the whole trace even where the window cuts a tick's requests
+// off; the window takes requests by their stamps.
+TEST(TraceReplayTest, ATicksRequestsSpreadEvenlyOverTheTick) {
+  std::mt19937_64 rng(4711);
+  const std::vector<int> stamps_ms = {0, 0, 0, 0, 3000, 3000, 6000};
+  std::string text;
+  std::vector<int> lengths;
+  for (size_t i = 0; i < stamps_ms.size(); ++i) {
+    lengths.push_back(20 + static_cast<int>(rng() % 40));
+    text += fmt::format("{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 4, \"hash_ids\": [{}]}}\n",
+                        stamps_ms[i], lengths.back(), 100 + i);
+  }
+  auto trace = ParseTrace(text);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  ReplayOptions o;
+  o.vocab = 50;
+  o.block_tokens = 64;
+  o.window_seconds = 0;
+  o.spread_seconds = 3;
+  o.time_scale = 2;
+  auto all = TraceRequests(*trace, o);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  const std::vector<double> spread = {0, 0.75, 1.5, 2.25, 3, 4.5, 6};
+  ASSERT_EQ(all->size(), spread.size());
+  for (size_t i = 0; i < spread.size(); ++i) {
+    EXPECT_NEAR((*all)[i].at_seconds, spread[i] * 2, 1e-9) << i;
+    EXPECT_EQ(static_cast<int>((*all)[i].request.prompt.size()), lengths[i]) << i;  // file order kept
+  }
+  o.window_start_seconds = 0.5;  // from the second tick: its two requests, then the third tick's
+  auto later = TraceRequests(*trace, o);
+  ASSERT_TRUE(later.ok());
+  ASSERT_EQ(later->size(), 3u);
+  EXPECT_NEAR((*later)[1].at_seconds, 1.5 * 2, 1e-9);
+  EXPECT_NEAR((*later)[2].at_seconds, 3 * 2, 1e-9);
+  o.window_start_seconds = 0;
+  o.max_requests = 2;  // the tick cut: still a quarter of its 3 s apart
+  auto cut = TraceRequests(*trace, o);
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(cut->size(), 2u);
+  EXPECT_NEAR((*cut)[1].at_seconds, 0.75 * 2, 1e-9);
+  o.spread_seconds = 0;  // at the stamps: a tick at once
+  auto stamped = TraceRequests(*trace, o);
+  ASSERT_TRUE(stamped.ok());
+  EXPECT_EQ((*stamped)[1].at_seconds, 0);
+  o.spread_seconds = -1;
+  EXPECT_EQ(TraceRequests(*trace, o).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TraceReplayTest, ShortReplayThroughTwoPrefillWorkersAnswersEveryRequest) {

@@ -41,9 +41,13 @@ struct PrefillContext {
   double pool_wait_seconds = 0;  // the decode worker's, when it fetched the chunks
   // The decode connection this request holds (empty until its first
   // transfer; given back when the request is done) and the worker's lock,
-  // held while the request runs except while it awaits the decode result.
+  // held while the request runs except from the end of its engine turn
+  // (its prefill, or a prefix hit's relay) to its decode result.
   DecodeLease lease;
   std::unique_lock<std::mutex>* lock = nullptr;
+  // When the decode worker's result arrived (MonotonicSeconds), before the
+  // lock was taken back: the TTFT ends there, not behind the next prefill.
+  double result_at_seconds = 0;
   // Its prefill ran while every decode connection was out: counted in
   // prefilled_waiting_ until it has one.
   bool counted_waiting = false;
@@ -84,7 +88,17 @@ class PrefillWorker::Impl {
   Status ValidateRequest(const ServeRequest& request) const;
   // The table index of the request's workload (its own, else the default).
   Result<int> WorkloadOf(const ServeRequest& request) const;
+  // An encoder for `spec` for use under mu_ (shared by those users, who
+  // run one at a time; made on first use).
   Result<EncoderContext*> Encoder(const std::string& spec);
+  // Under mu_: an encoder for `spec` for one transfer outside mu_, taken out
+  // of the cache (made when none is free) until GiveEncoder puts it back.
+  Result<std::unique_ptr<EncoderContext>> TakeEncoder(const std::string& spec);
+  void GiveEncoder(const std::string& spec, std::unique_ptr<EncoderContext> encoder);
+  // Takes ctx.lock back after a stretch without it, ahead of requests
+  // waiting for their turn: a returning request waits at most for the
+  // prefill running now.
+  void Relock(serve::PrefillContext& ctx);
   // ctx's decode connection (Acquire'd on first use from the current
   // decode worker, after waiting under ctx.lock while that worker has
   // options_.max_decode_connections of this worker's requests).
@@ -134,10 +148,11 @@ class PrefillWorker::Impl {
   bool StreamPays(const ServeRequest& request, const Chosen& chosen, double kv_bytes);
   // True when the engine's KV is on a GPU (moved by options_.device).
   bool device() const { return engine_->info().device >= 0; }
-  // Streams the whole `kv` encoded with `spec` (the host encoder, or the
-  // device connector for a device engine).
+  // Streams the whole `kv` encoded with `spec`: with `encoder` (taken by
+  // TakeEncoder) for a host engine, with the device connector for a device
+  // engine (`encoder` unused, may be null). Runs without mu_.
   Result<StreamResult> StreamWhole(Connection& connection, const EngineKv& kv, const std::string& spec,
-                                   uint64_t transfer_id);
+                                   EncoderContext* encoder, uint64_t transfer_id);
   // pool_path.cc: true (and ctx/t filled) when stored encodings of the
   // prompt's first chunks are fetched; false to recompute.
   // ctx.pool_keys then names the chunks to relay.
@@ -188,13 +203,20 @@ class PrefillWorker::Impl {
   std::atomic<bool> stopping_{false};
   // Requests that have arrived (Serve) and wait for their turn (mu_).
   std::atomic<int> queued_{0};
-  // One request at a time runs its prefill and transfer; guards everything
-  // below. A request lets go of it while it awaits its decode result.
+  // One request at a time runs its engine turn (prefill, or a prefix hit's
+  // relay); guards everything below. A request lets go of it for its KV
+  // transfer (unless streamed during the prefill), its GENERATE and the wait
+  // for the decode result, so the next request's prefill runs meanwhile.
   std::mutex mu_;
+  // Requests taking mu_ back (Relock): a request starting its turn waits on
+  // turn_ while any are.
+  std::atomic<int> returning_{0};
+  std::condition_variable turn_;
   std::condition_variable decode_free_;  // a decode connection was given back
   // Requests prefilled while every decode connection was out, waiting for one.
   int prefilled_waiting_ = 0;
-  std::map<std::string, std::unique_ptr<EncoderContext>> encoders_;
+  // Encoders not out for a transfer, by spec (Encoder uses the last one).
+  std::map<std::string, std::vector<std::unique_ptr<EncoderContext>>> encoders_;
   std::unique_ptr<serve::DecodePeers> decode_;  // the M decode workers
   PrefillTimePredictor prefill_time_;
   // A prefix hit's decode side, by the prompt's tokens left to run there:

@@ -1,11 +1,13 @@
 // Copyright kvserve authors. The prefill worker's overlap of prefill and KV
 // streaming (PrefillWorkerOptions::overlap_prefill, through the connector's
 // StreamKvWhileProducing) changes when the KV moves, never what it is; a
-// transfer slower than its prefill streams only when no request waits.
+// transfer slower than its prefill streams only when no request waits; a
+// transfer sent after its prefill does not hold the engine.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <mutex>
 #include <random>
 #include <string>
@@ -140,6 +142,45 @@ TEST(PrefillOverlapTest, ASlowTransferStreamsOnlyWhenNoRequestWaitsBehindIt) {
   EXPECT_TRUE(answers[0].timings.streamed);
   EXPECT_EQ(answers[1].timings.streamed + answers[2].timings.streamed, 1);
   EXPECT_EQ(cluster->prefill->queued(), 0);
+}
+
+// A transfer sent after its prefill, and the wait for its decode result,
+// leave the engine to the next request: with the first request's transfer
+// held up at the decode worker, a second request is prefilled, sent and
+// answered all the same (before, it waited until the first transfer timed
+// out and was sent again).
+TEST(PrefillOverlapTest, ATransferAfterThePrefillLeavesTheEngineToTheNextRequest) {
+  GatedDecodeEngine engine;
+  servetest::ClusterOptions o;
+  o.decode_engine = &engine;
+  o.overlap_prefill = false;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(7021);
+  std::vector<ServeRequest> requests(2);
+  for (int i = 0; i < 2; ++i) {
+    requests[i].id = 620 + i;
+    requests[i].prompt = servetest::RandomPrompt(rng, 60, 140);
+    requests[i].max_new_tokens = 6;
+    requests[i].method = "none";
+  }
+  ServeResponse first;
+  std::thread held([&] { first = cluster->prefill->Serve(requests[0]); });
+  ASSERT_TRUE(engine.AwaitEntered());
+  std::future<ServeResponse> second =
+      std::async(std::launch::async, [&] { return cluster->prefill->Serve(requests[1]); });
+  const bool answered = second.wait_for(std::chrono::minutes(1)) == std::future_status::ready;
+  EXPECT_TRUE(answered) << "the second request waited for the first one's transfer";
+  engine.Open();
+  held.join();
+  const ServeResponse next = second.get();
+  // Answered while the first transfer's one attempt was still held (not
+  // after it gave up on the held decode worker and went again).
+  EXPECT_EQ(first.timings.attempts, 1);
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  ASSERT_TRUE(next.status.ok()) << next.status.ToString();
+  EXPECT_EQ(first.tokens, servetest::Reference(servetest::SmallModel(), requests[0]));
+  EXPECT_EQ(next.tokens, servetest::Reference(servetest::SmallModel(), requests[1]));
 }
 
 }  // namespace

@@ -136,15 +136,33 @@ Result<int> PrefillWorker::Impl::WorkloadOf(const ServeRequest& r) const {
 }
 
 Result<EncoderContext*> PrefillWorker::Impl::Encoder(const std::string& spec) {
+  std::vector<std::unique_ptr<EncoderContext>>& free = encoders_[spec];
+  if (free.empty()) {
+    KVSERVE_ASSIGN_OR_RETURN(auto encoder, TakeEncoder(spec));
+    free.push_back(std::move(encoder));
+  }
+  return free.back().get();
+}
+
+Result<std::unique_ptr<EncoderContext>> PrefillWorker::Impl::TakeEncoder(const std::string& spec) {
   auto it = encoders_.find(spec);
-  if (it != encoders_.end()) return it->second.get();
+  if (it != encoders_.end() && !it->second.empty()) {
+    std::unique_ptr<EncoderContext> encoder = std::move(it->second.back());
+    it->second.pop_back();
+    return encoder;
+  }
   KVSERVE_ASSIGN_OR_RETURN(Profile profile, Profile::Parse(spec));
-  KVSERVE_ASSIGN_OR_RETURN(auto encoder,
-                           EncoderContext::Create(profile, {.threads = options_.encode_threads,
-                                                             .head_scores = options_.head_scores}));
-  EncoderContext* raw = encoder.get();
-  encoders_.emplace(spec, std::move(encoder));
-  return raw;
+  return EncoderContext::Create(profile, {.threads = options_.encode_threads, .head_scores = options_.head_scores});
+}
+
+void PrefillWorker::Impl::GiveEncoder(const std::string& spec, std::unique_ptr<EncoderContext> encoder) {
+  if (encoder) encoders_[spec].push_back(std::move(encoder));
+}
+
+void PrefillWorker::Impl::Relock(PrefillContext& ctx) {
+  ++returning_;
+  ctx.lock->lock();
+  if (--returning_ == 0) turn_.notify_all();
 }
 
 Result<Connection*> PrefillWorker::Impl::DecodeConnection(PrefillContext& ctx) {
@@ -220,13 +238,14 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
 }
 
 Result<StreamResult> PrefillWorker::Impl::StreamWhole(Connection& connection, const EngineKv& kv,
-                                                      const std::string& spec, uint64_t transfer_id) {
+                                                      const std::string& spec, EncoderContext* encoder,
+                                                      uint64_t transfer_id) {
   if (device()) {
     KVSERVE_ASSIGN_OR_RETURN(Profile profile, Profile::Parse(spec));
     return options_.device->StreamKv(connection, profile, options_.head_scores, kv.view(), transfer_id,
                                      engine_->stream());
   }
-  KVSERVE_ASSIGN_OR_RETURN(EncoderContext * encoder, Encoder(spec));
+  if (encoder == nullptr) return Status::Internal("StreamWhole: a host engine's transfer needs an encoder");
   return std::visit([&](const auto& view) { return StreamKv(connection, *encoder, view, transfer_id); },
                     kv.view());
 }
@@ -253,6 +272,17 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       total.transfer.busy_seconds += r.transfer.busy_seconds;
       total.transfer.frame_bytes += r.transfer.frame_bytes;
     };
+    // The engine's turn ends once the KV is out of it: the transfer, the
+    // GENERATE and the wait for the result run without the worker's lock
+    // (the next request's prefill runs meanwhile); taken back (Relock)
+    // before the worker's shared state is touched again.
+    bool unlocked = false;
+    std::unique_ptr<EncoderContext> encoder;  // the host transfer's, out of the cache until relock()
+    auto relock = [&] {
+      if (unlocked) Relock(ctx);
+      unlocked = false;
+      GiveEncoder(spec, std::move(encoder));
+    };
     if (attempt == 1 && streamed != nullptr) {
       transfer_ids.push_back(first_id);
       if (streamed->ok()) add(**streamed);
@@ -266,17 +296,28 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       CoverPoolChunks(ctx, transfer_ids.size());
     } else {
       transfer_ids.push_back(first_id);
-      auto one = StreamWhole(**connection, *kv, spec, first_id);
-      if (one.ok()) add(*one);
-      sent = one.status();
+      if (!device()) {
+        auto taken = TakeEncoder(spec);
+        if (taken.ok()) encoder = std::move(*taken);
+        sent = taken.status();
+      }
+      if (sent.ok()) {
+        ctx.lock->unlock();
+        unlocked = true;
+        auto one = StreamWhole(**connection, *kv, spec, encoder.get(), first_id);
+        if (one.ok()) add(*one);
+        sent = one.status();
+      }
     }
     if (!sent.ok()) {
       last = sent;
       if (!serve::IsRetryable(last)) {
+        relock();
         DropDecodeConnection(ctx);  // e.g. an encoder error: the transfer was aborted
         return last;
       }
       if (last.code() != StatusCode::kCorruption) {
+        relock();
         DropDecodeConnection(ctx);
         continue;
       }
@@ -298,15 +339,16 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
     g.sampling = ctx.request->sampling;
     g.stop_at_eos = ctx.request->stop_at_eos;
     g.last_logits = ctx.last_logits;
+    if (!unlocked) {
+      ctx.lock->unlock();
+      unlocked = true;
+    }
+    // The lease keeps this connection to this request while it generates.
     Status s = (*connection)->Send(kMsgServeGenerate, 0, serve::EncodeGenerate(g));
     Message reply;
-    if (s.ok()) {
-      // The next request's prefill and transfer run while this one
-      // generates: the lease keeps this connection to this request.
-      ctx.lock->unlock();
-      s = (*connection)->Receive(&reply, 3600);
-      ctx.lock->lock();
-    }
+    if (s.ok()) s = (*connection)->Receive(&reply, 3600);
+    ctx.result_at_seconds = MonotonicSeconds();
+    relock();
     if (s.ok() && reply.type != kMsgServeResult)
       s = Status::Corruption("decode worker answered with message type " + std::to_string(reply.type));
     if (!s.ok()) {
@@ -414,6 +456,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   const double start = MonotonicSeconds();
   ++queued_;
   std::unique_lock<std::mutex> lock(mu_);
+  turn_.wait(lock, [this] { return returning_.load() == 0; });  // those taking it back go first
   --queued_;
   ServeResponse response;
   response.id = request.id;
@@ -457,7 +500,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
         hit_first_token_.Observe(static_cast<int>(ctx.suffix.size()), result->first_token_seconds);
         t.decode_kv_seconds = result->decode_kv_seconds;
         t.generation_seconds = result->generation_seconds;
-        t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds +
+        t.ttft_seconds = ctx.result_at_seconds - start - result->generation_seconds +
                          result->first_token_seconds;
         t.after_first_token_seconds = std::max(0.0, result->generation_seconds - result->first_token_seconds);
         response.tokens = std::move(result->tokens);
@@ -531,7 +574,7 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
                             t.frame_bytes);
   }
   t.generation_seconds = result->generation_seconds;
-  t.ttft_seconds = MonotonicSeconds() - start - result->generation_seconds + result->first_token_seconds;
+  t.ttft_seconds = ctx.result_at_seconds - start - result->generation_seconds + result->first_token_seconds;
   t.after_first_token_seconds = std::max(0.0, result->generation_seconds - result->first_token_seconds);
   response.tokens = std::move(result->tokens);
   if (options_.pool != nullptr && request.use_pool) QueuePoolStores(request, std::move(kv), chosen->spec);

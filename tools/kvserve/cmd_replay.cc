@@ -104,6 +104,11 @@ RunFn SetupReplay(CLI::App& sub) {
                  "replay seconds per trace second (0.5 = twice the trace's load)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  sub.add_option("--spread-ticks", a->replay.spread_seconds,
+                 "the trace clock's tick, trace seconds: requests of one timestamp arrive evenly over it "
+                 "(Mooncake's trace stamps about ten at a time every 3 s; 0 = all at their stamp)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub.add_option("--max-output-tokens", a->replay.max_output_tokens, "cap on each request's output")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

@@ -42,6 +42,12 @@ struct ReplayOptions {
   int max_requests = 0;             // 0: every request of the window
   // Replay seconds per trace second (0.5 replays twice as fast: twice the load).
   double time_scale = 1;
+  // The trace clock's tick in trace seconds: the requests stamped with one
+  // arrival time (Mooncake's trace stamps them in ticks of about 3 s, ten at
+  // a time) arrive evenly spread over [stamp, stamp + spread), in file
+  // order, before time_scale applies. 0: at their stamps, a tick's requests
+  // at once. The window still takes requests by their stamps.
+  double spread_seconds = 0;
   int max_output_tokens = 64;  // each request's output length, capped
   int max_prompt_tokens = 0;   // 0: the trace's lengths; else capped (the model's context)
   int block_tokens = 512;      // tokens per block id (the trace's)
@@ -69,9 +75,10 @@ struct TimedRequest {
 // fixed block of block_tokens ids per block id, drawn from the seed, so a
 // shared id is a shared prefix), cut to the record's length (and
 // max_prompt_tokens), the rest of a prompt longer than its blocks drawn for
-// the request alone; arrivals shifted to the window's start and scaled.
-// InvalidArgument for vocab < 1, block_tokens < 1, time_scale <= 0, a
-// negative cap, or a window without requests.
+// the request alone; arrivals spread over their tick (spread_seconds),
+// shifted to the window's start and scaled. InvalidArgument for vocab < 1,
+// block_tokens < 1, time_scale <= 0, spread_seconds < 0, a negative cap, or
+// a window without requests.
 Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& trace,
                                                 const ReplayOptions& options);
 
