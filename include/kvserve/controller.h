@@ -328,6 +328,12 @@ enum class FallbackPolicy : uint8_t {
   kRaw = 0,               // send uncompressed
   kMostConservative = 1,  // the floor-feasible profile with the highest quality
   kRecompute = 2,         // KV-pool path: do not fetch, recompute prefill
+  // The decision as if the SLO were met: the floor-feasible profile with the
+  // least predicted time (through the bandit, the risk guard and raw as
+  // ever), so the request misses its target by as little as the table
+  // allows instead of going raw on a link too slow for any profile. Its
+  // observations never count as SLO violations (the miss was foreseen).
+  kFastest = 3,
 };
 
 struct ControllerOptions {
@@ -403,8 +409,8 @@ struct Decision {
   // Analytical KV-movement time of `profile`, and after residual correction.
   double predicted_seconds = 0.0;
   double corrected_seconds = 0.0;
-  // False when no profile was predicted to meet the SLO and the fallback
-  // policy chose.
+  // False when no profile was predicted to meet the SLO (the fallback
+  // policy chose, or with kFastest the fastest was chosen all the same).
   bool feasible = true;
   bool explored = false;  // an epsilon-greedy exploration step
   // Bookkeeping for Observe(); opaque.

@@ -209,7 +209,10 @@ struct PrefillWorkerOptions {
   AdmissionOptions client_admission{};  // clients served at once, handshake budget
   ConnectionOptions decode_connection;  // to decode workers (secret, shaping)
   std::string model_id = "model";       // pool key
-  ControllerOptions controller;         // model.kind/layers set by the worker when layers == 0
+  // model.kind/layers set by the worker when layers == 0. A request no
+  // profile can serve within its SLO still gets the fastest one (kFastest:
+  // raw there would miss by the most and load the link the most).
+  ControllerOptions controller{.fallback = FallbackPolicy::kFastest};
   BandwidthEstimatorOptions estimator;
   int encode_threads = 1;
   // Stream the KV while the prefill runs: each layer is encoded and sent as

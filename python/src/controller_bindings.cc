@@ -45,7 +45,8 @@ FallbackPolicy FallbackFrom(const std::string& name) {
   if (name == "raw") return FallbackPolicy::kRaw;
   if (name == "most_conservative") return FallbackPolicy::kMostConservative;
   if (name == "recompute") return FallbackPolicy::kRecompute;
-  ThrowInvalid("fallback: '" + name + "' is not 'raw', 'most_conservative' or 'recompute'");
+  if (name == "fastest") return FallbackPolicy::kFastest;
+  ThrowInvalid("fallback: '" + name + "' is not 'raw', 'most_conservative', 'recompute' or 'fastest'");
 }
 
 // A Decision plus the chosen row's spec, so Python callers need not keep the

@@ -230,6 +230,9 @@ class Controller::Impl {
         d.profile = ProfileTable::kRaw;
         d.predicted_seconds = d.corrected_seconds = 0.0;
         return d;
+      case FallbackPolicy::kFastest:  // only when every bandit arm cools down: raw
+        d.profile = ProfileTable::kRaw;
+        break;
     }
     d.predicted_seconds = d.corrected_seconds = Predict(d.profile, r);
     d.compression_ratio = RequestCr(d.profile, r);
@@ -276,12 +279,15 @@ class Controller::Impl {
     drifted.source_seconds = r.source_seconds / shared;
     Optimum o = FindOptimum(b, drifted);
     o.predicted *= shared;
-    if (!(o.predicted <= budget)) return Fallback(b, r, budget);
+    const bool feasible = o.predicted <= budget;
+    const bool best_effort = !feasible && options.fallback == FallbackPolicy::kFastest;
+    if (!feasible && !best_effort) return Fallback(b, r, budget);
     const double raw = Predict(ProfileTable::kRaw, r);
     const double upper = options.risk_sigmas > 0.0
                              ? r.bandwidth * std::exp(options.risk_sigmas * r.bandwidth_log_sigma)
                              : r.bandwidth;
     Decision d;
+    d.feasible = feasible;
     d.budget_seconds = budget;
     d.kv_bytes = r.kv_bytes;
     d.bandwidth = r.bandwidth;
@@ -325,9 +331,14 @@ class Controller::Impl {
     }
     cands[n++] = {ProfileTable::kRaw, raw, true};
     const int env = wl.env_base + j * table.size() + o.profile;
-    const BanditChoice c = bandit->Choose(
-        env, std::span<const BanditCandidate>(cands.data(), n), budget, r.now_seconds);
-    if (!c.any) return Fallback(b, r, budget);
+    // Best effort: no arm meets the budget, the fastest corrected one goes.
+    const BanditChoice c = bandit->Choose(env, std::span<const BanditCandidate>(cands.data(), n),
+                                          best_effort ? kInfinity : budget, r.now_seconds);
+    if (!c.any) {
+      Decision f = Fallback(b, r, budget);
+      f.feasible = feasible;
+      return f;
+    }
     d.profile = c.profile;
     d.predicted_seconds = c.predicted_seconds;
     d.corrected_seconds = c.corrected_seconds;
@@ -420,8 +431,10 @@ Status Controller::Observe(const Decision& decision, const Observation& observat
     predicted = impl_->PredictAt(decision.profile, decision.compression_ratio, decision.kv_bytes,
                                  observation.bandwidth, decision.codec_factor, decision.source_seconds);
   }
+  // A decision known not to meet its SLO (kFastest) says nothing about its
+  // profile when it does not.
   impl_->bandit->Update(decision.environment, decision.profile, predicted, observed_seconds,
-                        observed_seconds > decision.budget_seconds,
+                        decision.feasible && observed_seconds > decision.budget_seconds,
                         observation.now_seconds);
   return Status::Ok();
 }

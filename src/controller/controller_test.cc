@@ -227,6 +227,40 @@ TEST(ControllerTest, FallbackWhenNothingMeetsTheSlo) {
   }
 }
 
+// kFastest: a request no profile can serve within its SLO gets the profile
+// a generous SLO would have got (not raw), marked infeasible; its foreseen
+// misses never cool that profile down.
+TEST(ControllerTest, FastestFallbackSendsTheOptimumAndItsMissesCoolNothingDown) {
+  ControllerOptions o;
+  o.fallback = FallbackPolicy::kFastest;
+  o.epsilon = 0.0;
+  o.cooldown_violations = 2;
+  o.cooldown_window = 4;
+  o.cooldown_seconds = 100.0;
+  auto c = Controller::Create(TwoProfileTable(), o);
+  ASSERT_TRUE(c.ok());
+  ControllerRequest r;
+  r.kv_bytes = 1e9;
+  r.bandwidth = 1e8;
+  r.quality_min = 0.9;
+  r.slo_seconds = 100.0;
+  Result<Decision> generous = (*c)->Decide(r);
+  ASSERT_TRUE(generous.ok());
+  ASSERT_TRUE(generous->feasible);
+  ASSERT_EQ(generous->profile, 2);  // "small" at 0.8 Gbps
+  r.slo_seconds = 1e-3;  // impossible
+  for (int i = 0; i < 4; ++i) {
+    r.now_seconds = i;
+    Result<Decision> d = (*c)->Decide(r);
+    ASSERT_TRUE(d.ok());
+    EXPECT_FALSE(d->feasible);
+    EXPECT_EQ(d->action, ControllerAction::kSend);
+    EXPECT_EQ(d->profile, generous->profile) << i;
+    // As predicted, and so far over the budget: a miss, but a foreseen one.
+    ASSERT_TRUE((*c)->Observe(*d, d->predicted_seconds, r.now_seconds).ok());
+  }
+}
+
 TEST(ControllerTest, CooldownAfterKViolationsInMUses) {
   ControllerOptions o;
   o.epsilon = 0.0;
