@@ -214,6 +214,14 @@ struct PrefillWorkerOptions {
   // raw there would miss by the most and load the link the most).
   ControllerOptions controller{.fallback = FallbackPolicy::kFastest};
   BandwidthEstimatorOptions estimator;
+  // Before a decode worker's link has been measured, a link whose rate this
+  // worker shapes (decode_connection.shape_bytes_per_second, or the rate of
+  // decode_connection.shared_link over the transfers on it, this one
+  // included) is decided on that share with this log-spread for the risk
+  // guard: the rate an operator configured is known, not a guess. <= 0:
+  // decide as if nothing were known (raw until the first measurement, as
+  // for an unshaped link).
+  double shaped_rate_log_sigma = 0.5;
   int encode_threads = 1;
   // Stream the KV while the prefill runs: each layer is encoded and sent as
   // soon as the model has computed it, so the transfer overlaps the rest of

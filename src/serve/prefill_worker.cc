@@ -203,6 +203,17 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   Chosen chosen;
   const kvserve::BandwidthEstimate measured = estimator_.Query(decode_->current_key());
   chosen.bandwidth = measured.bytes_per_second;
+  double log_sigma = measured.log_sigma;
+  if (!std::isfinite(log_sigma) && options_.shaped_rate_log_sigma > 0) {
+    // Not measured yet: the share of a link this worker shapes.
+    double share = link_rate_;
+    if (const auto& link = options_.decode_connection.shared_link; link != nullptr)
+      share = link->rate() / (link->transfers() + 1);
+    if (share > 0) {
+      chosen.bandwidth = share;
+      log_sigma = options_.shaped_rate_log_sigma;
+    }
+  }
   if (r.method != kMethodAdaptive) {
     KVSERVE_ASSIGN_OR_RETURN(Profile p, Profile::Parse(r.method));
     if (device()) {
@@ -224,9 +235,10 @@ Result<PrefillWorker::Impl::Chosen> PrefillWorker::Impl::Choose(const ServeReque
   cr.model_seconds = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
   cr.quality_min = r.quality_min;
   cr.now_seconds = MonotonicSeconds();
-  // +inf before the peer's first measurement: the risk guard then lets
-  // only raw through (docs/controller.md), instead of deciding on the prior.
-  cr.bandwidth_log_sigma = measured.log_sigma;
+  // +inf before the peer's first measurement (on a link of unknown rate):
+  // the risk guard then lets only raw through (docs/controller.md),
+  // instead of deciding on the prior.
+  cr.bandwidth_log_sigma = log_sigma;
   // Each profile's frame for this prompt's shape, not the table's ratio.
   cr.frame_bytes = frame_sizes_->For(static_cast<int>(r.prompt.size()));
   KVSERVE_ASSIGN_OR_RETURN(chosen.decision, controller_->Decide(cr));

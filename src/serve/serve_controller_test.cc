@@ -1,6 +1,7 @@
 // The controller on the serving path (PrefillWorker::Choose and its bandit
 // feedback): the first request to a decode worker that has not been measured
-// yet goes raw; the bandit is not locked out of the best profile by that
+// yet goes raw on a link of unknown rate, and is decided on the rate of a
+// link the worker shapes itself; the bandit is not locked out of the best profile by that
 // first, predictably mispredicted transfer; profiles the worker cannot
 // encode (no head scores) are never chosen; and a decision uses the frame
 // size of the request's own shape, so a profile whose table CR is high but
@@ -42,13 +43,16 @@ ServeRequest Adaptive(std::mt19937_64& rng, uint64_t id, int min_tokens, int max
   return r;
 }
 
-// A 4 MB/s link, far below the 10 Gbps prior. The first request has no
-// measurement of the peer: raw. Its slow transfer is the link, not the
-// profile: every later request uses the profile the table says wins there.
+// A 4 MB/s link, far below the 10 Gbps prior, whose rate the worker is not
+// to use (shaped_rate_log_sigma 0: as for a link it does not shape). The
+// first request has no measurement of the peer: raw. Its slow transfer is
+// the link, not the profile: every later request uses the profile the table
+// says wins there.
 TEST(ServeControllerTest, UnmeasuredPeerGoesRawAndTheBanditIsNotLockedOut) {
   servetest::ClusterOptions o;
   o.table = FastKiviTable("identity+kivi(k=2,v=2,residual=16)+pack", 10.0);
   o.shape_bytes_per_second = 4e6;
+  o.shaped_rate_log_sigma = 0;
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(71);
@@ -67,6 +71,26 @@ TEST(ServeControllerTest, UnmeasuredPeerGoesRawAndTheBanditIsNotLockedOut) {
   }
   // Exploration may send one or two raw; the bandit must not shut kivi out.
   EXPECT_GE(compressed, requests - 3);
+}
+
+// The same link, its rate known to the worker that shapes it: the first
+// request, not yet measured, is decided on that rate (the profile the table
+// says wins at 4 MB/s), and so is every later one.
+TEST(ServeControllerTest, AShapedLinksRateDecidesBeforeTheFirstMeasurement) {
+  servetest::ClusterOptions o;
+  o.table = FastKiviTable("identity+kivi(k=2,v=2,residual=16)+pack", 10.0);
+  o.shape_bytes_per_second = 4e6;
+  o.bandit = false;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(73);
+  for (int i = 0; i < 3; ++i) {
+    auto response = cluster->client->Submit(Adaptive(rng, 720 + i, 200, 260));
+    ASSERT_TRUE(response.ok());
+    ASSERT_TRUE(response->status.ok()) << response->status.ToString();
+    EXPECT_EQ(response->timings.profile, "identity+kivi(k=2,v=2,residual=16)+pack") << i;
+    if (i == 0) EXPECT_NEAR(response->timings.bandwidth_estimate, 4e6, 1.0);
+  }
 }
 
 // residual=128 keeps the last 128 tokens raw: a 64-token prompt's frame is

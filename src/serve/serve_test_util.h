@@ -206,6 +206,9 @@ struct ClusterOptions {
   ServingEngine* prefill_engine = nullptr;
   // PrefillWorkerOptions::max_decode_connections.
   int max_decode_connections = PrefillWorkerOptions{}.max_decode_connections;
+  // PrefillWorkerOptions::shaped_rate_log_sigma (<= 0: the shaped rate is
+  // not used before the first measurement).
+  double shaped_rate_log_sigma = PrefillWorkerOptions{}.shaped_rate_log_sigma;
 };
 
 inline ClusterOptions Over(Kind kind) {
@@ -246,6 +249,7 @@ inline std::unique_ptr<Cluster> StartCluster(const ClusterOptions& o = {}) {
   p.pool_chunk_tokens = o.pool_chunk_tokens;
   p.overlap_prefill = o.overlap_prefill;
   p.max_decode_connections = o.max_decode_connections;
+  p.shaped_rate_log_sigma = o.shaped_rate_log_sigma;
   ProfileTable table = o.table ? *o.table : TestTable();
   auto w = o.prefill_engine ? PrefillWorker::Start(prefill_transport, o.prefill_engine, std::move(table), p)
                             : PrefillWorker::Start(prefill_transport, &SmallModel(), std::move(table), p);
