@@ -482,7 +482,7 @@ def pool_effect(points: Dict[str, Any]) -> List[Dict[str, Any]]:
         off = {r["id"]: r for r in p["records"] if r.get("ok")}
         hits = [r for r in pooled["records"] if r.get("ok") and r.get("prefix_hit") and r["id"] in off]
         if hits:
-            out.append({"load": p["load"], "hits": len(hits),
+            out.append({"gbps": p.get("gbps"), "load": p["load"], "hits": len(hits),
                         "ttft_hit_mean_s": statistics.fmean(r["ttft_s"] for r in hits),
                         "ttft_recomputed_mean_s": statistics.fmean(off[r["id"]]["ttft_s"] for r in hits)})
     return out
@@ -611,7 +611,7 @@ def markdown(report: Dict[str, Any]) -> str:
     if c["pool"]:
         lines += ["", "Pool hits against the same requests recomputed (kvserve, `--no-pool` replay):", ""]
         for e in c["pool"]:
-            lines.append(f"- load x{e['load']:g}: {e['hits']} hits, TTFT {e['ttft_hit_mean_s']:.3f} s with the pool "
+            lines.append(f"- {e['gbps']:g} Gbps, load x{e['load']:g}: {e['hits']} hits, TTFT {e['ttft_hit_mean_s']:.3f} s with the pool "
                          f"vs {e['ttft_recomputed_mean_s']:.3f} s recomputed")
     kill = report.get("kill")
     if kill:
