@@ -212,7 +212,11 @@ struct PrefillWorkerOptions {
   // model.kind/layers set by the worker when layers == 0. A request no
   // profile can serve within its SLO still gets the fastest one (kFastest:
   // raw there would miss by the most and load the link the most).
-  ControllerOptions controller{.fallback = FallbackPolicy::kFastest};
+  ControllerOptions controller = [] {
+    ControllerOptions o;
+    o.fallback = FallbackPolicy::kFastest;
+    return o;
+  }();
   BandwidthEstimatorOptions estimator;
   // Before a decode worker's link has been measured, a link whose rate this
   // worker shapes (decode_connection.shape_bytes_per_second, or the rate of

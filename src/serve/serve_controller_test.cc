@@ -89,7 +89,9 @@ TEST(ServeControllerTest, AShapedLinksRateDecidesBeforeTheFirstMeasurement) {
     ASSERT_TRUE(response.ok());
     ASSERT_TRUE(response->status.ok()) << response->status.ToString();
     EXPECT_EQ(response->timings.profile, "identity+kivi(k=2,v=2,residual=16)+pack") << i;
-    if (i == 0) EXPECT_NEAR(response->timings.bandwidth_estimate, 4e6, 1.0);
+    if (i == 0) {
+      EXPECT_NEAR(response->timings.bandwidth_estimate, 4e6, 1.0);
+    }
   }
 }
 
