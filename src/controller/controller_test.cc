@@ -184,9 +184,33 @@ ProfileTable TwoProfileTable() {
   return ProfileTable::FromRows({fast, small}).value();
 }
 
+// A controller over TwoProfileTable() that cools a profile down for
+// `cooldown_seconds` after 2 SLO violations in its last 4 uses.
+std::unique_ptr<Controller> CoolingController(FallbackPolicy fallback, double cooldown_seconds) {
+  ControllerOptions o;
+  o.fallback = fallback;
+  o.epsilon = 0.0;
+  o.cooldown_violations = 2;
+  o.cooldown_window = 4;
+  o.cooldown_seconds = cooldown_seconds;
+  auto c = Controller::Create(TwoProfileTable(), o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+// 1 GB of KV at 0.8 Gbps with floor 0.9, where "small" is the optimum.
+ControllerRequest GigabyteAt800Mbps(double slo_seconds) {
+  ControllerRequest r;
+  r.kv_bytes = 1e9;
+  r.bandwidth = 1e8;
+  r.quality_min = 0.9;
+  r.slo_seconds = slo_seconds;
+  return r;
+}
+
 TEST(ControllerTest, FallbackWhenNothingMeetsTheSlo) {
   for (FallbackPolicy f : {FallbackPolicy::kRaw, FallbackPolicy::kMostConservative,
-                           FallbackPolicy::kRecompute}) {
+                           FallbackPolicy::kRecompute, FallbackPolicy::kFastest}) {
     ControllerOptions o;
     o.fallback = f;
     o.epsilon = 0.0;
@@ -211,6 +235,10 @@ TEST(ControllerTest, FallbackWhenNothingMeetsTheSlo) {
       case FallbackPolicy::kRecompute:
         EXPECT_EQ(d->action, ControllerAction::kRecompute);
         break;
+      case FallbackPolicy::kFastest:
+        EXPECT_EQ(d->profile, 2);  // "small": the optimum at 0.8 Gbps
+        EXPECT_EQ(d->action, ControllerAction::kSend);
+        break;
     }
     // The most conservative profile still respects the floor.
     r.quality_min = 0.995;
@@ -231,50 +259,31 @@ TEST(ControllerTest, FallbackWhenNothingMeetsTheSlo) {
 // a generous SLO would have got (not raw), marked infeasible; its foreseen
 // misses never cool that profile down.
 TEST(ControllerTest, FastestFallbackSendsTheOptimumAndItsMissesCoolNothingDown) {
-  ControllerOptions o;
-  o.fallback = FallbackPolicy::kFastest;
-  o.epsilon = 0.0;
-  o.cooldown_violations = 2;
-  o.cooldown_window = 4;
-  o.cooldown_seconds = 100.0;
-  auto c = Controller::Create(TwoProfileTable(), o);
-  ASSERT_TRUE(c.ok());
-  ControllerRequest r;
-  r.kv_bytes = 1e9;
-  r.bandwidth = 1e8;
-  r.quality_min = 0.9;
-  r.slo_seconds = 100.0;
-  Result<Decision> generous = (*c)->Decide(r);
+  std::unique_ptr<Controller> c = CoolingController(FallbackPolicy::kFastest, 100.0);
+  ASSERT_TRUE(c);
+  ControllerRequest r = GigabyteAt800Mbps(100.0);
+  Result<Decision> generous = c->Decide(r);
   ASSERT_TRUE(generous.ok());
   ASSERT_TRUE(generous->feasible);
   ASSERT_EQ(generous->profile, 2);  // "small" at 0.8 Gbps
   r.slo_seconds = 1e-3;  // impossible
   for (int i = 0; i < 4; ++i) {
     r.now_seconds = i;
-    Result<Decision> d = (*c)->Decide(r);
+    Result<Decision> d = c->Decide(r);
     ASSERT_TRUE(d.ok());
     EXPECT_FALSE(d->feasible);
     EXPECT_EQ(d->action, ControllerAction::kSend);
     EXPECT_EQ(d->profile, generous->profile) << i;
     // As predicted, and so far over the budget: a miss, but a foreseen one.
-    ASSERT_TRUE((*c)->Observe(*d, d->predicted_seconds, r.now_seconds).ok());
+    ASSERT_TRUE(c->Observe(*d, d->predicted_seconds, r.now_seconds).ok());
   }
 }
 
 TEST(ControllerTest, CooldownAfterKViolationsInMUses) {
-  ControllerOptions o;
-  o.epsilon = 0.0;
-  o.cooldown_violations = 2;
-  o.cooldown_window = 4;
-  o.cooldown_seconds = 5.0;
-  auto c = Controller::Create(TwoProfileTable(), o);
-  ASSERT_TRUE(c.ok());
-  ControllerRequest r;
-  r.kv_bytes = 1e9;
-  r.bandwidth = 1e8;
-  r.quality_min = 0.9;
-  r.slo_seconds = 2.0;
-  Result<Decision> d = (*c)->Decide(r);
+  std::unique_ptr<Controller> c = CoolingController(FallbackPolicy::kRaw, 5.0);
+  ASSERT_TRUE(c);
+  ControllerRequest r = GigabyteAt800Mbps(2.0);
+  Result<Decision> d = c->Decide(r);
   ASSERT_TRUE(d.ok());
   ASSERT_EQ(d->profile, 2);
   // Violations of a tight SLO (1.8 s) by a small margin, so the residual
@@ -282,23 +291,23 @@ TEST(ControllerTest, CooldownAfterKViolationsInMUses) {
   Decision tight = *d;
   tight.budget_seconds = 1.8;
   // One violation (within the window) does not cool it down.
-  ASSERT_TRUE((*c)->Observe(tight, 1.85, 0.0).ok());
-  ASSERT_TRUE((*c)->Observe(tight, d->predicted_seconds, 0.0).ok());
+  ASSERT_TRUE(c->Observe(tight, 1.85, 0.0).ok());
+  ASSERT_TRUE(c->Observe(tight, d->predicted_seconds, 0.0).ok());
   r.slo_seconds = 10.0;
-  d = (*c)->Decide(r);
+  d = c->Decide(r);
   ASSERT_EQ(d->profile, 2);
   // The second violation in the last 4 uses does.
-  ASSERT_TRUE((*c)->Observe(tight, 1.85, 1.0).ok());
+  ASSERT_TRUE(c->Observe(tight, 1.85, 1.0).ok());
   r.now_seconds = 1.0;
   for (double t : {1.0, 3.0, 5.9}) {
     r.now_seconds = t;
-    d = (*c)->Decide(r);
+    d = c->Decide(r);
     ASSERT_TRUE(d.ok());
     EXPECT_NE(d->profile, 2) << "t=" << t;
     EXPECT_GE(TwoProfileTable().Quality(d->profile, 0), 0.9);
   }
   r.now_seconds = 6.1;  // cool-down over
-  d = (*c)->Decide(r);
+  d = c->Decide(r);
   EXPECT_EQ(d->profile, 2);
 }
 

@@ -34,6 +34,14 @@ ProfileTable FastKiviTable(const char* spec, double cr) {
   return ProfileTable::FromRows({p}).value();
 }
 
+// A cluster on a 4 MB/s link whose table holds the one profile `spec`.
+servetest::ClusterOptions SlowLinkWith(const char* spec, double cr) {
+  servetest::ClusterOptions o;
+  o.table = FastKiviTable(spec, cr);
+  o.shape_bytes_per_second = 4e6;
+  return o;
+}
+
 ServeRequest Adaptive(std::mt19937_64& rng, uint64_t id, int min_tokens, int max_tokens) {
   ServeRequest r;
   r.id = id;
@@ -49,9 +57,7 @@ ServeRequest Adaptive(std::mt19937_64& rng, uint64_t id, int min_tokens, int max
 // the link, not the profile: every later request uses the profile the table
 // says wins there.
 TEST(ServeControllerTest, UnmeasuredPeerGoesRawAndTheBanditIsNotLockedOut) {
-  servetest::ClusterOptions o;
-  o.table = FastKiviTable("identity+kivi(k=2,v=2,residual=16)+pack", 10.0);
-  o.shape_bytes_per_second = 4e6;
+  servetest::ClusterOptions o = SlowLinkWith("identity+kivi(k=2,v=2,residual=16)+pack", 10.0);
   o.shaped_rate_log_sigma = 0;
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
@@ -77,9 +83,7 @@ TEST(ServeControllerTest, UnmeasuredPeerGoesRawAndTheBanditIsNotLockedOut) {
 // request, not yet measured, is decided on that rate (the profile the table
 // says wins at 4 MB/s), and so is every later one.
 TEST(ServeControllerTest, AShapedLinksRateDecidesBeforeTheFirstMeasurement) {
-  servetest::ClusterOptions o;
-  o.table = FastKiviTable("identity+kivi(k=2,v=2,residual=16)+pack", 10.0);
-  o.shape_bytes_per_second = 4e6;
+  servetest::ClusterOptions o = SlowLinkWith("identity+kivi(k=2,v=2,residual=16)+pack", 10.0);
   o.bandit = false;
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
@@ -100,9 +104,7 @@ TEST(ServeControllerTest, AShapedLinksRateDecidesBeforeTheFirstMeasurement) {
 // On a slow link, where the table's CR would win, the decision is raw (the
 // analytical choice, bandit off, so no learning hides it).
 TEST(ServeControllerTest, ShortPromptsAreDecidedWithTheirOwnFrameSize) {
-  servetest::ClusterOptions o;
-  o.table = FastKiviTable("identity+kivi(k=2,v=2,residual=128)+pack", 9.0);
-  o.shape_bytes_per_second = 4e6;
+  servetest::ClusterOptions o = SlowLinkWith("identity+kivi(k=2,v=2,residual=128)+pack", 9.0);
   o.bandit = false;
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
