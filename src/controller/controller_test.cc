@@ -279,6 +279,31 @@ TEST(ControllerTest, FastestFallbackSendsTheOptimumAndItsMissesCoolNothingDown) 
   }
 }
 
+// kFastest over random tables and requests: an impossible SLO decides as a
+// generous one does (same profile, sent), only marked infeasible.
+TEST(ControllerTest, FastestFallbackDecidesAsAGenerousSloOnRandomTables) {
+  std::mt19937_64 rng(4242);
+  for (int trial = 0; trial < 300; ++trial) {
+    const ProfileTable table = RandomTable(rng, 1 + static_cast<int>(rng() % 10), 2);
+    ControllerOptions o;
+    o.fallback = FallbackPolicy::kFastest;
+    o.epsilon = 0.0;
+    auto generous = Controller::Create(table, o);
+    auto tight = Controller::Create(table, o);
+    ASSERT_TRUE(generous.ok() && tight.ok());
+    ControllerRequest r = RandomRequest(rng, 2);
+    r.slo_seconds = 1e9;
+    Result<Decision> a = (*generous)->Decide(r);
+    r.slo_seconds = 1e-12;
+    Result<Decision> b = (*tight)->Decide(r);
+    ASSERT_TRUE(a.ok() && b.ok()) << "trial " << trial;
+    EXPECT_TRUE(a->feasible);
+    EXPECT_FALSE(b->feasible) << "trial " << trial;
+    EXPECT_EQ(b->action, ControllerAction::kSend);
+    EXPECT_EQ(b->profile, a->profile) << "trial " << trial;
+  }
+}
+
 TEST(ControllerTest, CooldownAfterKViolationsInMUses) {
   std::unique_ptr<Controller> c = CoolingController(FallbackPolicy::kRaw, 5.0);
   ASSERT_TRUE(c);
