@@ -94,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="--pool-backend redis: host:port of a running Redis; empty: start redis-server "
                         "(from PATH, or --redis-server) on a free port for the run")
     p.add_argument("--redis-server", default="redis-server", help="the redis-server binary to start")
+    p.add_argument("--pool-history", type=float, default=600.0,
+                   help="trace seconds before the window whose prefixes the pool holds at each point's start "
+                        "(kvserve replay --pool-history: the prefixes the window shares with them are stored "
+                        "first, under the point's method; 0 = an empty pool)")
     p.add_argument("--pool-check", action="store_true",
                    help="also replay kvserve's first-load point without the pool (hits vs recomputed)")
     p.add_argument("--warmup-requests", type=int, default=4,
@@ -185,6 +189,8 @@ def _replay(args: argparse.Namespace, addresses: Sequence[str], method: str, tim
            "--slo-per-1k-s", str(args.slo_per_1k_s), "--out-json", out]
     if not use_pool:
         cmd.append("--no-pool")
+    elif args.pool_history > 0:
+        cmd += ["--pool-history", f"{args.pool_history:g}"]
     env = dict(os.environ, KVSERVE_SECRET=args.secret)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if not os.path.exists(out):
@@ -304,7 +310,8 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         if out["exit"] != 0 or s.get("failed", 0):
             failures.append(f"{gbps} Gbps {method} x{time_scale:.3g}: {s.get('failed')} failed: {out['stderr_tail']}")
         return {"gbps": gbps, "method": method, "time_scale": time_scale, "pool": use_pool,
-                "gpu_busy": share, "decode_gpu_busy": decode_share, "summary": s, "records": records}
+                "pool_history": out.get("pool_history"), "gpu_busy": share, "decode_gpu_busy": decode_share,
+                "summary": s, "records": records}
 
     try:
         if args.warmup_requests > 0:
@@ -564,7 +571,11 @@ def markdown(report: Dict[str, Any]) -> str:
              f"one shared link; {a['device']}), one decode worker ({a.get('decode_device') or a['device']}; "
              f"its own process, continuous batching of up to "
              f"{a['decode_batch']} requests), prefix pool: {report.get('pool_backend', 'memory')} "
-             f"({a['pool_chunk_tokens']}-token chunks, empty at each point's start)."
+             f"({a['pool_chunk_tokens']}-token chunks, "
+             + (f"at each point's start holding what the trace's {a['pool_history']:g} s before the window "
+                "stored: the prefixes the window's requests share with those earlier requests, sent first "
+                "under the point's method and not recorded; the hits below are against that pool"
+                if a.get("pool_history") else "empty at each point's start") + ")."
              + (f" Each call first replays the window's first {a['warmup_requests']} requests at once, raw and "
                 "unrecorded (the workers' first-use costs)." if report.get("warmups") else ""), ""]
     for key, rate in sorted(report["rates"].items(), key=lambda kv: -float(kv[0])):

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
+#include <unordered_set>
 
 #include "experiments/lab.h"
 #include "kvserve/controller.h"
@@ -82,8 +83,12 @@ Result<std::vector<TraceRecord>> ReadTrace(const std::string& path) {
   return trace;
 }
 
-Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& trace,
-                                                const ReplayOptions& o) {
+namespace {
+
+// The trace indices of `o`'s window, in arrival order, and every record's
+// arrival spread over its tick (TraceRequests' rules and errors).
+Result<std::vector<size_t>> WindowOf(const std::vector<TraceRecord>& trace, const ReplayOptions& o,
+                                     std::vector<double>* arrival_out) {
   if (o.vocab < 1) return Status::InvalidArgument("prompts need a vocabulary size >= 1");
   if (o.block_tokens < 1) return Status::InvalidArgument("block_tokens must be >= 1");
   if (!(o.time_scale > 0) || !std::isfinite(o.time_scale))
@@ -97,7 +102,8 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
   std::map<double, int> per_stamp;
   for (const TraceRecord& r : trace) ++per_stamp[r.arrival_seconds];
   std::map<double, int> seen;
-  std::vector<double> arrival(trace.size());
+  std::vector<double>& arrival = *arrival_out;
+  arrival.assign(trace.size(), 0.0);
   for (size_t i = 0; i < trace.size(); ++i) {
     const double stamp = trace[i].arrival_seconds;
     arrival[i] = stamp + o.spread_seconds * seen[stamp]++ / per_stamp[stamp];
@@ -115,12 +121,35 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
     return Status::InvalidArgument(fmt::format("the trace has no request in [{} s, {} s)", o.window_start_seconds,
                                                o.window_seconds > 0 ? o.window_start_seconds + o.window_seconds
                                                                     : kInfinity));
+  return window;
+}
+
+// The prompt tokens of a trace record under `o`: max_prompt_tokens applied.
+int PromptTokens(const TraceRecord& r, const ReplayOptions& o) {
+  return o.max_prompt_tokens > 0 ? std::min(r.input_tokens, o.max_prompt_tokens) : r.input_tokens;
+}
+
+// Whole blocks of a record's prompt prefix (every token but the last): the
+// blocks a pool holds after it ran.
+size_t StoredBlocks(const TraceRecord& r, const ReplayOptions& o) {
+  return std::min(r.block_ids.size(), static_cast<size_t>(std::max(0, PromptTokens(r, o) - 1) / o.block_tokens));
+}
+
+// Hash of a run of leading blocks, extended one block at a time.
+uint64_t ExtendRun(uint64_t run, int64_t block) { return Mix(run, static_cast<uint64_t>(block)); }
+constexpr uint64_t kEmptyRun = 0x243f6a8885a308d3ULL;
+
+}  // namespace
+
+Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& trace,
+                                                const ReplayOptions& o) {
+  std::vector<double> arrival;
+  KVSERVE_ASSIGN_OR_RETURN(std::vector<size_t> window, WindowOf(trace, o, &arrival));
   std::vector<TimedRequest> out;
   std::mt19937_64 sampling(Mix(o.seed, 0x5eed));
   for (size_t i = 0; i < window.size(); ++i) {
     const TraceRecord& t = trace[window[i]];
-    int tokens = t.input_tokens;
-    if (o.max_prompt_tokens > 0) tokens = std::min(tokens, o.max_prompt_tokens);
+    const int tokens = PromptTokens(t, o);
     TimedRequest timed;
     ServeRequest& r = timed.request;
     r.id = i;
@@ -141,6 +170,58 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
     timed.ttft_slo_seconds = o.slo_base_seconds + o.slo_per_1k_tokens_seconds * tokens / 1000.0;
     r.slo_seconds = timed.ttft_slo_seconds;
     timed.at_seconds = (arrival[window[i]] - arrival[window.front()]) * o.time_scale;
+    out.push_back(std::move(timed));
+  }
+  return out;
+}
+
+Result<std::vector<TimedRequest>> PoolHistoryRequests(const std::vector<TraceRecord>& trace,
+                                                      const ReplayOptions& o,
+                                                      const std::vector<TimedRequest>& window_requests) {
+  if (!(o.pool_history_seconds >= 0) || std::isnan(o.pool_history_seconds))
+    return Status::InvalidArgument("pool_history_seconds must be >= 0");
+  std::vector<double> arrival;
+  KVSERVE_ASSIGN_OR_RETURN(std::vector<size_t> window, WindowOf(trace, o, &arrival));
+  if (window.size() != window_requests.size())
+    return Status::InvalidArgument("the window's requests are not TraceRequests(trace, options)'");
+  std::vector<TimedRequest> out;
+  if (o.pool_history_seconds == 0 || !o.use_pool) return out;
+  // Every run of leading blocks the history's prompts stored.
+  std::unordered_set<uint64_t> stored;
+  for (const TraceRecord& r : trace) {
+    if (r.arrival_seconds >= o.window_start_seconds ||
+        r.arrival_seconds < o.window_start_seconds - o.pool_history_seconds)
+      continue;
+    uint64_t run = kEmptyRun;
+    for (size_t b = 0; b < StoredBlocks(r, o); ++b) stored.insert(run = ExtendRun(run, r.block_ids[b]));
+  }
+  // Each window request's longest stored run (blocks, request), longest first.
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t i = 0; i < window.size(); ++i) {
+    const TraceRecord& r = trace[window[i]];
+    size_t k = 0;
+    uint64_t run = kEmptyRun;
+    while (k < StoredBlocks(r, o) && stored.count(run = ExtendRun(run, r.block_ids[k])) > 0) ++k;
+    if (k > 0) runs.emplace_back(k, i);
+  }
+  std::stable_sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::unordered_set<uint64_t> covered;
+  for (const auto& [k, i] : runs) {
+    const TraceRecord& r = trace[window[i]];
+    std::vector<uint64_t> prefixes;
+    uint64_t run = kEmptyRun;
+    for (size_t b = 0; b < k; ++b) prefixes.push_back(run = ExtendRun(run, r.block_ids[b]));
+    if (covered.count(prefixes.back()) > 0) continue;
+    covered.insert(prefixes.begin(), prefixes.end());
+    TimedRequest timed = window_requests[i];
+    ServeRequest& q = timed.request;
+    q.id = window_requests.size() + out.size();
+    q.prompt.resize(k * static_cast<size_t>(o.block_tokens) + 1);
+    q.max_new_tokens = 1;
+    q.use_pool = true;
+    timed.at_seconds = 0;
+    timed.ttft_slo_seconds = o.slo_base_seconds + o.slo_per_1k_tokens_seconds * q.prompt.size() / 1000.0;
+    q.slo_seconds = timed.ttft_slo_seconds;
     out.push_back(std::move(timed));
   }
   return out;

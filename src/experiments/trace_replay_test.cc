@@ -189,6 +189,91 @@ TEST(TraceReplayTest, ATicksRequestsSpreadEvenlyOverTheTick) {
   EXPECT_EQ(TraceRequests(*trace, o).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The pool as the history before the window left it: for each window
+// request the longest run of leading blocks an earlier prompt stored (whole
+// blocks of its prefix only), one request per run not covered by a longer
+// one, whose stored chunks are the window request's own; history outside
+// pool_history_seconds does not count.
+TEST(TraceReplayTest, PoolHistoryStoresTheRunsTheWindowSharesWithEarlierPrompts) {
+  std::mt19937_64 rng(2027);
+  const int block = 8 + static_cast<int>(rng() % 9);
+  const int64_t base = static_cast<int64_t>(rng() % 1000);
+  auto id = [&](int k) { return base + k; };
+  struct Line {
+    int ms;
+    int input;
+    std::vector<int64_t> ids;
+  };
+  const std::vector<Line> lines = {
+      {0, 2 * block + 3, {id(50), id(51)}},                    // long before the window
+      {8000, 3 * block + 5, {id(1), id(2), id(3)}},            // stores [1 2 3]
+      {9000, 2 * block, {id(1), id(9)}},                       // its prefix holds [1] only
+      {10000, 4 * block + 1, {id(1), id(2), id(3), id(4)}},    // window: runs [1 2 3]
+      {10000, 2 * block + 3, {id(1), id(2)}},                  // [1 2]: covered by the one above
+      {10000, 3 * block, {id(1), id(9), id(8)}},               // [1]: covered
+      {11000, 2 * block + 2, {id(7), id(7)}},                  // nothing stored
+      {11000, 3 * block + 2, {id(50), id(51), id(52)}},        // [50 51], in a long history only
+  };
+  std::string text;
+  for (const Line& l : lines) {
+    std::string list;
+    for (size_t k = 0; k < l.ids.size(); ++k) list += (k ? "," : "") + std::to_string(l.ids[k]);
+    text += fmt::format("{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 9, \"hash_ids\": [{}]}}\n",
+                        l.ms, l.input, list);
+  }
+  auto trace = ParseTrace(text);
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  ReplayOptions o;
+  o.vocab = 40 + static_cast<int>(rng() % 50);
+  o.block_tokens = block;
+  o.seed = rng();
+  o.window_start_seconds = 10;
+  o.window_seconds = 0;
+  o.pool_history_seconds = 5;
+  o.method = "kivi-2";
+  auto window = TraceRequests(*trace, o);
+  ASSERT_TRUE(window.ok()) << window.status().ToString();
+  ASSERT_EQ(window->size(), 5u);
+  auto history = PoolHistoryRequests(*trace, o, *window);
+  ASSERT_TRUE(history.ok()) << history.status().ToString();
+  ASSERT_EQ(history->size(), 1u);
+  const TimedRequest& h = history->front();
+  EXPECT_EQ(h.request.id, window->size());
+  EXPECT_EQ(h.at_seconds, 0);
+  EXPECT_EQ(h.request.max_new_tokens, 1);
+  EXPECT_EQ(h.request.method, "kivi-2");
+  EXPECT_TRUE(h.request.use_pool);
+  const std::vector<int32_t>& w0 = (*window)[0].request.prompt;
+  ASSERT_EQ(h.request.prompt.size(), static_cast<size_t>(3 * block + 1));
+  EXPECT_TRUE(std::equal(h.request.prompt.begin(), h.request.prompt.end(), w0.begin()));
+  // What it stores is what the window requests look up: their first chunks.
+  auto chunks = [&](const std::vector<int32_t>& p) {
+    return PrefixChunkHashes(std::span<const int32_t>(p).first(p.size() - 1), block);
+  };
+  const std::vector<uint64_t> stored = chunks(h.request.prompt);
+  ASSERT_EQ(stored.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    auto wanted = chunks((*window)[i].request.prompt);
+    const size_t shared = i == 0 ? 3 : i == 1 ? 2 : 1;
+    for (size_t c = 0; c < shared; ++c) EXPECT_EQ(wanted[c], stored[c]) << "window request " << i << " chunk " << c;
+  }
+  // A history long enough for the first line adds [50 51], longest first.
+  o.pool_history_seconds = 11;
+  auto longer = PoolHistoryRequests(*trace, o, *window);
+  ASSERT_TRUE(longer.ok());
+  ASSERT_EQ(longer->size(), 2u);
+  EXPECT_EQ((*longer)[1].request.prompt.size(), static_cast<size_t>(2 * block + 1));
+  EXPECT_EQ((*longer)[1].request.id, window->size() + 1);
+  o.pool_history_seconds = 0;
+  EXPECT_TRUE(PoolHistoryRequests(*trace, o, *window)->empty());
+  o.pool_history_seconds = 5;
+  o.use_pool = false;
+  EXPECT_TRUE(PoolHistoryRequests(*trace, o, *window)->empty());
+  o.use_pool = true;
+  o.pool_history_seconds = -1;
+  EXPECT_EQ(PoolHistoryRequests(*trace, o, *window).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(TraceReplayTest, ShortReplayThroughTwoPrefillWorkersAnswersEveryRequest) {
   const std::string dir = kvserve::testing::TempDir("trace_replay_model");
   RandomModelSpec spec;

@@ -51,8 +51,26 @@ int RunReplay(ReplayArgs& a) {
   auto transport = MakeTransport(a.router.transport, o->connection.secret);
   if (!transport.ok()) return ReportError(kCommand, transport.status());
   Router router(transport->get(), *o);
+  // The pool as the history before the window left it.
+  auto history = lab::PoolHistoryRequests(*trace, a.replay, *requests);
+  if (!history.ok()) return ReportError(kCommand, history.status());
+  std::string history_json;
+  RouterStats before;
+  if (!history->empty()) {
+    size_t tokens = 0;
+    for (const lab::TimedRequest& t : *history) tokens += t.request.prompt.size();
+    Progress(kCommand, "filling the pool as the {:g} trace seconds before the window left it: {} prefixes, {} tokens",
+             a.replay.pool_history_seconds, history->size(), tokens);
+    const lab::ReplaySummary filled = lab::RunReplay(router, *history, a.max_in_flight, nullptr);
+    for (const lab::ReplayRecord& r : filled.records)
+      if (!r.ok) Progress(kCommand, "history prefix {} ({} tokens) not stored: {}", r.id, r.prompt_tokens, r.error);
+    history_json = fmt::format(R"({{"seconds":{},"requests":{},"answered":{},"prompt_tokens":{},"span_s":{}}})",
+                               a.replay.pool_history_seconds, history->size(), filled.answered(), tokens,
+                               filled.span_seconds);
+    before = router.stats();
+  }
   size_t done = 0;
-  const lab::ReplaySummary sum =
+  lab::ReplaySummary sum =
       lab::RunReplay(router, *requests, a.max_in_flight, [&](const lab::ReplayRecord& r) {
         ++done;
         if (a.json) {
@@ -64,9 +82,15 @@ int RunReplay(ReplayArgs& a) {
           Progress(kCommand, "{} of {} answered or failed", done, requests->size());
         }
       });
+  // The router's counts of the window alone.
+  for (size_t w = 0; w < before.served.size() && w < sum.router.served.size(); ++w)
+    sum.router.served[w] -= before.served[w];
+  sum.router.rerouted -= before.rerouted;
+  sum.router.affinity -= before.affinity;
   fmt::print(stderr, "{}", sum.Text());
   if (!a.out_json.empty()) {
-    std::string text = "{\"summary\":" + sum.SummaryJson() + ",\"records\":[";
+    std::string text = "{\"summary\":" + sum.SummaryJson() +
+                       (history_json.empty() ? "" : ",\"pool_history\":" + history_json) + ",\"records\":[";
     for (size_t i = 0; i < sum.records.size(); ++i) {
       std::string line = lab::ReplayRecordJson(sum.records[i]);
       line.pop_back();  // the newline
@@ -128,6 +152,12 @@ RunFn SetupReplay(CLI::App& sub) {
   sub.add_option("--slo-per-1k-s", a->replay.slo_per_1k_tokens_seconds, "TTFT target per 1K prompt tokens")
       ->capture_default_str();
   sub.add_flag("--no-pool", a->no_pool, "requests do not use the prefix pool");
+  sub.add_option("--pool-history", a->replay.pool_history_seconds,
+                 "before the window, store in the pool the prefixes the window's requests share with the "
+                 "requests of this many trace seconds before it (one request per prefix, unrecorded; "
+                 "0 = the pool starts empty)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub.add_option("--max-in-flight", a->max_in_flight, "requests in flight at most (later ones wait)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();

@@ -61,6 +61,9 @@ struct ReplayOptions {
   double slo_base_seconds = 1.0;
   double slo_per_1k_tokens_seconds = 0.1;
   bool use_pool = true;  // prefix hits through the workers' pool
+  // Trace seconds before the window whose requests had filled the pool when
+  // the window starts (PoolHistoryRequests). 0: the pool starts empty.
+  double pool_history_seconds = 0;
 };
 
 // A request and when to send it (seconds after the replay starts).
@@ -81,6 +84,22 @@ struct TimedRequest {
 // a window without requests.
 Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& trace,
                                                 const ReplayOptions& options);
+
+// What the trace's requests of the pool_history_seconds before the window
+// left in the pool that the window's requests would find: for each request
+// of `window` (TraceRequests(trace, options)), the longest run of its
+// leading blocks that some earlier request's prompt also starts with (whole
+// blocks of that prompt's prefix, under max_prompt_tokens), as a request for
+// those blocks' tokens and the window request's next token (a prompt's last
+// token is never stored), at time 0, one output token, ids after the
+// window's; a run another of them covers is left out, longest first.
+// Sending these (and waiting for them) before the window fills the pool as
+// that history would have, without replaying its other requests. Empty when
+// pool_history_seconds is 0 or !use_pool. InvalidArgument for a negative
+// pool_history_seconds or TraceRequests' own errors.
+Result<std::vector<TimedRequest>> PoolHistoryRequests(const std::vector<TraceRecord>& trace,
+                                                      const ReplayOptions& options,
+                                                      const std::vector<TimedRequest>& window);
 
 // What one request saw. Times are from its scheduled arrival: the wait
 // before it could be sent (the in-flight cap), submissions to a worker that
