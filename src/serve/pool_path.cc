@@ -10,8 +10,9 @@
 // the time to fetch and decode the frames at the measured bandwidth (the
 // profile's t0 once per hit) plus the time the decode worker takes to run
 // the rest of the prompt against them (as its earlier hits took, by tokens
-// left; a fresh prefill's time before the first), compares that with
-// recomputing, and takes the fastest that meets the quality floor (a
+// left; a fresh prefill's time before the first, when the adaptive choice
+// only takes a hit that covers at least half its prompt), compares that
+// with recomputing, and takes the fastest that meets the quality floor (a
 // pool behind a link of its own: per chunk the slower of that link, at the
 // goodput earlier relays measured, and the decode link). Each chosen chunk
 // is relayed record by record (KvPool::GetRecords): every record the pool
@@ -156,7 +157,15 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
       const int rest = static_cast<int>(prompt_tokens) - static_cast<int>(k) * chunk_tokens;
       const double total = seconds + (hit_first_token_.empty() ? prefill_time_.Predict(rest)
                                                                : hit_first_token_.Predict(rest));
-      const bool better = r.method == kMethodAdaptive ? total < best_seconds : k > best_chunks;
+      // Until the decode side's time for a rest has been measured (no hit
+      // yet), its prior, this worker's prefill of those tokens, is a lower
+      // bound: there the rest runs beside every admitted request's decode
+      // steps and incoming KV, and slows them (on one H100 under the trace's
+      // load a one-chunk hit's 11.8K-token rest took 1-3 s, against 0.5 s
+      // for the whole prompt's prefill and transfer: docs/replay.md). So
+      // the adaptive choice's first hit covers at least half its prompt.
+      const bool explorable = !hit_first_token_.empty() || rest <= static_cast<int>(k) * chunk_tokens;
+      const bool better = r.method == kMethodAdaptive ? explorable && total < best_seconds : k > best_chunks;
       if (better) {
         best_seconds = total;
         best_spec = spec;

@@ -117,6 +117,50 @@ TEST_P(ServePrefixChunkTest, AForcedMethodOutsideTheTableHitsItsOwnChunks) {
   EXPECT_EQ(answers->hit.tokens.size(), static_cast<size_t>(r.max_new_tokens));  // lossy: not the miss's tokens
 }
 
+// Before the decode side's time for a prompt's rest has been measured, the
+// adaptive choice takes no hit that leaves most of the prompt for the
+// decode worker to run, however slow the link makes recomputing look; a hit
+// covering most of it it takes.
+TEST(ServePrefixChunkAdaptiveTest, TheFirstHitCoversAtLeastHalfItsPrompt) {
+  auto pool = NewMemoryPool();
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"none"};
+  // kivi-4 alone: it keeps a prompt this short whole (its residual), so
+  // recomputing sends every token's KV and a hit's chunks are fewer bytes.
+  o.table = ProfileTable::FromRows({servetest::TestTable().profile(1)}).value();
+  // 2 KiB of KV per token: a 64-token prompt's KV takes 0.5 s on this link.
+  o.shape_bytes_per_second = 256 << 10;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(909);
+  const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 4 * c, 4 * c);
+  auto first = cluster->client->Submit(PoolRequest(400, stored, rng));  // its 3 prefix chunks are stored
+  ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+  auto sharing = [&](uint64_t id, int chunks) {
+    ServeRequest r = PoolRequest(id, stored, rng);
+    for (size_t i = static_cast<size_t>(chunks) * c; i < r.prompt.size(); ++i)
+      r.prompt[i] = static_cast<int32_t>((stored[i] + 1 + rng() % 100) % servetest::SmallSpec().vocab);
+    r.method = kMethodAdaptive;
+    r.workload = "chat";
+    r.quality_min = 0.9;
+    return r;
+  };
+  // One chunk of four: three left for the decode worker.
+  auto one = cluster->client->Submit(sharing(401, 1));
+  ASSERT_TRUE(one.ok() && one->status.ok()) << one->status.ToString();
+  EXPECT_FALSE(one->timings.prefix_hit);
+  EXPECT_GT(one->timings.prefill_seconds, 0);
+  // Three of four: a hit on at least half of it (fetching the third raw
+  // chunk over this link is predicted slower than running its tokens).
+  auto three = cluster->client->Submit(sharing(402, 3));
+  ASSERT_TRUE(three.ok() && three->status.ok()) << three->status.ToString();
+  EXPECT_TRUE(three->timings.prefix_hit);
+  EXPECT_GE(three->timings.prefix_chunks, 2);
+  EXPECT_EQ(three->timings.profile, "none");
+}
+
 TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o = servetest::Over(GetParam());
