@@ -260,7 +260,12 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
     redis_address, redis_proc = args.redis, None
     if args.pool_backend == "redis" and not redis_address:
         redis_proc, redis_address = _start_redis(args.redis_server, tmp)
-    report["pool_backend"] = args.pool_backend + (f" ({redis_address})" if redis_address else "")
+    # The first run's backend names the report's pool; a later --append run with another backend
+    # adds its points beside (named "<load>/<method>@<backend>").
+    report.setdefault("pool_backend", args.pool_backend + (f" ({redis_address})" if redis_address else ""))
+    report.setdefault("pool_backends", {})[args.pool_backend] = args.pool_backend + (
+        f" ({redis_address})" if redis_address else "")
+    suffix = "" if args.pool_backend == "memory" else "@" + args.pool_backend
     points_run = [0]
 
     def new_pool() -> Any:
@@ -310,7 +315,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         if out["exit"] != 0 or s.get("failed", 0):
             failures.append(f"{gbps} Gbps {method} x{time_scale:.3g}: {s.get('failed')} failed: {out['stderr_tail']}")
         return {"gbps": gbps, "method": method, "time_scale": time_scale, "pool": use_pool,
-                "pool_history": out.get("pool_history"), "gpu_busy": share, "decode_gpu_busy": decode_share,
+                "pool_backend": args.pool_backend if use_pool else None, "pool_history": out.get("pool_history"), "gpu_busy": share, "decode_gpu_busy": decode_share,
                 "summary": s, "records": records}
 
     try:
@@ -336,7 +341,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
             for load in [float(x) for x in args.loads.split(",") if x]:
                 time_scale = window_rps / (load * sat_rps)
                 for method in methods:
-                    name = f"{load:g}/{method}"
+                    name = f"{load:g}/{method}{suffix}"
                     if name in points:
                         continue
                     progress(f"{gbps:g} Gbps, load x{load:g} ({load * sat_rps:.3g} req/s): {method}")
@@ -467,10 +472,17 @@ def kill_run(args: argparse.Namespace, decode_address: str, table: Any, tmp: str
 # -- the report ---------------------------------------------------------------
 
 
+def _main_pool(p: Dict[str, Any]) -> bool:
+    """A point of the report's main comparison: with the pool, the first
+    run's backend (points of a second backend sit beside, named
+    ``<load>/<method>@<backend>``)."""
+    return bool(p["pool"]) and p.get("pool_backend") in (None, "memory")
+
+
 def best_static(points: Dict[str, Any], load: float) -> Optional[str]:
     """The fixed compressed method with the highest goodput at ``load``
     (ties: lower p99 TTFT)."""
-    cands = [p for p in points.values() if p.get("load") == load and p["method"] not in FIXED_EXCLUDED and p["pool"]]
+    cands = [p for p in points.values() if p.get("load") == load and p["method"] not in FIXED_EXCLUDED and _main_pool(p)]
     if not cands:
         return None
     return max(cands, key=lambda p: (p["summary"]["goodput_rps"], -p["summary"]["ttft_p99_s"]))["method"]
@@ -478,20 +490,23 @@ def best_static(points: Dict[str, Any], load: float) -> Optional[str]:
 
 def pool_effect(points: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Per load with a no-pool replay: the TTFT of kvserve's requests that
-    hit the pool, against the same requests (same ids) recomputed."""
+    hit the pool (each backend's point), against the same requests (same
+    ids) recomputed."""
     out = []
     for name, p in points.items():
         if not name.endswith("/kvserve-no-pool"):
             continue
-        pooled = points.get(f"{p['load']:g}/kvserve")
-        if pooled is None:
-            continue
         off = {r["id"]: r for r in p["records"] if r.get("ok")}
-        hits = [r for r in pooled["records"] if r.get("ok") and r.get("prefix_hit") and r["id"] in off]
-        if hits:
-            out.append({"gbps": p.get("gbps"), "load": p["load"], "hits": len(hits),
-                        "ttft_hit_mean_s": statistics.fmean(r["ttft_s"] for r in hits),
-                        "ttft_recomputed_mean_s": statistics.fmean(off[r["id"]]["ttft_s"] for r in hits)})
+        for pooled_name, pooled in sorted(points.items()):
+            if pooled_name.split("@")[0] != f"{p['load']:g}/kvserve" or not pooled["pool"]:
+                continue
+            hits = [r for r in pooled["records"] if r.get("ok") and r.get("prefix_hit") and r["id"] in off]
+            if hits:
+                out.append({"gbps": p.get("gbps"), "load": p["load"], "hits": len(hits),
+                            "backend": pooled.get("pool_backend") or "memory",
+                            "prefix_chunks_mean": statistics.fmean(r.get("prefix_chunks", 0) for r in hits),
+                            "ttft_hit_mean_s": statistics.fmean(r["ttft_s"] for r in hits),
+                            "ttft_recomputed_mean_s": statistics.fmean(off[r["id"]]["ttft_s"] for r in hits)})
     return out
 
 
@@ -515,7 +530,7 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
             if raw:
                 row["vs_raw"] = g / raw["summary"]["goodput_rps"] if raw["summary"]["goodput_rps"] else None
             others = [p["summary"]["goodput_rps"] for n, p in points.items()
-                      if p.get("load") == load and p["method"] != "kvserve" and p["pool"]]
+                      if p.get("load") == load and p["method"] != "kvserve" and _main_pool(p)]
             row["vs_best_other"] = g / max(others) if others and max(others) else None
             rows.append(row)
     return {"points": rows, "pool": [e for r in report["rates"].values() for e in pool_effect(r.get("points", {}))],
@@ -525,6 +540,13 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
 STAGES = (("queue_s", "queue"), ("pool_store_s", "pool stores"), ("connection_wait_s", "connection wait"),
           ("prefill_s", "prefill"), ("kv_s", "KV"), ("pool_fetch_s", "pool fetch"), ("decode_kv_s", "KV decode"),
           ("first_token_s", "first token"))
+
+
+def _label(p: Dict[str, Any]) -> str:
+    """A point's method, and its pool when not the main one."""
+    if not p["pool"]:
+        return p["method"] + ", no pool"
+    return p["method"] + ("" if _main_pool(p) else f", {p['pool_backend']} pool")
 
 
 def stage_table(report: Dict[str, Any]) -> List[str]:
@@ -549,8 +571,7 @@ def stage_table(report: Dict[str, Any]) -> List[str]:
 
             streamed = [r["streamed"] for r in ok if "streamed" in r]
             share = f"{sum(streamed) / len(streamed):.2f}" if streamed else "-"
-            label = p["method"] + ("" if p["pool"] else ", no pool")
-            lines.append(f"| {float(key):g} | x{p['load']:g} | {label} | {mean('ttft_s')} | "
+            lines.append(f"| {float(key):g} | x{p['load']:g} | {_label(p)} | {mean('ttft_s')} | "
                          + " | ".join(mean(field) for field, _ in STAGES) + f" | {share} |")
     return lines + [""]
 
@@ -577,7 +598,10 @@ def markdown(report: Dict[str, Any]) -> str:
                 "under the point's method and not recorded; the hits below are against that pool"
                 if a.get("pool_history") else "empty at each point's start") + ")."
              + (f" Each call first replays the window's first {a['warmup_requests']} requests at once, raw and "
-                "unrecorded (the workers' first-use costs)." if report.get("warmups") else ""), ""]
+                "unrecorded (the workers' first-use costs)." if report.get("warmups") else "")
+             + "".join(f" Points marked `{b} pool` ran with {text} as the pool instead (a later call), beside the "
+                       "comparison, which uses the first." for b, text in sorted(report.get("pool_backends", {}).items())
+                       if b != "memory"), ""]
     for key, rate in sorted(report["rates"].items(), key=lambda kv: -float(kv[0])):
         sat = rate.get("saturation")
         if not sat:
@@ -591,7 +615,7 @@ def markdown(report: Dict[str, Any]) -> str:
         for name, p in sorted(points.items(), key=lambda kv: (kv[1]["load"], kv[0])):
             s = p["summary"]
             best = best_static(points, p["load"])
-            label = p["method"] + (" (best static)" if p["method"] == best else "") + ("" if p["pool"] else ", no pool")
+            label = _label(p) + (" (best static)" if p["method"] == best and _main_pool(p) else "")
             busy = f"{p['gpu_busy']:.2f}" if p.get("gpu_busy") is not None else "-"
             if p.get("decode_gpu_busy") is not None:
                 busy += f" / {p['decode_gpu_busy']:.2f}"
@@ -600,7 +624,7 @@ def markdown(report: Dict[str, Any]) -> str:
                          f"{s['jct_mean_s']:.2f} / {s['jct_p50_s']:.2f} / {s['jct_p99_s']:.2f} | "
                          f"{s['kv_bytes_mean'] / 1e6:.1f} | {s['prefix_hit_rate']:.2f} | {busy} | {s['failed']} |")
         lines.append("")
-        shares = [(p["load"], p["summary"]) for p in points.values() if p["method"] == "kvserve" and p["pool"]]
+        shares = [(p["load"], p["summary"]) for p in points.values() if p["method"] == "kvserve" and _main_pool(p)]
         if shares:
             lines += ["The controller's bandwidth estimate at each decision against the link's rate divided by "
                       "the transfers on it then (1 = it estimates its fair share under contention):", ""]
@@ -622,8 +646,9 @@ def markdown(report: Dict[str, Any]) -> str:
     if c["pool"]:
         lines += ["", "Pool hits against the same requests recomputed (kvserve, `--no-pool` replay):", ""]
         for e in c["pool"]:
-            lines.append(f"- {e['gbps']:g} Gbps, load x{e['load']:g}: {e['hits']} hits, TTFT {e['ttft_hit_mean_s']:.3f} s with the pool "
-                         f"vs {e['ttft_recomputed_mean_s']:.3f} s recomputed")
+            lines.append(f"- {e['gbps']:g} Gbps, load x{e['load']:g}, {e.get('backend', 'memory')} pool: {e['hits']} hits "
+                         f"({e.get('prefix_chunks_mean', 0):.1f} chunks on average), TTFT {e['ttft_hit_mean_s']:.3f} s "
+                         f"with the pool vs {e['ttft_recomputed_mean_s']:.3f} s recomputed")
     kill = report.get("kill")
     if kill:
         k = kill["summary"]
@@ -656,7 +681,7 @@ def plot(report: Dict[str, Any], path: str) -> None:
     for ax, (key, rate) in zip(axes[0], rates):
         by_method: Dict[str, List[tuple]] = {}
         for p in rate.get("points", {}).values():
-            if p["pool"]:
+            if _main_pool(p):
                 by_method.setdefault(p["method"], []).append((p["summary"].get("offered_rps", 0), p["summary"]["goodput_rps"]))
         for method, xy in sorted(by_method.items()):
             xy.sort()

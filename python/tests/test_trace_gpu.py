@@ -83,5 +83,47 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
 
 
+def _point(method, load, goodput, pool=True, backend="memory", records=()):
+    return {"method": method, "load": load, "gbps": 5.0, "pool": pool, "pool_backend": backend if pool else None,
+            "summary": {"goodput_rps": goodput, "ttft_p99_s": 1.0}, "records": list(records)}
+
+
+class TraceGpuReportTest(unittest.TestCase):
+    """A second pool backend's points (``<load>/<method>@<backend>``) sit
+    beside the comparison: never the best static method or "the others",
+    but their hits are compared with the same requests recomputed."""
+
+    def test_a_second_backends_points_stay_out_of_the_comparison(self):
+        sys.path.insert(0, os.path.dirname(SCRIPT))
+        import trace_gpu  # noqa: PLC0415
+
+        import random  # noqa: PLC0415
+
+        rng = random.Random(43)
+        ids = list(range(rng.randrange(4, 9)))
+        hit = lambda i, t: {"id": i, "ok": True, "prefix_hit": True, "prefix_chunks": 3, "ttft_s": t}  # noqa: E731
+        miss = lambda i, t: {"id": i, "ok": True, "prefix_hit": False, "ttft_s": t}  # noqa: E731
+        redis_ttft = [rng.uniform(0.1, 0.5) for _ in ids]
+        off_ttft = [rng.uniform(0.6, 2.0) for _ in ids]
+        points = {
+            "1/kivi-2": _point("kivi-2", 1, 0.4),
+            "1/cachegen": _point("cachegen", 1, 0.3),
+            "1/kvserve": _point("kvserve", 1, 0.5, records=[miss(i, 1.0) for i in ids]),
+            "1/kivi-2@redis": _point("kivi-2", 1, 0.9, backend="redis"),
+            "1/kvserve@redis": _point("kvserve", 1, 0.6, backend="redis",
+                                      records=[hit(i, t) for i, t in zip(ids, redis_ttft)]),
+            "1/kvserve-no-pool": _point("kvserve", 1, 0.2, pool=False,
+                                        records=[miss(i, t) for i, t in zip(ids, off_ttft)]),
+        }
+        self.assertEqual(trace_gpu.best_static(points, 1), "kivi-2")
+        row = trace_gpu.checks({"rates": {"5": {"points": points}}})["points"][0]
+        self.assertAlmostEqual(row["vs_best_other"], 0.5 / 0.4)
+        effect = trace_gpu.pool_effect(points)
+        self.assertEqual(len(effect), 1)  # the embedded pool's point hit nothing
+        self.assertEqual((effect[0]["backend"], effect[0]["hits"]), ("redis", len(ids)))
+        self.assertAlmostEqual(effect[0]["ttft_hit_mean_s"], sum(redis_ttft) / len(ids))
+        self.assertAlmostEqual(effect[0]["ttft_recomputed_mean_s"], sum(off_ttft) / len(ids))
+
+
 if __name__ == "__main__":
     unittest.main()
