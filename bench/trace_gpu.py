@@ -205,7 +205,7 @@ def _replay(args: argparse.Namespace, addresses: Sequence[str], method: str, tim
 def _keep(record: Dict[str, Any]) -> Dict[str, Any]:
     fields = ("id", "ok", "error", "prompt_tokens", "arrival_s", "ttft_s", "jct_s", "ttft_slo_s", "met_slo",
               "profile", "prefill_s", "queue_s", "kv_s", "pool_fetch_s", "decode_kv_s", "generation_s", "first_token_s",
-              "send_delay_s", "pool_store_s", "connection_wait_s", "streamed", "kv_bytes",
+              "send_delay_s", "connection_wait_s", "streamed", "kv_bytes",
               "frame_bytes", "prefix_hit", "prefix_chunks", "bandwidth_gbps", "link_transfers", "fair_share_gbps",
               "worker", "submissions")
     return {k: record[k] for k in fields if k in record}
@@ -537,7 +537,7 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
             "failures": len(report.get("failures", []))}
 
 
-STAGES = (("queue_s", "queue"), ("pool_store_s", "pool stores"), ("connection_wait_s", "connection wait"),
+STAGES = (("queue_s", "queue"), ("connection_wait_s", "connection wait"),
           ("prefill_s", "prefill"), ("kv_s", "KV"), ("pool_fetch_s", "pool fetch"), ("decode_kv_s", "KV decode"),
           ("first_token_s", "first token"))
 

@@ -93,10 +93,8 @@ struct RequestTimings {
   // last windows awaited on a GPU).
   double pool_wait_seconds = 0;
   // Prefill worker, inside the request's turn and outside its other times:
-  // the pool stores of the worker's previous requests, done before this one
-  // (pool_store_seconds), and the wait for a free decode connection while
-  // every one was out with a generating request (connection_wait_seconds).
-  double pool_store_seconds = 0;
+  // the wait for a free decode connection while every one was out with a
+  // generating request.
   double connection_wait_seconds = 0;
   double ttft_seconds = 0;        // arrival at the prefill worker (queue included) to first token
   double after_first_token_seconds = 0;  // decode worker: its first token to its last
@@ -304,13 +302,14 @@ class PrefillWorker {
   // Serves one request in the calling thread (what a client connection
   // does). Never fails as a call: errors are in the response's status.
   // The prompt's prefix chunks (use_pool) wait to be stored in the pool
-  // until StorePending or the next request.
+  // until StorePending (a request's turn never does a store: under load
+  // the stores of earlier requests made the next ones wait seconds).
   ServeResponse Serve(const ServeRequest& request);
   // Encodes and stores the prefix chunks the requests served so far left
-  // waiting (a client connection's handler does this once each response is
-  // out; a caller of Serve does it when the response is in hand, so that
-  // the next request does not wait for it). Best effort: a failed store is
-  // a later miss.
+  // waiting, without holding the worker's turn (a client connection's
+  // handler does this once each response is out, before it reads that
+  // connection's next request; a caller of Serve does it when the response
+  // is in hand). Best effort: a failed store is a later miss.
   void StorePending();
   // Emulates a new link: later transfers to decode workers are paced at
   // `bytes_per_second` (0 = unshaped); the current decode connection is

@@ -73,7 +73,7 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertEqual(kill["exit"], 0)
             self.assertGreaterEqual(kill["summary"]["rerouted"], 1)
             # Each record says where its time went (the report's stage table).
-            for field in ("queue_s", "prefill_s", "kv_s", "connection_wait_s", "pool_store_s", "streamed",
+            for field in ("queue_s", "prefill_s", "kv_s", "connection_wait_s", "streamed",
                           "first_token_s"):
                 self.assertTrue(all(field in r for r in points["1/kvserve"]["records"]), field)
             with open(os.path.join(tmp, "trace.md")) as f:

@@ -342,7 +342,6 @@ std::string ReplayRecordJson(const ReplayRecord& r) {
                       {"kv_s", t.kv_seconds},
                       {"pool_fetch_s", t.pool_fetch_seconds},
                       {"decode_kv_s", t.decode_kv_seconds},
-                      {"pool_store_s", t.pool_store_seconds},
                       {"connection_wait_s", t.connection_wait_seconds},
                       {"streamed", t.streamed},
                       {"generation_s", t.generation_seconds},

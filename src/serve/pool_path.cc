@@ -10,9 +10,8 @@
 // the time to fetch and decode the frames at the measured bandwidth (the
 // profile's t0 once per hit) plus the time the decode worker takes to run
 // the rest of the prompt against them (as its earlier hits took, by tokens
-// left; a fresh prefill's time before the first, when the adaptive choice
-// only takes a hit that covers at least half its prompt), compares that
-// with recomputing, and takes the fastest that meets the quality floor (a
+// left; before the first, three times a fresh prefill's time of those
+// tokens), compares that with recomputing, and takes the fastest that meets the quality floor (a
 // pool behind a link of its own: per chunk the slower of that link, at the
 // goodput earlier relays measured, and the decode link). Each chosen chunk
 // is relayed record by record (KvPool::GetRecords): every record the pool
@@ -37,6 +36,17 @@
 
 namespace kvserve {
 namespace {
+
+// Before the decode side's time for a prompt's rest has been measured (no
+// hit yet), that time priced as this many times this worker's prefill of
+// those tokens: there the rest runs beside every admitted request's decode
+// steps and incoming KV, on a GPU shared with them (on one H100 under the
+// trace's load, docs/replay.md, a one-chunk hit's 11.8K-token rest took 1-3 s
+// where this worker's prefill of those tokens took 0.43 s: 2.3 to 7 times).
+// A hit is then taken only when it still wins with its rest three times as
+// slow: a short rest (most of the prompt from the pool, or a cheap model)
+// passes, a long one does not until the decode side has been measured.
+constexpr double kUnmeasuredRestFactor = 3.0;
 
 std::span<const int32_t> PrefixOf(const std::vector<int32_t>& prompt) {
   return std::span<const int32_t>(prompt).first(prompt.size() - 1);
@@ -155,17 +165,10 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
       // against the imported chunks: as its earlier hits took, once there
       // were some, else as a fresh prefill of those tokens would.
       const int rest = static_cast<int>(prompt_tokens) - static_cast<int>(k) * chunk_tokens;
-      const double total = seconds + (hit_first_token_.empty() ? prefill_time_.Predict(rest)
-                                                               : hit_first_token_.Predict(rest));
-      // Until the decode side's time for a rest has been measured (no hit
-      // yet), its prior, this worker's prefill of those tokens, is a lower
-      // bound: there the rest runs beside every admitted request's decode
-      // steps and incoming KV, and slows them (on one H100 under the trace's
-      // load a one-chunk hit's 11.8K-token rest took 1-3 s, against 0.5 s
-      // for the whole prompt's prefill and transfer: docs/replay.md). So
-      // the adaptive choice's first hit covers at least half its prompt.
-      const bool explorable = !hit_first_token_.empty() || rest <= static_cast<int>(k) * chunk_tokens;
-      const bool better = r.method == kMethodAdaptive ? explorable && total < best_seconds : k > best_chunks;
+      const double total =
+          seconds + (hit_first_token_.empty() ? kUnmeasuredRestFactor * prefill_time_.Predict(rest)
+                                              : hit_first_token_.Predict(rest));
+      const bool better = r.method == kMethodAdaptive ? total < best_seconds : k > best_chunks;
       if (better) {
         best_seconds = total;
         best_spec = spec;
@@ -333,17 +336,16 @@ void PrefillWorker::Impl::QueuePoolStores(const ServeRequest& r, std::shared_ptr
 }
 
 void PrefillWorker::Impl::FlushPoolStores() {
-  std::lock_guard<std::mutex> lock(mu_);
-  FlushPoolStoresLocked();
-}
-
-void PrefillWorker::Impl::FlushPoolStoresLocked() {
-  if (options_.pool == nullptr) {
-    pending_stores_.clear();
-    return;
+  // The stores are taken out under mu_ and encoded without it: the
+  // requests in their turns meanwhile neither wait for nor pay for them.
+  std::vector<serve::PendingPoolStore> stores;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stores.swap(pending_stores_);
   }
+  if (options_.pool == nullptr) return;
   std::vector<uint8_t> frame;
-  for (serve::PendingPoolStore& store : pending_stores_) {
+  for (serve::PendingPoolStore& store : stores) {
     // A chunk shared with an earlier prompt is usually stored already: skip
     // the profiles the pool holds instead of encoding them again.
     auto stored = options_.pool->Lookup(store.key.model_id, store.key.prefix_hash);
@@ -361,10 +363,18 @@ void PrefillWorker::Impl::FlushPoolStoresLocked() {
             !options_.device->EncodeFrame(*profile, options_.head_scores, *chunk, sink, engine_->stream()).ok())
           continue;
       } else {
-        auto encoder = Encoder(spec);
-        if (!encoder.ok()) continue;
-        const Status encoded =
-            std::visit([&](const auto& view) { return (*encoder)->Encode(view, sink); }, *chunk);
+        std::unique_ptr<EncoderContext> encoder;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto taken = TakeEncoder(spec);
+          if (!taken.ok()) continue;
+          encoder = std::move(*taken);
+        }
+        const Status encoded = std::visit([&](const auto& view) { return encoder->Encode(view, sink); }, *chunk);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          GiveEncoder(spec, std::move(encoder));
+        }
         if (!encoded.ok()) continue;
       }
       PoolKey key = store.key;
@@ -372,7 +382,6 @@ void PrefillWorker::Impl::FlushPoolStoresLocked() {
       (void)options_.pool->Put(key, frame);  // best effort: a failed store is a later miss
     }
   }
-  pending_stores_.clear();
 }
 
 }  // namespace kvserve

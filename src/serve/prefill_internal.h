@@ -183,12 +183,11 @@ class PrefillWorker::Impl {
   void RecordPoolHit(const serve::PrefillContext& ctx, RequestTimings* t);
   // pool_path.cc: queues the full chunks of the prompt's prefix (all tokens
   // but the last) in `kv` for storing under the pool profiles (or
-  // `sent_spec`); FlushPoolStores encodes and stores those not yet in the
-  // pool.
+  // `sent_spec`); FlushPoolStores (not under mu_: it takes the queued ones
+  // and encodes them without holding it) stores those not yet in the pool.
   void QueuePoolStores(const ServeRequest& request, std::shared_ptr<const EngineKv> kv,
                        const std::string& sent_spec);
   void FlushPoolStores();
-  void FlushPoolStoresLocked();
 
   Transport* transport_;
   ServingEngine* engine_;

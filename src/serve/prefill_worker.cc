@@ -474,8 +474,6 @@ ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   response.id = request.id;
   const double turn = MonotonicSeconds();
   response.timings.queue_seconds = turn - start;
-  FlushPoolStoresLocked();
-  response.timings.pool_store_seconds = MonotonicSeconds() - turn;
   Status valid = ValidateRequest(request);
   if (!valid.ok()) {
     response.status = valid;

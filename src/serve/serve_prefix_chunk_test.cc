@@ -7,7 +7,9 @@
 // POOL_FETCH's key list, whose keys survive any model id bytes.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "kvserve/codec.h"
 #include "kvserve/pool.h"
@@ -117,20 +119,27 @@ TEST_P(ServePrefixChunkTest, AForcedMethodOutsideTheTableHitsItsOwnChunks) {
   EXPECT_EQ(answers->hit.tokens.size(), static_cast<size_t>(r.max_new_tokens));  // lossy: not the miss's tokens
 }
 
+// A prefill that takes 10 ms a token: prefill time that a hit's rest, run
+// on the decode side, must beat.
+class SlowPrefillEngine : public servetest::RuntimeEngineWrapper {
+ public:
+  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10) * prompt.size());
+    return RuntimeEngineWrapper::Prefill(prompt, on_layer);
+  }
+};
+
 // Before the decode side's time for a prompt's rest has been measured, the
-// adaptive choice takes no hit that leaves most of the prompt for the
-// decode worker to run, however slow the link makes recomputing look; a hit
-// covering most of it it takes.
-TEST(ServePrefixChunkAdaptiveTest, TheFirstHitCoversAtLeastHalfItsPrompt) {
+// adaptive choice prices that rest at three times the worker's prefill of
+// it: a one-chunk hit that leaves three quarters of a slow prefill to the
+// decode worker is recomputed; a hit on three chunks of four still pays.
+TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
   auto pool = NewMemoryPool();
+  SlowPrefillEngine slow;
   servetest::ClusterOptions o;
   o.pool = pool.get();
-  o.pool_store_profiles = {"none"};
-  // kivi-4 alone: it keeps a prompt this short whole (its residual), so
-  // recomputing sends every token's KV and a hit's chunks are fewer bytes.
-  o.table = ProfileTable::FromRows({servetest::TestTable().profile(1)}).value();
-  // 2 KiB of KV per token: a 64-token prompt's KV takes 0.5 s on this link.
-  o.shape_bytes_per_second = 256 << 10;
+  o.pool_store_profiles = {"cachegen"};  // a compressed store: fetching chunks costs little
+  o.prefill_engine = &slow;
   auto cluster = servetest::StartCluster(o);
   ASSERT_TRUE(cluster);
   const int c = o.pool_chunk_tokens;
@@ -147,18 +156,18 @@ TEST(ServePrefixChunkAdaptiveTest, TheFirstHitCoversAtLeastHalfItsPrompt) {
     r.quality_min = 0.9;
     return r;
   };
-  // One chunk of four: three left for the decode worker.
+  // One chunk of four: a 48-token rest, 0.48 s at the prefill's pace and
+  // priced at 1.44 s, against 0.64 s to recompute.
   auto one = cluster->client->Submit(sharing(401, 1));
   ASSERT_TRUE(one.ok() && one->status.ok()) << one->status.ToString();
   EXPECT_FALSE(one->timings.prefix_hit);
   EXPECT_GT(one->timings.prefill_seconds, 0);
-  // Three of four: a hit on at least half of it (fetching the third raw
-  // chunk over this link is predicted slower than running its tokens).
+  // Three of four: a 16-token rest, priced at 0.48 s.
   auto three = cluster->client->Submit(sharing(402, 3));
   ASSERT_TRUE(three.ok() && three->status.ok()) << three->status.ToString();
   EXPECT_TRUE(three->timings.prefix_hit);
-  EXPECT_GE(three->timings.prefix_chunks, 2);
-  EXPECT_EQ(three->timings.profile, "none");
+  EXPECT_EQ(three->timings.prefix_chunks, 3);
+  EXPECT_EQ(three->timings.profile, "cachegen");
 }
 
 TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
