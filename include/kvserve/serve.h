@@ -73,6 +73,11 @@ struct ServeRequest {
   // Prefix caching: look the prompt up in the prefill worker's pool first
   // and store its KV there after a miss.
   bool use_pool = false;
+  // With use_pool: the worker stores the prompt's prefix chunks before it
+  // answers (after the response is built, so not in the timings), for a
+  // client that must find them next, e.g. a replay filling the pool before
+  // its window. Otherwise they are stored after the answer.
+  bool store_before_reply = false;
 };
 
 // Where a request's time went (seconds) and what it moved. The stages
@@ -302,7 +307,8 @@ class PrefillWorker {
   // Serves one request in the calling thread (what a client connection
   // does). Never fails as a call: errors are in the response's status.
   // The prompt's prefix chunks (use_pool) wait to be stored in the pool
-  // until StorePending (a request's turn never does a store: under load
+  // until StorePending, or Serve returns when the request asks
+  // (store_before_reply); a request's turn never does a store (under load
   // the stores of earlier requests made the next ones wait seconds).
   ServeResponse Serve(const ServeRequest& request);
   // Encodes and stores the prefix chunks the requests served so far left

@@ -305,6 +305,7 @@ ServeRequest RequestFromDict(const py::dict& d) {
   if (d.contains("slo_seconds")) r.slo_seconds = d["slo_seconds"].cast<double>();
   if (d.contains("quality_min")) r.quality_min = d["quality_min"].cast<double>();
   if (d.contains("use_pool")) r.use_pool = d["use_pool"].cast<bool>();
+  if (d.contains("store_before_reply")) r.store_before_reply = d["store_before_reply"].cast<bool>();
   if (d.contains("temperature")) r.sampling.temperature = d["temperature"].cast<float>();
   if (d.contains("top_p")) r.sampling.top_p = d["top_p"].cast<float>();
   if (d.contains("seed")) r.sampling.seed = d["seed"].cast<uint64_t>();

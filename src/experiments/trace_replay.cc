@@ -219,6 +219,7 @@ Result<std::vector<TimedRequest>> PoolHistoryRequests(const std::vector<TraceRec
     q.prompt.resize(k * static_cast<size_t>(o.block_tokens) + 1);
     q.max_new_tokens = 1;
     q.use_pool = true;
+    q.store_before_reply = true;  // in the pool when the window starts
     timed.at_seconds = 0;
     timed.ttft_slo_seconds = o.slo_base_seconds + o.slo_per_1k_tokens_seconds * q.prompt.size() / 1000.0;
     q.slo_seconds = timed.ttft_slo_seconds;

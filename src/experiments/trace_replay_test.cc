@@ -243,6 +243,7 @@ TEST(TraceReplayTest, PoolHistoryStoresTheRunsTheWindowSharesWithEarlierPrompts)
   EXPECT_EQ(h.request.max_new_tokens, 1);
   EXPECT_EQ(h.request.method, "kivi-2");
   EXPECT_TRUE(h.request.use_pool);
+  EXPECT_TRUE(h.request.store_before_reply);
   const std::vector<int32_t>& w0 = (*window)[0].request.prompt;
   ASSERT_EQ(h.request.prompt.size(), static_cast<size_t>(3 * block + 1));
   EXPECT_TRUE(std::equal(h.request.prompt.begin(), h.request.prompt.end(), w0.begin()));

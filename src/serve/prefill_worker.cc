@@ -106,6 +106,7 @@ void PrefillWorker::Impl::ServeClient(Connection& connection) {
       response.status = request.status();
     } else {
       response = Serve(*request);
+      if (request->store_before_reply) FlushPoolStores();
     }
     if (!connection.Send(kMsgServeResponse, 0, serve::EncodeResponse(response)).ok()) return;
     FlushPoolStores();
@@ -633,7 +634,11 @@ void PrefillWorker::Stop() {
   impl_->stopping_.store(true);
   impl_->server_->Stop();
 }
-ServeResponse PrefillWorker::Serve(const ServeRequest& request) { return impl_->Serve(request); }
+ServeResponse PrefillWorker::Serve(const ServeRequest& request) {
+  ServeResponse response = impl_->Serve(request);
+  if (request.store_before_reply) impl_->FlushPoolStores();
+  return response;
+}
 void PrefillWorker::StorePending() { impl_->FlushPoolStores(); }
 void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
 double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }

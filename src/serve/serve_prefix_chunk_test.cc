@@ -170,6 +170,33 @@ TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
   EXPECT_EQ(three->timings.profile, "cachegen");
 }
 
+// A request that asks for it has its prefix chunks in the pool when Serve
+// returns; one that does not leaves them for StorePending.
+TEST(ServePrefixChunkStoreTest, StoreBeforeReplyStoresBeforeServeReturns) {
+  auto pool = NewMemoryPool();
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"none"};
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(1111);
+  const int n = std::uniform_int_distribution<int>(2 * c + 1, 5 * c)(rng);
+  ServeRequest later = PoolRequest(500, servetest::RandomPrompt(rng, n, n), rng);
+  ServeResponse answer = cluster->prefill->Serve(later);
+  ASSERT_TRUE(answer.status.ok()) << answer.status.ToString();
+  EXPECT_EQ(pool->Stats()->entries, 0u);  // waiting for StorePending
+  cluster->prefill->StorePending();
+  const uint64_t first = (n - 1) / c;
+  EXPECT_EQ(pool->Stats()->entries, first);
+  const int m = std::uniform_int_distribution<int>(2 * c + 1, 5 * c)(rng);
+  ServeRequest now = PoolRequest(501, servetest::RandomPrompt(rng, m, m), rng);
+  now.store_before_reply = true;
+  answer = cluster->prefill->Serve(now);
+  ASSERT_TRUE(answer.status.ok()) << answer.status.ToString();
+  EXPECT_EQ(pool->Stats()->entries, first + (m - 1) / c);
+}
+
 TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o = servetest::Over(GetParam());
@@ -325,6 +352,21 @@ TEST_P(ServePrefixChunkTest, HeldFramesAreBoundedByTheDecodeWorkersKvLimit) {
   ASSERT_TRUE(result.ok());
   EXPECT_TRUE(result->status.ok()) << result->status.ToString();
   EXPECT_EQ((*decode)->refused_frames(), 1);
+}
+
+TEST(ServeProtocolTest, RequestKeepsItsPoolFlags) {
+  std::mt19937_64 rng(1212);
+  for (int i = 0; i < 8; ++i) {
+    ServeRequest r = PoolRequest(rng(), servetest::RandomPrompt(rng, 1, 40), rng);
+    r.use_pool = rng() % 2;
+    r.store_before_reply = rng() % 2;
+    auto back = serve::DecodeRequest(serve::EncodeRequest(r));
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->id, r.id);
+    EXPECT_EQ(back->prompt, r.prompt);
+    EXPECT_EQ(back->use_pool, r.use_pool);
+    EXPECT_EQ(back->store_before_reply, r.store_before_reply);
+  }
 }
 
 TEST(ServeProtocolTest, GenerateTransferListIsBounded) {

@@ -103,7 +103,8 @@ std::vector<uint8_t> EncodeRequest(const ServeRequest& r) {
                         {"method", r.method},
                         {"sampling", SamplingJson(r.sampling)},
                         {"stop_at_eos", r.stop_at_eos},
-                        {"use_pool", r.use_pool}});
+                        {"use_pool", r.use_pool},
+                        {"store_before_reply", r.store_before_reply}});
 }
 
 Result<ServeRequest> DecodeRequest(std::span<const uint8_t> payload) {
@@ -120,6 +121,7 @@ Result<ServeRequest> DecodeRequest(std::span<const uint8_t> payload) {
   KVSERVE_RETURN_IF_ERROR(SamplingFromJson(j, &r.sampling, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "stop_at_eos", &r.stop_at_eos, kWhat));
   KVSERVE_RETURN_IF_ERROR(OptionalField(j, "use_pool", &r.use_pool, kWhat));
+  KVSERVE_RETURN_IF_ERROR(OptionalField(j, "store_before_reply", &r.store_before_reply, kWhat));
   return r;
 }
 

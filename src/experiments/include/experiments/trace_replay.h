@@ -91,8 +91,8 @@ Result<std::vector<TimedRequest>> TraceRequests(const std::vector<TraceRecord>& 
 // leading blocks that some earlier request's prompt also starts with (whole
 // blocks of that prompt's prefix, under max_prompt_tokens), as a request for
 // those blocks' tokens and the window request's next token (a prompt's last
-// token is never stored), at time 0, one output token, ids after the
-// window's; a run another of them covers is left out, longest first.
+// token is never stored), at time 0, one output token, stored before the
+// reply (ServeRequest::store_before_reply), ids after the window's; a run another of them covers is left out, longest first.
 // Sending these (and waiting for them) before the window fills the pool as
 // that history would have, without replaying its other requests. Empty when
 // pool_history_seconds is 0 or !use_pool. InvalidArgument for a negative
