@@ -32,12 +32,19 @@ std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int32_t>& 
   return a;
 }
 
+// A cluster over `o` whose prefill worker stores a miss's prefix chunks in
+// `pool` under `profiles`.
+std::unique_ptr<servetest::Cluster> PoolCluster(servetest::ClusterOptions o, KvPool* pool,
+                                                std::vector<std::string> profiles) {
+  o.pool = pool;
+  o.pool_store_profiles = std::move(profiles);
+  return servetest::StartCluster(o);
+}
+
 TEST_P(ServePrefixChunkTest, SharedFirstChunksGiveAPartialHitThatGeneratesWhatRecomputingDoes) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o = servetest::Over(GetParam());
-  o.pool = pool.get();
-  o.pool_store_profiles = {"none"};
-  auto cluster = servetest::StartCluster(o);
+  auto cluster = PoolCluster(o, pool.get(), {"none"});
   ASSERT_TRUE(cluster);
   const int c = o.pool_chunk_tokens;
   std::mt19937_64 rng(505);
@@ -71,9 +78,7 @@ TEST_P(ServePrefixChunkTest, SharedFirstChunksGiveAPartialHitThatGeneratesWhatRe
 TEST_P(ServePrefixChunkTest, FullRepeatHitsEveryFullChunk) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o = servetest::Over(GetParam());
-  o.pool = pool.get();
-  o.pool_store_profiles = {"none", "kivi-4"};
-  auto cluster = servetest::StartCluster(o);
+  auto cluster = PoolCluster(o, pool.get(), {"none", "kivi-4"});
   ASSERT_TRUE(cluster);
   const int c = o.pool_chunk_tokens;
   std::mt19937_64 rng(606);
@@ -175,9 +180,7 @@ TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
 TEST(ServePrefixChunkStoreTest, StoreBeforeReplyStoresBeforeServeReturns) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o;
-  o.pool = pool.get();
-  o.pool_store_profiles = {"none"};
-  auto cluster = servetest::StartCluster(o);
+  auto cluster = PoolCluster(o, pool.get(), {"none"});
   ASSERT_TRUE(cluster);
   const int c = o.pool_chunk_tokens;
   std::mt19937_64 rng(1111);
@@ -200,9 +203,7 @@ TEST(ServePrefixChunkStoreTest, StoreBeforeReplyStoresBeforeServeReturns) {
 TEST_P(ServePrefixChunkTest, PromptsWithoutAFullPrefixChunkNeverHit) {
   auto pool = NewMemoryPool();
   servetest::ClusterOptions o = servetest::Over(GetParam());
-  o.pool = pool.get();
-  o.pool_store_profiles = {"none"};
-  auto cluster = servetest::StartCluster(o);
+  auto cluster = PoolCluster(o, pool.get(), {"none"});
   ASSERT_TRUE(cluster);
   const int c = o.pool_chunk_tokens;
   std::mt19937_64 rng(707);
