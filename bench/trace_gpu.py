@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workload", default="qa")
     p.add_argument("--baseline-quality", default="docs/results/quality",
                    help="recorded qualities of the fixed methods the table lacks (bench/pd_sweep.py)")
+    p.add_argument("--candidates", default="kivi-2,cachegen",
+                   help="profiles/presets kvserve's controller may choose from besides the table's rows the "
+                        "codec runs and the fixed methods of --methods (with the qualities --baseline-quality "
+                        "records), so that its choice does not depend on which fixed methods run beside it")
     p.add_argument("--quality-min", type=float, default=0.97)
     p.add_argument("--slo-base-s", type=float, default=1.0)
     p.add_argument("--slo-per-1k-s", type=float, default=0.1)
@@ -241,8 +245,13 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
     kv = pd_sweep.prompt_kv(model, [rng.randrange(1, vocab) for _ in range(args.calibration_tokens)])
     table = kvserve.ProfileTable.load(args.table)
     if args.baseline_quality:
-        table = pd_sweep.with_baselines(table, fixed, args.baseline_quality)
+        table = pd_sweep.with_baselines(table, fixed + [c for c in args.candidates.split(",") if c],
+                                        args.baseline_quality)
     table = pd_sweep.calibrate(table, kv, engine.info()["kv_dtype"])
+    if "kvserve" in methods and all(c.spec == RAW for c in table.profiles):
+        raise SystemExit("bench/trace_gpu.py: kvserve would have only raw to choose from (the table's rows are not "
+                         f"ones the {args.device} codec runs, and --methods / --candidates add no compressed "
+                         "profile with a recorded quality); pass --candidates or --baseline-quality")
     del kv, engine, device
     progress("calibrated: " + ", ".join(f"{c.spec} CR {c.compression_ratio:.2f}" for c in table.profiles))
     report["table"] = [{"spec": c.spec, "compression_ratio": c.compression_ratio,

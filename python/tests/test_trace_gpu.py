@@ -83,6 +83,24 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
 
 
+@unittest.skipIf(torch is None, "torch not installed")
+@unittest.skipIf(not os.path.exists(TRACE), "the shared trace is not beside the repository")
+class TraceGpuCandidatesTest(unittest.TestCase):
+    def test_kvserve_with_nothing_but_raw_to_choose_is_refused(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            table = os.path.join(tmp, "raw-only.json")
+            with open(table, "w") as f:
+                f.write(kvserve.ProfileTable.from_rows([], ["qa"]).to_json())
+            out = os.path.join(tmp, "trace.json")
+            done = subprocess.run([sys.executable, SCRIPT, "--model", "tiny", "--kvserve", CLI, "--trace", TRACE,
+                                   "--methods", "kvserve", "--candidates", "", "--table", table,
+                                   "--calibration-tokens", "64", "--out-json", out],
+                                  capture_output=True, text=True, timeout=300, cwd=ROOT)
+            self.assertNotEqual(done.returncode, 0)
+            self.assertIn("only raw to choose from", done.stderr)
+            self.assertFalse(os.path.exists(out))  # refused before any replay
+
+
 def _point(method, load, goodput, pool=True, backend="memory", records=()):
     return {"method": method, "load": load, "gbps": 5.0, "pool": pool, "pool_backend": backend if pool else None,
             "summary": {"goodput_rps": goodput, "ttft_p99_s": 1.0}, "records": list(records)}
