@@ -228,6 +228,22 @@ Result<std::vector<TimedRequest>> PoolHistoryRequests(const std::vector<TraceRec
   return out;
 }
 
+std::string PoolHistoryRun::Json() const {
+  nlohmann::json j = {{"seconds", history_seconds},
+                      {"requests", summary.records.size()},
+                      {"answered", summary.answered()},
+                      {"prompt_tokens", prompt_tokens},
+                      {"span_s", summary.span_seconds}};
+  return j.dump();
+}
+
+void SubtractRouterCounts(const RouterStats& before, ReplaySummary* window) {
+  for (size_t w = 0; w < before.served.size() && w < window->router.served.size(); ++w)
+    window->router.served[w] -= before.served[w];
+  window->router.rerouted -= before.rerouted;
+  window->router.affinity -= before.affinity;
+}
+
 int ReplaySummary::answered() const {
   return static_cast<int>(std::count_if(records.begin(), records.end(), [](const ReplayRecord& r) { return r.ok; }));
 }
@@ -358,6 +374,15 @@ std::string ReplayRecordJson(const ReplayRecord& r) {
                       {"prefix_hit", t.prefix_hit},
                       {"prefix_chunks", t.prefix_chunks}};
   return j.dump() + "\n";
+}
+
+PoolHistoryRun RunPoolHistory(Router& router, const std::vector<TimedRequest>& history,
+                              const ReplayOptions& options, int max_in_flight) {
+  PoolHistoryRun run;
+  run.history_seconds = options.pool_history_seconds;
+  for (const TimedRequest& t : history) run.prompt_tokens += t.request.prompt.size();
+  run.summary = RunReplay(router, history, max_in_flight, nullptr);
+  return run;
 }
 
 ReplaySummary RunReplay(Router& router, const std::vector<TimedRequest>& requests, int max_in_flight,

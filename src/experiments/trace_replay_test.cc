@@ -275,6 +275,26 @@ TEST(TraceReplayTest, PoolHistoryStoresTheRunsTheWindowSharesWithEarlierPrompts)
   EXPECT_EQ(PoolHistoryRequests(*trace, o, *window).status().code(), StatusCode::kInvalidArgument);
 }
 
+// The window's router counts are its own: a pool history's are taken off.
+TEST(TraceReplayTest, TheWindowsRouterCountsLeaveThePoolHistorysOut) {
+  std::mt19937_64 rng(77);
+  RouterStats before, after;
+  for (int w = 0; w < 3; ++w) {
+    before.served.push_back(static_cast<int64_t>(rng() % 50));
+    after.served.push_back(before.served.back() + static_cast<int64_t>(rng() % 50));
+  }
+  before.rerouted = static_cast<int64_t>(rng() % 5);
+  after.rerouted = before.rerouted + static_cast<int64_t>(rng() % 5);
+  before.affinity = static_cast<int64_t>(rng() % 9);
+  after.affinity = before.affinity + static_cast<int64_t>(rng() % 9);
+  ReplaySummary window;
+  window.router = after;
+  SubtractRouterCounts(before, &window);
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(window.router.served[w], after.served[w] - before.served[w]);
+  EXPECT_EQ(window.router.rerouted, after.rerouted - before.rerouted);
+  EXPECT_EQ(window.router.affinity, after.affinity - before.affinity);
+}
+
 TEST(TraceReplayTest, ShortReplayThroughTwoPrefillWorkersAnswersEveryRequest) {
   const std::string dir = kvserve::testing::TempDir("trace_replay_model");
   RandomModelSpec spec;

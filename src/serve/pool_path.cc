@@ -11,9 +11,10 @@
 // profile's t0 once per hit) plus the time the decode worker takes to run
 // the rest of the prompt against them (as its earlier hits took, by tokens
 // left; before the first, three times a fresh prefill's time of those
-// tokens), compares that with recomputing, and takes the fastest that meets the quality floor (a
-// pool behind a link of its own: per chunk the slower of that link, at the
-// goodput earlier relays measured, and the decode link). Each chosen chunk
+// tokens), compares that with recomputing, and takes the fastest that
+// meets the quality floor (a pool behind a link of its own: per chunk the
+// slower of that link, at the goodput earlier relays measured, and the
+// decode link). Each chosen chunk
 // is relayed record by record (KvPool::GetRecords): every record the pool
 // delivers is forwarded to the decode worker at once, as one transfer per
 // chunk, so the two links work together and no chunk is held whole here;

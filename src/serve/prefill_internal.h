@@ -73,6 +73,10 @@ class PrefillWorker::Impl {
   Impl(Transport* transport, ServingEngine* engine, std::unique_ptr<ServingEngine> owned,
        PrefillWorkerOptions options);
   Status Start(ProfileTable table);
+  // Serve, then the pool stores when the request asks to find them stored
+  // (store_before_reply): what a client connection and PrefillWorker::Serve
+  // answer.
+  ServeResponse Answer(const ServeRequest& request);
   ServeResponse Serve(const ServeRequest& request);
   void SetLinkRate(double bytes_per_second);
   double BandwidthEstimate() const;

@@ -105,8 +105,7 @@ void PrefillWorker::Impl::ServeClient(Connection& connection) {
     if (!request.ok()) {
       response.status = request.status();
     } else {
-      response = Serve(*request);
-      if (request->store_before_reply) FlushPoolStores();
+      response = Answer(*request);
     }
     if (!connection.Send(kMsgServeResponse, 0, serve::EncodeResponse(response)).ok()) return;
     FlushPoolStores();
@@ -463,6 +462,12 @@ Result<EnginePrefill> PrefillWorker::Impl::RunPrefill(serve::PrefillContext& ctx
   return prefill;
 }
 
+ServeResponse PrefillWorker::Impl::Answer(const ServeRequest& request) {
+  ServeResponse response = Serve(request);
+  if (request.store_before_reply) FlushPoolStores();
+  return response;
+}
+
 ServeResponse PrefillWorker::Impl::Serve(const ServeRequest& request) {
   // TTFT counts from the request's arrival: the wait for the requests
   // before it (one at a time) is part of what a client sees.
@@ -634,11 +639,7 @@ void PrefillWorker::Stop() {
   impl_->stopping_.store(true);
   impl_->server_->Stop();
 }
-ServeResponse PrefillWorker::Serve(const ServeRequest& request) {
-  ServeResponse response = impl_->Serve(request);
-  if (request.store_before_reply) impl_->FlushPoolStores();
-  return response;
-}
+ServeResponse PrefillWorker::Serve(const ServeRequest& request) { return impl_->Answer(request); }
 void PrefillWorker::StorePending() { impl_->FlushPoolStores(); }
 void PrefillWorker::SetLinkRate(double bytes_per_second) { impl_->SetLinkRate(bytes_per_second); }
 double PrefillWorker::BandwidthEstimate() const { return impl_->BandwidthEstimate(); }

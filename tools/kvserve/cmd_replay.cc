@@ -57,17 +57,13 @@ int RunReplay(ReplayArgs& a) {
   std::string history_json;
   RouterStats before;
   if (!history->empty()) {
-    size_t tokens = 0;
-    for (const lab::TimedRequest& t : *history) tokens += t.request.prompt.size();
-    Progress(kCommand, "filling the pool as the {:g} trace seconds before the window left it: {} prefixes, {} tokens",
-             a.replay.pool_history_seconds, history->size(), tokens);
-    const lab::ReplaySummary filled = lab::RunReplay(router, *history, a.max_in_flight, nullptr);
-    for (const lab::ReplayRecord& r : filled.records)
+    Progress(kCommand, "filling the pool as the {:g} trace seconds before the window left it: {} prefixes",
+             a.replay.pool_history_seconds, history->size());
+    const lab::PoolHistoryRun filled = lab::RunPoolHistory(router, *history, a.replay, a.max_in_flight);
+    for (const lab::ReplayRecord& r : filled.summary.records)
       if (!r.ok) Progress(kCommand, "history prefix {} ({} tokens) not stored: {}", r.id, r.prompt_tokens, r.error);
-    history_json = fmt::format(R"({{"seconds":{},"requests":{},"answered":{},"prompt_tokens":{},"span_s":{}}})",
-                               a.replay.pool_history_seconds, history->size(), filled.answered(), tokens,
-                               filled.span_seconds);
-    before = router.stats();
+    history_json = filled.Json();
+    before = filled.summary.router;
   }
   size_t done = 0;
   lab::ReplaySummary sum =
@@ -82,11 +78,7 @@ int RunReplay(ReplayArgs& a) {
           Progress(kCommand, "{} of {} answered or failed", done, requests->size());
         }
       });
-  // The router's counts of the window alone.
-  for (size_t w = 0; w < before.served.size() && w < sum.router.served.size(); ++w)
-    sum.router.served[w] -= before.served[w];
-  sum.router.rerouted -= before.rerouted;
-  sum.router.affinity -= before.affinity;
+  lab::SubtractRouterCounts(before, &sum);  // the window's alone
   fmt::print(stderr, "{}", sum.Text());
   if (!a.out_json.empty()) {
     std::string text = "{\"summary\":" + sum.SummaryJson() +

@@ -145,6 +145,24 @@ struct ReplaySummary {
 ReplaySummary RunReplay(Router& router, const std::vector<TimedRequest>& requests, int max_in_flight,
                         const std::function<void(const ReplayRecord&)>& on_reply);
 
+// What sending PoolHistoryRequests did: their records (a failed one means
+// a prefix the window will not find), the router's counts after them (to
+// take from the window's), and as a JSON object for the report.
+struct PoolHistoryRun {
+  ReplaySummary summary;
+  double history_seconds = 0;
+  uint64_t prompt_tokens = 0;
+  std::string Json() const;
+};
+
+// Sends `history` (PoolHistoryRequests of `options`) through `router`, at
+// most `max_in_flight` at once, and waits for every reply.
+PoolHistoryRun RunPoolHistory(Router& router, const std::vector<TimedRequest>& history,
+                              const ReplayOptions& options, int max_in_flight);
+
+// `window`'s router counts less those `before` it (a pool history's).
+void SubtractRouterCounts(const RouterStats& before, ReplaySummary* window);
+
 // A record as one JSON line: id, arrival, TTFT, JCT, SLO, prompt tokens,
 // ok/error, worker, submissions, profile, stage seconds, KV and frame bytes,
 // prefix hit and chunks.
