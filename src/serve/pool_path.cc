@@ -11,8 +11,9 @@
 // profile's t0 once per hit) plus the time the decode worker takes to run
 // the rest of the prompt against them (as its earlier hits took, by tokens
 // left; before the first, three times a fresh prefill's time of those
-// tokens), compares that with recomputing, and takes the fastest that
-// meets the quality floor (a pool behind a link of its own: per chunk the
+// tokens), compares that with recomputing (with requests waiting for the
+// worker's turn, crediting a hit the prefill it saves each of them), and
+// takes the fastest that meets the quality floor (a pool behind a link of its own: per chunk the
 // slower of that link, at the goodput earlier relays measured, and the
 // decode link). Each chosen chunk
 // is relayed record by record (KvPool::GetRecords): every record the pool
@@ -141,7 +142,18 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   // k), possibly fewer chunks than stored when the frames are slow to move.
   std::string best_spec;
   size_t best_chunks = 0;
-  double best_seconds = std::numeric_limits<double>::infinity();
+  double best_seconds = std::numeric_limits<double>::infinity();  // the adaptive choice's score
+  double best_latency = 0;                                        // its predicted time to first token
+  // Recomputing holds this worker's turn for the whole prompt's prefill and
+  // every request queued for the turn waits that long; a hit holds it only
+  // for these lookups (its chunks move without it) and leaves the rest to
+  // the decode side. So under load the adaptive choice weighs, besides this
+  // request's own time, the prefill a hit saves once per waiting request:
+  // the summed latency of this request and those behind it, where alone it
+  // is this request's latency. (On one GPU shared by both sides the rest
+  // still takes GPU time, hence the saving counts only the pool's tokens.)
+  const int waiting = queued_.load();
+  const double prompt_prefill = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
   // A pool across a link of its own (a remote pool, Redis): its fetches'
   // goodput as measured so far; none yet, a local pool's, or one the
   // fetches never measured: the fetch costs only the forwarding.
@@ -169,9 +181,11 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
       const double total =
           seconds + (hit_first_token_.empty() ? kUnmeasuredRestFactor * prefill_time_.Predict(rest)
                                               : hit_first_token_.Predict(rest));
-      const bool better = r.method == kMethodAdaptive ? total < best_seconds : k > best_chunks;
+      const double score = total - waiting * std::max(0.0, prompt_prefill - prefill_time_.Predict(rest));
+      const bool better = r.method == kMethodAdaptive ? score < best_seconds : k > best_chunks;
       if (better) {
-        best_seconds = total;
+        best_seconds = score;
+        best_latency = total;
         best_spec = spec;
         best_chunks = k;
       }
@@ -189,7 +203,7 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   t->profile = best_spec;
   t->prefix_hit = true;
   t->bandwidth_estimate = bandwidth;
-  t->predicted_kv_seconds = best_seconds;
+  t->predicted_kv_seconds = best_latency;
   return true;
 }
 
@@ -251,16 +265,26 @@ Result<StreamResult> PrefillWorker::Impl::RelayPoolChunks(serve::PrefillContext&
 }
 
 bool PrefillWorker::Impl::DecodeFetchesPool(int peer) const {
-  return relay_peers_.count(decode_->key(peer)) == 0;
+  const std::string& key = decode_->key(peer);
+  std::lock_guard<std::mutex> lock(relay_peers_mu_);
+  return relay_peers_.count(key) == 0;
 }
 
 Result<StreamResult> PrefillWorker::Impl::MovePoolChunks(serve::PrefillContext& ctx, Connection& connection,
                                                          uint64_t first_id, std::vector<uint64_t>* transfer_ids) {
-  if (DecodeFetchesPool(ctx.lease.peer)) {
+  const std::string peer = decode_->key(ctx.lease.peer);  // DecodePeers is read under mu_ only
+  const bool at_decode = DecodeFetchesPool(ctx.lease.peer);
+  // The turn ends here: the engine has nothing to do for a hit until the
+  // decode worker answers, so the next request's turn (its prefill, or its
+  // own lookups) runs while these chunks move, as it does during a
+  // recomputed request's transfer.
+  ctx.lock->unlock();
+  if (at_decode) {
     auto fetched = FetchPoolChunksAtDecode(ctx, connection, first_id, transfer_ids);
     if (fetched.ok() || fetched.status().code() != StatusCode::kNotSupported) return fetched;
     // A decode worker without the pool: relay to it from now on.
-    relay_peers_.insert(decode_->key(ctx.lease.peer));
+    std::lock_guard<std::mutex> lock(relay_peers_mu_);
+    relay_peers_.insert(peer);
   }
   return RelayPoolChunks(ctx, connection, first_id, transfer_ids);
 }

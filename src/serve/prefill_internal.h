@@ -172,7 +172,9 @@ class PrefillWorker::Impl {
   // ctx.pool_keys from the pool itself (POOL_FETCH), chunk i as transfer
   // first_id + i, appending the ids it holds to `transfer_ids`; where that
   // worker has no pool (it says NotSupported), relays them
-  // (RelayPoolChunks) and remembers to relay to it from then on.
+  // (RelayPoolChunks) and remembers to relay to it from then on. Called
+  // under mu_ (ctx.lock), returns without it: the chunks move outside the
+  // worker's turn.
   Result<StreamResult> MovePoolChunks(serve::PrefillContext& ctx, Connection& connection, uint64_t first_id,
                                       std::vector<uint64_t>* transfer_ids);
   Result<StreamResult> FetchPoolChunksAtDecode(serve::PrefillContext& ctx, Connection& connection,
@@ -207,9 +209,10 @@ class PrefillWorker::Impl {
   // Requests that have arrived (Serve) and wait for their turn (mu_).
   std::atomic<int> queued_{0};
   // One request at a time runs its engine turn (prefill, or a prefix hit's
-  // relay); guards everything below. A request lets go of it for its KV
-  // transfer (unless streamed during the prefill), its GENERATE and the wait
-  // for the decode result, so the next request's prefill runs meanwhile.
+  // pool lookups); guards everything below. A request lets go of it for its
+  // KV transfer (unless streamed during the prefill) or its pool chunks'
+  // move, its GENERATE and the wait for the decode result, so the next
+  // request's prefill runs meanwhile.
   std::mutex mu_;
   // Requests taking mu_ back (Relock): a request starting its turn waits on
   // turn_ while any are.
@@ -230,7 +233,10 @@ class PrefillWorker::Impl {
   // Prefix hits' fetches ("pool"): chunk bytes over the seconds the relay,
   // or the decode worker's own fetch, took.
   BandwidthEstimator pool_goodput_;
-  std::set<std::string> relay_peers_;  // decode workers without the pool (by address)
+  // Decode workers without the pool (by address); read and written outside
+  // mu_ (by hits moving their chunks), so under a lock of its own.
+  mutable std::mutex relay_peers_mu_;
+  std::set<std::string> relay_peers_;
   double link_rate_;
   std::vector<serve::PendingPoolStore> pending_stores_;
 };

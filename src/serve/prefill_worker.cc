@@ -300,11 +300,14 @@ Result<serve::ResultMessage> PrefillWorker::Impl::SendAndGenerate(
       if (streamed->ok()) add(**streamed);
       sent = streamed->status();
     } else if (pool_hit) {
-      auto relayed = MovePoolChunks(ctx, **connection, first_id, &transfer_ids);
+      auto relayed = MovePoolChunks(ctx, **connection, first_id, &transfer_ids);  // gives up the turn
+      unlocked = true;
       if (relayed.ok()) add(*relayed);
       sent = relayed.status();
-      if (sent.ok() && transfer_ids.empty())
+      if (sent.ok() && transfer_ids.empty()) {
+        relock();
         return Status::NotFound("prefix hit: the pool no longer has its first chunk");
+      }
       CoverPoolChunks(ctx, transfer_ids.size());
     } else {
       transfer_ids.push_back(first_id);

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -125,14 +127,52 @@ TEST_P(ServePrefixChunkTest, AForcedMethodOutsideTheTableHitsItsOwnChunks) {
 }
 
 // A prefill that takes 10 ms a token: prefill time that a hit's rest, run
-// on the decode side, must beat.
+// on the decode side, must beat. While closed, a prefill waits at its start
+// until Open().
 class SlowPrefillEngine : public servetest::RuntimeEngineWrapper {
  public:
   Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++entered_;
+      opened_.wait(lock, [this] { return open_; });
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(10) * prompt.size());
     return RuntimeEngineWrapper::Prefill(prompt, on_layer);
   }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    opened_.notify_all();
+  }
+  int entered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entered_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable opened_;
+  bool open_ = true;
+  int entered_ = 0;
 };
+
+// The adaptive request of the cluster's tests that shares the first
+// `chunks` chunks of `stored` and no more.
+ServeRequest Sharing(uint64_t id, const std::vector<int32_t>& stored, int chunks, int chunk_tokens,
+                     std::mt19937_64& rng) {
+  ServeRequest r = PoolRequest(id, stored, rng);
+  for (size_t i = static_cast<size_t>(chunks) * chunk_tokens; i < r.prompt.size(); ++i)
+    r.prompt[i] = static_cast<int32_t>((stored[i] + 1 + rng() % 100) % servetest::SmallSpec().vocab);
+  r.method = kMethodAdaptive;
+  r.workload = "chat";
+  r.quality_min = 0.9;
+  return r;
+}
 
 // Before the decode side's time for a prompt's rest has been measured, the
 // adaptive choice prices that rest at three times the worker's prefill of
@@ -152,15 +192,7 @@ TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
   const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 4 * c, 4 * c);
   auto first = cluster->client->Submit(PoolRequest(400, stored, rng));  // its 3 prefix chunks are stored
   ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
-  auto sharing = [&](uint64_t id, int chunks) {
-    ServeRequest r = PoolRequest(id, stored, rng);
-    for (size_t i = static_cast<size_t>(chunks) * c; i < r.prompt.size(); ++i)
-      r.prompt[i] = static_cast<int32_t>((stored[i] + 1 + rng() % 100) % servetest::SmallSpec().vocab);
-    r.method = kMethodAdaptive;
-    r.workload = "chat";
-    r.quality_min = 0.9;
-    return r;
-  };
+  auto sharing = [&](uint64_t id, int chunks) { return Sharing(id, stored, chunks, c, rng); };
   // One chunk of four: a 48-token rest, 0.48 s at the prefill's pace and
   // priced at 1.44 s, against 0.64 s to recompute.
   auto one = cluster->client->Submit(sharing(401, 1));
@@ -173,6 +205,56 @@ TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
   EXPECT_TRUE(three->timings.prefix_hit);
   EXPECT_EQ(three->timings.prefix_chunks, 3);
   EXPECT_EQ(three->timings.profile, "cachegen");
+}
+
+// A hit spares the requests waiting for the worker's turn the prefill it
+// saves: a hit on three chunks of five, recomputed when alone (its 32-token
+// rest priced at 0.96 s against a 0.8 s prefill), is taken by the first of
+// three such requests to get the turn after a prefill they all waited for.
+TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitSaves) {
+  auto pool = NewMemoryPool();
+  SlowPrefillEngine slow;
+  servetest::ClusterOptions o;
+  o.pool = pool.get();
+  o.pool_store_profiles = {"cachegen"};
+  o.prefill_engine = &slow;
+  auto cluster = servetest::StartCluster(o);
+  ASSERT_TRUE(cluster);
+  const int c = o.pool_chunk_tokens;
+  std::mt19937_64 rng(1212);
+  const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 5 * c, 5 * c);
+  auto first = cluster->client->Submit(PoolRequest(600, stored, rng));  // its 4 prefix chunks are stored
+  ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+  auto alone = cluster->client->Submit(Sharing(601, stored, 3, c, rng));
+  ASSERT_TRUE(alone.ok() && alone->status.ok()) << alone->status.ToString();
+  EXPECT_FALSE(alone->timings.prefix_hit);
+
+  // A request holds the turn in its prefill while three sharing ones queue.
+  slow.Close();
+  const int entered = slow.entered();
+  ServeRequest blocker = PoolRequest(602, servetest::RandomPrompt(rng, c, 2 * c), rng);
+  std::vector<ServeRequest> requests;
+  for (uint64_t id = 603; id < 606; ++id) requests.push_back(Sharing(id, stored, 3, c, rng));
+  std::vector<ServeResponse> answers(requests.size() + 1);
+  std::vector<std::thread> threads;
+  threads.emplace_back([&] { answers.back() = cluster->prefill->Serve(blocker); });
+  while (slow.entered() == entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (size_t i = 0; i < requests.size(); ++i)
+    threads.emplace_back([&, i] { answers[i] = cluster->prefill->Serve(requests[i]); });
+  while (cluster->prefill->queued() < static_cast<int>(requests.size()))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  slow.Open();
+  for (std::thread& t : threads) t.join();
+  int hits = 0;
+  for (const ServeResponse& a : answers) {
+    ASSERT_TRUE(a.status.ok()) << a.status.ToString();
+    if (a.timings.prefix_hit) {
+      ++hits;
+      EXPECT_EQ(a.timings.prefix_chunks, 3);
+    }
+  }
+  EXPECT_GE(hits, 1);
+  EXPECT_FALSE(answers.back().timings.prefix_hit);
 }
 
 // A request that asks for it has its prefix chunks in the pool when Serve
