@@ -41,6 +41,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -154,6 +155,25 @@ def start_process(cmd: Sequence[str], address_file: str, log_path: str, what: st
         time.sleep(0.1)
     with open(address_file) as f:
         return proc, f.read().strip()
+
+
+def decode_snapshot(proc: Any, memory_file: str, number: int, timeout: float = 30.0) -> Dict[str, Any]:
+    """The report of a running process of start_decode_process, asked for
+    by SIGUSR1 (its ``number``-th: the process counts them from 1): its
+    memory report and batched-decode counters (cumulative) now; {} when it
+    does not write one within ``timeout`` s (e.g. it has exited)."""
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with open(memory_file) as f:
+                report = json.load(f)
+            if report.get("snapshot") == number:
+                return report
+        except (OSError, ValueError):
+            pass  # not written yet
+        time.sleep(0.05)
+    return {}
 
 
 def stop_decode_process(proc: Any, log_path: str, memory_file: str, memory: Dict[str, Any], key: str,

@@ -276,6 +276,12 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         f" ({redis_address})" if redis_address else "")
     suffix = "" if args.pool_backend == "memory" else "@" + args.pool_backend
     points_run = [0]
+    snapshots = [0]
+
+    def decode_counters() -> Dict[str, Any]:
+        """The decode process's batched-decode counters now (cumulative)."""
+        snapshots[0] += 1
+        return pd_sweep.decode_snapshot(proc, memory_file, snapshots[0]).get("batch", {})
 
     def new_pool() -> Any:
         """A pool holding nothing: a fresh embedded one, or a fresh key prefix in Redis."""
@@ -297,6 +303,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
                                        table_reference_tokens=args.calibration_tokens,
                                        max_decode_connections=args.max_decode_connections)
                    for _ in range(args.workers)]
+        before = decode_counters()
         busy = GpuBusy(args.device)
         busy.start()
         decode_busy = GpuBusy(args.decode_device) if args.decode_device not in ("", args.device) else None
@@ -310,6 +317,9 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
             decode_share = decode_busy.stop() if decode_busy is not None else None
             for w in workers:
                 w.stop()
+        after = decode_counters()
+        batch = {k: after[k] - before.get(k, 0) for k in ("steps", "row_steps", "step_seconds", "requests")
+                 if k in after}
         s = out["summary"]
         records = [_keep(r) for r in out["records"]]
         for r in records:
@@ -325,7 +335,7 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
             failures.append(f"{gbps} Gbps {method} x{time_scale:.3g}: {s.get('failed')} failed: {out['stderr_tail']}")
         return {"gbps": gbps, "method": method, "time_scale": time_scale, "pool": use_pool,
                 "pool_backend": args.pool_backend if use_pool else None, "pool_history": out.get("pool_history"), "gpu_busy": share, "decode_gpu_busy": decode_share,
-                "summary": s, "records": records}
+                "decode_batch": batch, "summary": s, "records": records}
 
     try:
         if args.warmup_requests > 0:
@@ -585,6 +595,14 @@ def stage_table(report: Dict[str, Any]) -> List[str]:
     return lines + [""]
 
 
+def _batch_cell(batch: Optional[Dict[str, Any]]) -> str:
+    """A point's decode batching: the batch rows a decode step ran on average
+    and the step's mean wall time; "-" for a point recorded without them."""
+    if not batch or not batch.get("steps"):
+        return "-"
+    return f"{batch['row_steps'] / batch['steps']:.2f} ({1e3 * batch['step_seconds'] / batch['steps']:.0f})"
+
+
 def markdown(report: Dict[str, Any]) -> str:
     a = report["args"]
     lines = ["# Serving a production trace on the GPU (issue 43)", "",
@@ -618,8 +636,9 @@ def markdown(report: Dict[str, Any]) -> str:
         lines += [f"## {float(key):g} Gbps", "",
                   f"Raw's saturation rate: {sat['rps']:.3f} requests/s (the window's requests at once).", "",
                   "| load | offered req/s | method | goodput req/s | TTFT mean / p50 / p99 s | JCT mean / p50 / p99 s "
-                  "| KV MB/request | pool hits | GPU busy (prefill / decode GPU) | failed |",
-                  "|---:|---:|---|---:|---|---|---:|---:|---:|---:|"]
+                  "| KV MB/request | pool hits | GPU busy (prefill / decode GPU) | decode rows a step (ms a step) "
+                  "| failed |",
+                  "|---:|---:|---|---:|---|---|---:|---:|---:|---:|---:|"]
         points = rate.get("points", {})
         for name, p in sorted(points.items(), key=lambda kv: (kv[1]["load"], kv[0])):
             s = p["summary"]
@@ -631,7 +650,8 @@ def markdown(report: Dict[str, Any]) -> str:
             lines.append(f"| x{p['load']:g} | {s.get('offered_rps', 0):.3f} | {label} | {s['goodput_rps']:.3f} | "
                          f"{s['ttft_mean_s']:.2f} / {s['ttft_p50_s']:.2f} / {s['ttft_p99_s']:.2f} | "
                          f"{s['jct_mean_s']:.2f} / {s['jct_p50_s']:.2f} / {s['jct_p99_s']:.2f} | "
-                         f"{s['kv_bytes_mean'] / 1e6:.1f} | {s['prefix_hit_rate']:.2f} | {busy} | {s['failed']} |")
+                         f"{s['kv_bytes_mean'] / 1e6:.1f} | {s['prefix_hit_rate']:.2f} | {busy} | "
+                         f"{_batch_cell(p.get('decode_batch'))} | {s['failed']} |")
         lines.append("")
         shares = [(p["load"], p["summary"]) for p in points.values() if p["method"] == "kvserve" and _main_pool(p)]
         if shares:
@@ -672,7 +692,8 @@ def markdown(report: Dict[str, Any]) -> str:
         lines.append(f"- {f}")
     if report.get("decode", {}).get("batch"):
         b = report["decode"]["batch"]
-        lines += ["", f"Decode batching (the last run's decode process): {b['requests']} requests in {b['steps']} "
+        lines += ["", f"Decode batching over the last call's whole decode process (every point, warm-up and "
+                  f"saturation run): {b['requests']} requests in {b['steps']} "
                   f"steps, {b['row_steps'] / max(1, b['steps']):.2f} rows a step on average, {b['most_rows']} at most."]
     if a.get("plot"):
         lines += ["", f"![goodput against offered load]({os.path.relpath(a['plot'], os.path.dirname(a['out_md']) or '.')})"]

@@ -23,7 +23,7 @@ import random
 import signal
 import sys
 import threading
-from typing import Any, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 import kvserve
 from kvserve import generation, hf, serve
@@ -103,7 +103,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="role prefill-server: the prefix pool in Redis at host:port (shared by workers)")
     p.add_argument("--pool-chunk-tokens", type=int, default=512, help="role prefill-server: pool chunk")
     p.add_argument("--memory-file",
-                   help="role decode: at exit, write the device connector's memory report here (JSON)")
+                   help="role decode: at exit, and at each SIGUSR1 while running, write the device "
+                        "connector's memory report and the batched decoder's counters here (JSON)")
     p.add_argument("--secret", default="", help="shared secret of the connections (both sides)")
     p.add_argument("--pool",
                    help="role decode: address of the prefill workers' pool server (kvserve.pool.serve); "
@@ -148,13 +149,34 @@ def _announce(what: str, address: str, address_file: Optional[str]) -> None:
         os.replace(address_file + ".tmp", address_file)
 
 
-def _wait_for_signal() -> None:
-    """Blocks (the GIL released) until SIGTERM or SIGINT."""
+def _wait_for_signal(on_usr1: Optional[Callable[[], None]] = None) -> None:
+    """Blocks (the GIL released) until SIGTERM or SIGINT; calls ``on_usr1``
+    (in this thread) at each SIGUSR1 meanwhile."""
     done = threading.Event()
+    asked = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    while not done.wait(0.5):
-        pass
+    if on_usr1 is not None:
+        signal.signal(signal.SIGUSR1, lambda *_: asked.set())
+    while not done.wait(0.1):
+        if asked.is_set():
+            asked.clear()
+            on_usr1()
+
+
+def _write_decode_report(path: str, device: Any, batch: Any, snapshot: int) -> None:
+    """Writes the decode worker's report to ``path`` whole (through a
+    temporary file): the device connector's memory report, the batched
+    decoder's counters (cumulative), and ``snapshot`` (which SIGUSR1 asked
+    for it; -1 at exit)."""
+    report = device.memory() if device is not None else {}
+    if batch is not None:
+        report = {**report, "batch": dict(batch.stats)}
+    report["snapshot"] = snapshot
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, path)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -192,14 +214,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         pool = kvpool.remote(args.pool, secret=args.secret) if args.pool else None
         worker = serve.DecodeWorker(engine, listen=args.address, secret=args.secret, device=device, pool=pool)
         _announce("decode worker", worker.address, args.address_file)
-        _wait_for_signal()
+        snapshots = [0]
+
+        def snapshot() -> None:
+            snapshots[0] += 1
+            _write_decode_report(args.memory_file, device, batch, snapshots[0])
+
+        _wait_for_signal(snapshot if args.memory_file else None)
         worker.stop()
         if args.memory_file:
-            with open(args.memory_file, "w") as f:
-                report = device.memory() if device is not None else {}
-                if batch is not None:
-                    report = {**report, "batch": dict(batch.stats)}
-                json.dump(report, f)
+            _write_decode_report(args.memory_file, device, batch, -1)
         if batch is not None:
             batch.close()
         return 0

@@ -3,7 +3,7 @@ trace: raw's saturation rate is measured first, every method's point
 answers every request of the window (the script exits 1 when one is lost
 or failed), kvserve's choices stay within the quality floor, the pool
 serves prefix hits and the no-pool replay of the same requests is there to
-compare them with, the decode worker batched, a replay through two
+compare them with, the decode worker batched (counted per point), a replay through two
 prefill worker processes answers every request when one is SIGKILLed
 mid-run, and the report (with where each point's time to first token
 went) and plot are written."""
@@ -60,6 +60,9 @@ class TraceGpuScriptTest(unittest.TestCase):
                 s = p["summary"]
                 self.assertEqual((s["requests"], s["answered"], s["failed"]), (12, 12, 0), name)
                 self.assertEqual(len(p["records"]), 12)
+                # The decode process's counters over this point alone (its pool history's requests too).
+                self.assertGreaterEqual(p["decode_batch"]["requests"], 12, name)
+                self.assertGreaterEqual(p["decode_batch"]["row_steps"], p["decode_batch"]["steps"], name)
             self.assertTrue(all(r.get("quality", 1.0) >= 0.97 for r in points["1/kvserve"]["records"]))
             self.assertGreater(points["1/kvserve"]["summary"]["prefix_hit_rate"], 0)
             self.assertEqual(points["1/kvserve-no-pool"]["summary"]["prefix_hit_rate"], 0)
@@ -80,6 +83,7 @@ class TraceGpuScriptTest(unittest.TestCase):
                 md = f.read()
             self.assertIn("Against issue 43's criteria", md)
             self.assertIn("Where the time to first token goes", md)
+            self.assertIn("decode rows a step", md)
             self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
 
 
