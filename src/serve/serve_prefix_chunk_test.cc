@@ -161,6 +161,17 @@ class SlowPrefillEngine : public servetest::RuntimeEngineWrapper {
   int entered_ = 0;
 };
 
+const int kChunkTokens = servetest::ClusterOptions{}.pool_chunk_tokens;
+
+// A cluster whose prefill worker runs `slow` and stores a miss's prefix
+// chunks in `pool` as cachegen frames (a compressed store: fetching chunks
+// costs little).
+std::unique_ptr<servetest::Cluster> SlowCluster(KvPool* pool, SlowPrefillEngine* slow) {
+  servetest::ClusterOptions o;
+  o.prefill_engine = slow;
+  return PoolCluster(o, pool, {"cachegen"});
+}
+
 // The adaptive request of the cluster's tests that shares the first
 // `chunks` chunks of `stored` and no more.
 ServeRequest Sharing(uint64_t id, const std::vector<int32_t>& stored, int chunks, int chunk_tokens,
@@ -181,13 +192,9 @@ ServeRequest Sharing(uint64_t id, const std::vector<int32_t>& stored, int chunks
 TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
   auto pool = NewMemoryPool();
   SlowPrefillEngine slow;
-  servetest::ClusterOptions o;
-  o.pool = pool.get();
-  o.pool_store_profiles = {"cachegen"};  // a compressed store: fetching chunks costs little
-  o.prefill_engine = &slow;
-  auto cluster = servetest::StartCluster(o);
+  auto cluster = SlowCluster(pool.get(), &slow);
   ASSERT_TRUE(cluster);
-  const int c = o.pool_chunk_tokens;
+  const int c = kChunkTokens;
   std::mt19937_64 rng(909);
   const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 4 * c, 4 * c);
   auto first = cluster->client->Submit(PoolRequest(400, stored, rng));  // its 3 prefix chunks are stored
@@ -214,13 +221,9 @@ TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
 TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitSaves) {
   auto pool = NewMemoryPool();
   SlowPrefillEngine slow;
-  servetest::ClusterOptions o;
-  o.pool = pool.get();
-  o.pool_store_profiles = {"cachegen"};
-  o.prefill_engine = &slow;
-  auto cluster = servetest::StartCluster(o);
+  auto cluster = SlowCluster(pool.get(), &slow);
   ASSERT_TRUE(cluster);
-  const int c = o.pool_chunk_tokens;
+  const int c = kChunkTokens;
   std::mt19937_64 rng(1212);
   const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 5 * c, 5 * c);
   auto first = cluster->client->Submit(PoolRequest(600, stored, rng));  // its 4 prefix chunks are stored
