@@ -193,12 +193,19 @@ class PrefillTimePredictor {
   // Seconds a prefill of `tokens` tokens is expected to take (0 for
   // tokens <= 0).
   double Predict(int tokens) const;
+  // As Predict, except that a length shorter than the nearest seen one is
+  // predicted that length's time rather than a share of it (the prior
+  // still scales): for times with a part that does not shrink with the
+  // tokens, such as a decode worker's first token after a prefix hit,
+  // which waits for the worker's GPU before the rest of the prompt runs.
+  double PredictNoLessThanNearest(int tokens) const;
   bool empty() const { return seen_.empty(); }
 
  private:
   double prior_;
   int keep_;
   std::map<int, std::vector<double>> seen_;  // tokens -> last `keep` times, oldest first
+  double PredictScaled(int tokens, bool scale_down) const;
 };
 
 // Theorem 6.1: B*_p = (1 - 1/cr_p) s_p with s_p = 1/(1/s_enc + 1/s_dec),

@@ -18,7 +18,11 @@ void PrefillTimePredictor::Observe(int tokens, double seconds) {
   if (static_cast<int>(times.size()) > keep_) times.erase(times.begin());
 }
 
-double PrefillTimePredictor::Predict(int tokens) const {
+double PrefillTimePredictor::Predict(int tokens) const { return PredictScaled(tokens, true); }
+
+double PrefillTimePredictor::PredictNoLessThanNearest(int tokens) const { return PredictScaled(tokens, false); }
+
+double PrefillTimePredictor::PredictScaled(int tokens, bool scale_down) const {
   if (tokens <= 0) return 0.0;
   if (seen_.empty()) return prior_ * tokens;
   // The nearest seen length in log(tokens); the shorter one on a tie.
@@ -35,7 +39,8 @@ double PrefillTimePredictor::Predict(int tokens) const {
   std::sort(times.begin(), times.end());
   const size_t n = times.size();
   const double median = n % 2 == 1 ? times[n / 2] : 0.5 * (times[n / 2 - 1] + times[n / 2]);
-  return median * tokens / nearest->first;
+  const double ratio = static_cast<double>(tokens) / nearest->first;
+  return median * (scale_down ? ratio : std::max(1.0, ratio));
 }
 
 }  // namespace kvserve

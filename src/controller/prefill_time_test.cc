@@ -1,6 +1,7 @@
 // Copyright kvserve authors. PrefillTimePredictor: the prior before any
 // prefill, the median of a length's last prefills, the nearest length
-// scaled by the token ratio, and a bounded memory per length.
+// scaled by the token ratio (or, for times with a fixed part, never scaled
+// down), and a bounded memory per length.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -32,6 +33,22 @@ TEST(PrefillTimePredictorTest, PriorThenMedianThenNearestScaled) {
   p.Observe(500, 0.0);
   p.Observe(500, std::numeric_limits<double>::quiet_NaN());
   EXPECT_DOUBLE_EQ(p.Predict(500), 0.9 * 0.5);
+}
+
+// A time with a fixed part: a shorter length than the nearest seen one is
+// predicted no less than that one's time; a longer one still scales, and
+// so does the prior.
+TEST(PrefillTimePredictorTest, NoLessThanNearestDoesNotScaleDown) {
+  PrefillTimePredictor p(0.001, 3);
+  EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(500), 0.5);
+  p.Observe(10000, 1.5);
+  EXPECT_DOUBLE_EQ(p.Predict(400), 1.5 * 0.04);
+  EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(400), 1.5);
+  EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(20000), 3.0);
+  p.Observe(400, 0.2);
+  EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(300), 0.2);
+  EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(400), 0.2);
+  EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(0), 0.0);
 }
 
 }  // namespace

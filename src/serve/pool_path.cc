@@ -10,8 +10,9 @@
 // the time to fetch and decode the frames at the measured bandwidth (the
 // profile's t0 once per hit) plus the time the decode worker takes to run
 // the rest of the prompt against them (as its earlier hits took, by tokens
-// left; before the first, three times a fresh prefill's time of those
-// tokens), compares that with recomputing (with requests waiting for the
+// left, a shorter rest no faster than the nearest one measured: that time
+// includes the decode worker's wait for its GPU; before the first, three
+// times a fresh prefill's time of those tokens), compares that with recomputing (with requests waiting for the
 // worker's turn, crediting a hit the prefill it saves each of them), and
 // takes the fastest that meets the quality floor (a pool behind a link of its own: per chunk the
 // slower of that link, at the goodput earlier relays measured, and the
@@ -176,11 +177,13 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
       if (candidate.row != nullptr) seconds += chunk_kv_bytes / candidate.row->decode_bytes_per_second;
       // The decode worker runs the prompt's other tokens (at least the last)
       // against the imported chunks: as its earlier hits took, once there
-      // were some, else as a fresh prefill of those tokens would.
+      // were some (their first tokens waited for the decode worker's GPU
+      // beside its other requests, a wait a shorter rest does not shorten),
+      // else as three fresh prefills of those tokens would.
       const int rest = static_cast<int>(prompt_tokens) - static_cast<int>(k) * chunk_tokens;
       const double total =
           seconds + (hit_first_token_.empty() ? kUnmeasuredRestFactor * prefill_time_.Predict(rest)
-                                              : hit_first_token_.Predict(rest));
+                                              : hit_first_token_.PredictNoLessThanNearest(rest));
       const double score = total - waiting * std::max(0.0, prompt_prefill - prefill_time_.Predict(rest));
       const bool better = r.method == kMethodAdaptive ? score < best_seconds : k > best_chunks;
       if (better) {
