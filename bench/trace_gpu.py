@@ -334,7 +334,9 @@ def run(args: argparse.Namespace, report: Dict[str, Any], save: Any,
         if out["exit"] != 0 or s.get("failed", 0):
             failures.append(f"{gbps} Gbps {method} x{time_scale:.3g}: {s.get('failed')} failed: {out['stderr_tail']}")
         return {"gbps": gbps, "method": method, "time_scale": time_scale, "pool": use_pool,
-                "pool_backend": args.pool_backend if use_pool else None, "pool_history": out.get("pool_history"), "gpu_busy": share, "decode_gpu_busy": decode_share,
+                "pool_backend": args.pool_backend if use_pool else None, "pool_history": out.get("pool_history"),
+                "pool_history_s": args.pool_history if use_pool else None, "gpu_busy": share,
+                "decode_gpu_busy": decode_share,
                 "decode_batch": batch, "summary": s, "records": records}
 
     try:
@@ -633,9 +635,17 @@ def markdown(report: Dict[str, Any]) -> str:
         sat = rate.get("saturation")
         if not sat:
             continue
+        pooled = sorted(n for n, p in rate.get("points", {}).items() if p.get("pool"))
+        # Pool history on: the flag recorded (from this version), or what it sent (a run before that).
+        empty = [n for n in pooled
+                 if not rate["points"][n].get("pool_history_s") and not rate["points"][n].get("pool_history")]
         lines += [f"## {float(key):g} Gbps", "",
-                  f"Raw's saturation rate: {sat['rps']:.3f} requests/s (the window's requests at once).", "",
-                  "| load | offered req/s | method | goodput req/s | TTFT mean / p50 / p99 s | JCT mean / p50 / p99 s "
+                  f"Raw's saturation rate: {sat['rps']:.3f} requests/s (the window's requests at once).", ""]
+        if empty:
+            which = "Every point here" if empty == pooled else "Points " + ", ".join(f"`{n}`" for n in empty) + ":"
+            lines += [which + " recorded without a pool history (`--pool-history` 0, or an earlier call's, from "
+                      "before the flag): the pool started empty.", ""]
+        lines += ["| load | offered req/s | method | goodput req/s | TTFT mean / p50 / p99 s | JCT mean / p50 / p99 s "
                   "| KV MB/request | pool hits | GPU busy (prefill / decode GPU) | decode rows a step (ms a step) "
                   "| failed |",
                   "|---:|---:|---|---:|---|---|---:|---:|---:|---:|---:|"]

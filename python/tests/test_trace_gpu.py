@@ -84,6 +84,7 @@ class TraceGpuScriptTest(unittest.TestCase):
             self.assertIn("Against issue 43's criteria", md)
             self.assertIn("Where the time to first token goes", md)
             self.assertIn("decode rows a step", md)
+            self.assertNotIn("without a pool history", md)  # every point here started from the history
             self.assertTrue(os.path.getsize(os.path.join(tmp, "trace.png")) > 0)
 
 
