@@ -166,13 +166,14 @@ def _wait_for_signal(on_usr1: Optional[Callable[[], None]] = None) -> None:
 
 def _write_decode_report(path: str, device: Any, batch: Any, snapshot: int) -> None:
     """Writes the decode worker's report to ``path`` whole (through a
-    temporary file): the device connector's memory report, the batched
-    decoder's counters (cumulative), and ``snapshot`` (which SIGUSR1 asked
-    for it; -1 at exit)."""
+    temporary file): the device connector's memory report and the batched
+    decoder's counters (cumulative); with ``snapshot`` > 0 (the SIGUSR1 that
+    asked for it, counted from 1) also ``snapshot``; 0 at exit."""
     report = device.memory() if device is not None else {}
     if batch is not None:
         report = {**report, "batch": dict(batch.stats)}
-    report["snapshot"] = snapshot
+    if snapshot > 0:
+        report["snapshot"] = snapshot
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(report, f)
@@ -223,7 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _wait_for_signal(snapshot if args.memory_file else None)
         worker.stop()
         if args.memory_file:
-            _write_decode_report(args.memory_file, device, batch, -1)
+            _write_decode_report(args.memory_file, device, batch, 0)
         if batch is not None:
             batch.close()
         return 0
