@@ -117,7 +117,8 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
 
   // Recompute: prefill, then the controller's choice for the PD transfer.
   const double kv_bytes = bytes_per_token * prompt_tokens;
-  double recompute = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
+  const double prompt_prefill = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
+  double recompute = prompt_prefill;
   if (workload.ok()) {
     ControllerRequest cr;
     cr.workload = *workload;
@@ -154,7 +155,6 @@ Result<bool> PrefillWorker::Impl::TryPoolHit(serve::PrefillContext& ctx, Request
   // is this request's latency. (On one GPU shared by both sides the rest
   // still takes GPU time, hence the saving counts only the pool's tokens.)
   const int waiting = queued_.load();
-  const double prompt_prefill = prefill_time_.Predict(static_cast<int>(r.prompt.size()));
   // A pool across a link of its own (a remote pool, Redis): its fetches'
   // goodput as measured so far; none yet, a local pool's, or one the
   // fetches never measured: the fetch costs only the forwarding.
