@@ -637,7 +637,9 @@ def checks(report: Dict[str, Any]) -> Dict[str, Any]:
     peaks = []
     for mem in memory:
         for side in ["prefill_connector", "decode"] + [k for k in mem if k.startswith("decode-pool-")]:
-            if mem.get(side):
+            # A side without a device connector (a CPU run) reports no peak,
+            # only its batch counters, if anything.
+            if "peak_transfer_bytes" in (mem.get(side) or {}):
                 peaks.append(mem[side]["peak_transfer_bytes"])
     out["peak_transfer_bytes"] = max(peaks) if peaks else None
     budget = (report.get("memory") or {}).get("budget_bytes", 64 << 20)

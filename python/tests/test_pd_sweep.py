@@ -71,5 +71,27 @@ class PdSweepTest(unittest.TestCase):
                 self.assertIn("criteria on these points:", f.read())
 
 
+class PdSweepChecksTest(unittest.TestCase):
+    """checks() on a report's memory sections alone (no run)."""
+
+    def test_peak_is_the_largest_device_side_and_sides_without_a_device_count_nothing(self):
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        try:
+            import pd_sweep  # noqa: PLC0415
+        finally:
+            sys.path.pop(0)
+        rng = __import__("random").Random(41)
+        for _ in range(20):
+            peaks = {side: rng.randrange(1, 1 << 26) for side in ("prefill_connector", "decode", "decode-pool-5")}
+            # A CPU decode worker reports its batch counters only.
+            batch_only = {"batch": {"steps": rng.randrange(100)}}
+            runs = [{side: {"peak_transfer_bytes": v} for side, v in peaks.items()},
+                    {"prefill_connector": {}, "decode": batch_only}]
+            report = {"layers": 2, "points": [], "memory_runs": runs}
+            self.assertEqual(pd_sweep.checks(report)["peak_transfer_bytes"], max(peaks.values()))
+            self.assertIsNone(pd_sweep.checks({"layers": 2, "points": [], "memory": {"decode": batch_only}})
+                              ["peak_transfer_bytes"])
+
+
 if __name__ == "__main__":
     unittest.main()
