@@ -4,8 +4,10 @@
 // down), and a bounded memory per length.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "kvserve/controller.h"
 
@@ -49,6 +51,31 @@ TEST(PrefillTimePredictorTest, NoLessThanNearestDoesNotScaleDown) {
   EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(300), 0.2);
   EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(400), 0.2);
   EXPECT_DOUBLE_EQ(p.PredictNoLessThanNearest(0), 0.0);
+}
+
+// On seeded random histories: never below Predict; equal to it at or above
+// the longest length seen; at or below the shortest, that length's time.
+TEST(PrefillTimePredictorTest, NoLessThanNearestIsPredictFloored) {
+  std::mt19937 rng(4242);
+  for (int trial = 0; trial < 50; ++trial) {
+    PrefillTimePredictor p(0.001, 3);
+    std::uniform_int_distribution<int> length(64, 65536);
+    std::uniform_real_distribution<double> seconds(0.01, 5.0);
+    int shortest = std::numeric_limits<int>::max(), longest = 0;
+    for (int i = 0, n = 1 + trial % 6; i < n; ++i) {
+      const int tokens = length(rng);
+      shortest = std::min(shortest, tokens);
+      longest = std::max(longest, tokens);
+      p.Observe(tokens, seconds(rng));
+    }
+    for (int i = 0; i < 40; ++i) {
+      const int tokens = std::uniform_int_distribution<int>(1, 131072)(rng);
+      const double floored = p.PredictNoLessThanNearest(tokens);
+      EXPECT_GE(floored, p.Predict(tokens)) << tokens;
+      if (tokens >= longest) EXPECT_DOUBLE_EQ(floored, p.Predict(tokens)) << tokens;
+      if (tokens <= shortest) EXPECT_DOUBLE_EQ(floored, p.Predict(shortest)) << tokens;
+    }
+  }
 }
 
 }  // namespace
