@@ -185,6 +185,15 @@ ServeRequest Sharing(uint64_t id, const std::vector<int32_t>& stored, int chunks
   return r;
 }
 
+// A prompt of `chunks` chunks served once through `cluster`, which stores
+// its chunks but the last in the pool.
+std::vector<int32_t> StoreOne(servetest::Cluster& cluster, uint64_t id, int chunks, std::mt19937_64& rng) {
+  std::vector<int32_t> stored = servetest::RandomPrompt(rng, chunks * kChunkTokens, chunks * kChunkTokens);
+  auto first = cluster.client->Submit(PoolRequest(id, stored, rng));
+  EXPECT_TRUE(first.ok() && first->status.ok()) << (first.ok() ? first->status : first.status()).ToString();
+  return stored;
+}
+
 // Before the decode side's time for a prompt's rest has been measured, the
 // adaptive choice prices that rest at three times the worker's prefill of
 // it: a one-chunk hit that leaves three quarters of a slow prefill to the
@@ -196,9 +205,7 @@ TEST(ServePrefixChunkAdaptiveTest, AnUnmeasuredRestCountsThreeTimesItsPrefill) {
   ASSERT_TRUE(cluster);
   const int c = kChunkTokens;
   std::mt19937_64 rng(909);
-  const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 4 * c, 4 * c);
-  auto first = cluster->client->Submit(PoolRequest(400, stored, rng));  // its 3 prefix chunks are stored
-  ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+  const std::vector<int32_t> stored = StoreOne(*cluster, 400, 4, rng);
   auto sharing = [&](uint64_t id, int chunks) { return Sharing(id, stored, chunks, c, rng); };
   // One chunk of four: a 48-token rest, 0.48 s at the prefill's pace and
   // priced at 1.44 s, against 0.64 s to recompute.
@@ -225,9 +232,7 @@ TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitS
   ASSERT_TRUE(cluster);
   const int c = kChunkTokens;
   std::mt19937_64 rng(1212);
-  const std::vector<int32_t> stored = servetest::RandomPrompt(rng, 5 * c, 5 * c);
-  auto first = cluster->client->Submit(PoolRequest(600, stored, rng));  // its 4 prefix chunks are stored
-  ASSERT_TRUE(first.ok() && first->status.ok()) << first->status.ToString();
+  const std::vector<int32_t> stored = StoreOne(*cluster, 600, 5, rng);
   auto alone = cluster->client->Submit(Sharing(601, stored, 3, c, rng));
   ASSERT_TRUE(alone.ok() && alone->status.ok()) << alone->status.ToString();
   EXPECT_FALSE(alone->timings.prefix_hit);
