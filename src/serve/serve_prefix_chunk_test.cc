@@ -4,7 +4,8 @@
 // prompt without a full prefix chunk is never stored; the decode worker
 // generates only from exactly the frames a GENERATE names, in order, within
 // its memory bound; the GENERATE's transfer list is bounded, and so is a
-// POOL_FETCH's key list, whose keys survive any model id bytes.
+// POOL_FETCH's key list, whose keys survive any model id bytes; a hit's
+// chunks move while another request prefills.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -263,6 +264,86 @@ TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitS
   }
   EXPECT_GE(hits, 1);
   EXPECT_FALSE(answers.back().timings.prefix_hit);
+}
+
+// The memory pool, except that while closed a Get (every frame read:
+// a relay's, a decode worker's fetch) waits until Open().
+class GatedPool final : public KvPool {
+ public:
+  explicit GatedPool(KvPool* base) : base_(base) {}
+  Status Put(const PoolKey& key, std::span<const uint8_t> frame) override { return base_->Put(key, frame); }
+  Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++waiting_;
+      opened_.wait(lock, [this] { return open_; });
+      --waiting_;
+    }
+    return base_->Get(key, frame);
+  }
+  Status Delete(const PoolKey& key) override { return base_->Delete(key); }
+  Result<std::vector<PoolEntryInfo>> Lookup(std::string_view model_id, uint64_t prefix_hash) override {
+    return base_->Lookup(model_id, prefix_hash);
+  }
+  Result<PoolStats> Stats() override { return base_->Stats(); }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    opened_.notify_all();
+  }
+  int waiting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_;
+  }
+
+ private:
+  KvPool* base_;
+  std::mutex mu_;
+  std::condition_variable opened_;
+  bool open_ = true;
+  int waiting_ = 0;
+};
+
+// A hit's chunks move outside the worker's turn: while they are held up
+// in the pool, another request's prefill runs. (Were the move inside the
+// turn, the second prefill would not start until the pool opened; the
+// test then opens it after 60 s and fails rather than hanging.)
+TEST(ServePrefixChunkPoolTest, AnotherRequestPrefillsWhileAHitsChunksMove) {
+  auto base = NewMemoryPool();
+  GatedPool pool(base.get());
+  SlowPrefillEngine slow;
+  auto cluster = SlowCluster(&pool, &slow);
+  ASSERT_TRUE(cluster);
+  std::mt19937_64 rng(1313);
+  const std::vector<int32_t> stored = StoreOne(*cluster, 700, 4, rng);
+  cluster->prefill->StorePending();
+  ServeRequest hit = PoolRequest(701, stored, rng);
+  hit.method = "cachegen";  // forced: the stored profile, its longest run
+  ServeRequest other = PoolRequest(702, servetest::RandomPrompt(rng, 2, kChunkTokens / 2), rng);
+
+  pool.Close();
+  ServeResponse hit_answer, other_answer;
+  std::thread hit_thread([&] { hit_answer = cluster->prefill->Serve(hit); });
+  while (pool.waiting() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int entered = slow.entered();
+  std::thread other_thread([&] { other_answer = cluster->prefill->Serve(other); });
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slow.entered() == entered && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool prefilled_meanwhile = slow.entered() > entered && pool.waiting() > 0;
+  pool.Open();
+  other_thread.join();
+  hit_thread.join();
+  EXPECT_TRUE(prefilled_meanwhile);
+  ASSERT_TRUE(hit_answer.status.ok()) << hit_answer.status.ToString();
+  ASSERT_TRUE(other_answer.status.ok()) << other_answer.status.ToString();
+  EXPECT_TRUE(hit_answer.timings.prefix_hit);
+  EXPECT_EQ(hit_answer.timings.prefix_chunks, 3);
+  EXPECT_FALSE(other_answer.timings.prefix_hit);
 }
 
 // A request that asks for it has its prefix chunks in the pool when Serve
