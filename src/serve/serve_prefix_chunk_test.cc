@@ -186,11 +186,13 @@ ServeRequest Sharing(uint64_t id, const std::vector<int32_t>& stored, int chunks
   return r;
 }
 
-// A prompt of `chunks` chunks served once through `cluster`, which stores
-// its chunks but the last in the pool.
+// A prompt of `chunks` chunks served once through `cluster`, whose chunks
+// but the last are in the pool when this returns.
 std::vector<int32_t> StoreOne(servetest::Cluster& cluster, uint64_t id, int chunks, std::mt19937_64& rng) {
   std::vector<int32_t> stored = servetest::RandomPrompt(rng, chunks * kChunkTokens, chunks * kChunkTokens);
-  auto first = cluster.client->Submit(PoolRequest(id, stored, rng));
+  ServeRequest r = PoolRequest(id, stored, rng);
+  r.store_before_reply = true;
+  auto first = cluster.client->Submit(r);
   EXPECT_TRUE(first.ok() && first->status.ok()) << (first.ok() ? first->status : first.status()).ToString();
   return stored;
 }
@@ -320,7 +322,6 @@ TEST(ServePrefixChunkPoolTest, AnotherRequestPrefillsWhileAHitsChunksMove) {
   ASSERT_TRUE(cluster);
   std::mt19937_64 rng(1313);
   const std::vector<int32_t> stored = StoreOne(*cluster, 700, 4, rng);
-  cluster->prefill->StorePending();
   ServeRequest hit = PoolRequest(701, stored, rng);
   hit.method = "cachegen";  // forced: the stored profile, its longest run
   ServeRequest other = PoolRequest(702, servetest::RandomPrompt(rng, 2, kChunkTokens / 2), rng);
