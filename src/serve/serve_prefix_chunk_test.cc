@@ -127,19 +127,16 @@ TEST_P(ServePrefixChunkTest, AForcedMethodOutsideTheTableHitsItsOwnChunks) {
   EXPECT_EQ(answers->hit.tokens.size(), static_cast<size_t>(r.max_new_tokens));  // lossy: not the miss's tokens
 }
 
-// A prefill that takes 10 ms a token: prefill time that a hit's rest, run
-// on the decode side, must beat. While closed, a prefill waits at its start
-// until Open().
-class SlowPrefillEngine : public servetest::RuntimeEngineWrapper {
+// A gate that callers pass while it is open and wait at while it is
+// closed; it counts the callers that came to it and those waiting at it.
+class Gate {
  public:
-  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      ++entered_;
-      opened_.wait(lock, [this] { return open_; });
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10) * prompt.size());
-    return RuntimeEngineWrapper::Prefill(prompt, on_layer);
+  void Pass() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++entered_;
+    ++waiting_;
+    opened_.wait(lock, [this] { return open_; });
+    --waiting_;
   }
   void Close() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -154,12 +151,29 @@ class SlowPrefillEngine : public servetest::RuntimeEngineWrapper {
     std::lock_guard<std::mutex> lock(mu_);
     return entered_;
   }
+  int waiting() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waiting_;
+  }
 
  private:
   std::mutex mu_;
   std::condition_variable opened_;
   bool open_ = true;
-  int entered_ = 0;
+  int entered_ = 0, waiting_ = 0;
+};
+
+// A prefill that takes 10 ms a token: prefill time that a hit's rest, run
+// on the decode side, must beat. While `gate` is closed, a prefill waits at
+// its start.
+class SlowPrefillEngine : public servetest::RuntimeEngineWrapper {
+ public:
+  Result<EnginePrefill> Prefill(std::span<const int32_t> prompt, const LayerReadyCallback& on_layer) override {
+    gate.Pass();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10) * prompt.size());
+    return RuntimeEngineWrapper::Prefill(prompt, on_layer);
+  }
+  Gate gate;
 };
 
 const int kChunkTokens = servetest::ClusterOptions{}.pool_chunk_tokens;
@@ -241,20 +255,20 @@ TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitS
   EXPECT_FALSE(alone->timings.prefix_hit);
 
   // A request holds the turn in its prefill while three sharing ones queue.
-  slow.Close();
-  const int entered = slow.entered();
+  slow.gate.Close();
+  const int entered = slow.gate.entered();
   ServeRequest blocker = PoolRequest(602, servetest::RandomPrompt(rng, c, 2 * c), rng);
   std::vector<ServeRequest> requests;
   for (uint64_t id = 603; id < 606; ++id) requests.push_back(Sharing(id, stored, 3, c, rng));
   std::vector<ServeResponse> answers(requests.size() + 1);
   std::vector<std::thread> threads;
   threads.emplace_back([&] { answers.back() = cluster->prefill->Serve(blocker); });
-  while (slow.entered() == entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (slow.gate.entered() == entered) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   for (size_t i = 0; i < requests.size(); ++i)
     threads.emplace_back([&, i] { answers[i] = cluster->prefill->Serve(requests[i]); });
   while (cluster->prefill->queued() < static_cast<int>(requests.size()))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  slow.Open();
+  slow.gate.Open();
   for (std::thread& t : threads) t.join();
   int hits = 0;
   for (const ServeResponse& a : answers) {
@@ -268,19 +282,14 @@ TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitS
   EXPECT_FALSE(answers.back().timings.prefix_hit);
 }
 
-// The memory pool, except that while closed a Get (every frame read:
-// a relay's, a decode worker's fetch) waits until Open().
+// The memory pool, except that while `gate` is closed a Get (every frame
+// read: a relay's, a decode worker's fetch) waits.
 class GatedPool final : public KvPool {
  public:
   explicit GatedPool(KvPool* base) : base_(base) {}
   Status Put(const PoolKey& key, std::span<const uint8_t> frame) override { return base_->Put(key, frame); }
   Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      ++waiting_;
-      opened_.wait(lock, [this] { return open_; });
-      --waiting_;
-    }
+    gate.Pass();
     return base_->Get(key, frame);
   }
   Status Delete(const PoolKey& key) override { return base_->Delete(key); }
@@ -288,26 +297,10 @@ class GatedPool final : public KvPool {
     return base_->Lookup(model_id, prefix_hash);
   }
   Result<PoolStats> Stats() override { return base_->Stats(); }
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = false;
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    opened_.notify_all();
-  }
-  int waiting() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return waiting_;
-  }
+  Gate gate;
 
  private:
   KvPool* base_;
-  std::mutex mu_;
-  std::condition_variable opened_;
-  bool open_ = true;
-  int waiting_ = 0;
 };
 
 // A hit's chunks move outside the worker's turn: while they are held up
@@ -326,17 +319,17 @@ TEST(ServePrefixChunkPoolTest, AnotherRequestPrefillsWhileAHitsChunksMove) {
   hit.method = "cachegen";  // forced: the stored profile, its longest run
   ServeRequest other = PoolRequest(702, servetest::RandomPrompt(rng, 2, kChunkTokens / 2), rng);
 
-  pool.Close();
+  pool.gate.Close();
   ServeResponse hit_answer, other_answer;
   std::thread hit_thread([&] { hit_answer = cluster->prefill->Serve(hit); });
-  while (pool.waiting() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const int entered = slow.entered();
+  while (pool.gate.waiting() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int entered = slow.gate.entered();
   std::thread other_thread([&] { other_answer = cluster->prefill->Serve(other); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (slow.entered() == entered && std::chrono::steady_clock::now() < deadline)
+  while (slow.gate.entered() == entered && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  const bool prefilled_meanwhile = slow.entered() > entered && pool.waiting() > 0;
-  pool.Open();
+  const bool prefilled_meanwhile = slow.gate.entered() > entered && pool.gate.waiting() > 0;
+  pool.gate.Open();
   other_thread.join();
   hit_thread.join();
   EXPECT_TRUE(prefilled_meanwhile);
