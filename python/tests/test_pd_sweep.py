@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -80,7 +81,7 @@ class PdSweepChecksTest(unittest.TestCase):
             import pd_sweep  # noqa: PLC0415
         finally:
             sys.path.pop(0)
-        rng = __import__("random").Random(41)
+        rng = random.Random(41)
         for _ in range(20):
             peaks = {side: rng.randrange(1, 1 << 26) for side in ("prefill_connector", "decode", "decode-pool-5")}
             # A CPU decode worker reports its batch counters only.

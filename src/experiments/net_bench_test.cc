@@ -9,6 +9,8 @@
 #include <future>
 #include <thread>
 
+#include "pool/forwarding_pool_test_util.h"
+
 namespace kvserve::lab {
 namespace {
 
@@ -51,28 +53,19 @@ TEST(PoolBenchTest, RecordRoundsGetTheStoredFrameRecordByRecord) {
 }
 
 // A pool that flips a byte of what it returns.
-class LyingPool : public KvPool {
+class LyingPool final : public pooltest::ForwardingPool {
  public:
-  Status Put(const PoolKey& key, std::span<const uint8_t> value) override {
-    return inner_->Put(key, value);
-  }
+  using ForwardingPool::ForwardingPool;
   Status Get(const PoolKey& key, std::vector<uint8_t>* value) override {
-    Status s = inner_->Get(key, value);
+    Status s = ForwardingPool::Get(key, value);
     if (s.ok() && !value->empty()) (*value)[value->size() / 2] ^= 1;
     return s;
   }
-  Status Delete(const PoolKey& key) override { return inner_->Delete(key); }
-  Result<std::vector<PoolEntryInfo>> Lookup(std::string_view model, uint64_t hash) override {
-    return inner_->Lookup(model, hash);
-  }
-  Result<PoolStats> Stats() override { return inner_->Stats(); }
-
- private:
-  std::unique_ptr<KvPool> inner_ = NewMemoryPool();
 };
 
 TEST(PoolBenchTest, OtherBytesAreCorruption) {
-  LyingPool pool;
+  auto base = NewMemoryPool();
+  LyingPool pool(base.get());
   EXPECT_EQ(RunPoolBench(pool, {4096}, 2).status().code(), StatusCode::kCorruption);
 }
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "kvserve/pool.h"
+#include "pool/forwarding_pool_test_util.h"
 #include "serve/serve_test_util.h"
 
 namespace kvserve {
@@ -22,30 +23,18 @@ using servetest::SmallModel;
 // nothing (evicted since the worker's lookup) or gives the stored frame
 // with its last byte flipped (a record that fails its checksum at the
 // decode worker).
-class LossyPool final : public KvPool {
+class LossyPool final : public pooltest::ForwardingPool {
  public:
-  explicit LossyPool(KvPool* base) : base_(base) {}
+  using ForwardingPool::ForwardingPool;
   std::set<uint64_t> evicted, garbled;
   bool frames = true;  // false: lookups only (Get finds nothing)
 
-  Status Put(const PoolKey& key, std::span<const uint8_t> frame) override {
-    return base_->Put(key, frame);
-  }
   Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
     if (!frames || evicted.count(key.prefix_hash)) return Status::NotFound("evicted");
-    KVSERVE_RETURN_IF_ERROR(base_->Get(key, frame));
+    KVSERVE_RETURN_IF_ERROR(ForwardingPool::Get(key, frame));
     if (garbled.count(key.prefix_hash) && !frame->empty()) frame->back() ^= 0x5A;
     return Status::Ok();
   }
-  Status Delete(const PoolKey& key) override { return base_->Delete(key); }
-  Result<std::vector<PoolEntryInfo>> Lookup(std::string_view model_id,
-                                            uint64_t prefix_hash) override {
-    return base_->Lookup(model_id, prefix_hash);
-  }
-  Result<PoolStats> Stats() override { return base_->Stats(); }
-
- private:
-  KvPool* base_;
 };
 
 std::vector<uint64_t> ChunkHashes(const ServeRequest& r, int chunk_tokens) {

@@ -18,6 +18,7 @@
 #include "kvserve/pool.h"
 #include "kvserve/profile.h"
 #include "kvserve/serve.h"
+#include "pool/forwarding_pool_test_util.h"
 #include "serve/serve_protocol.h"
 #include "serve/serve_test_util.h"
 
@@ -284,23 +285,14 @@ TEST(ServePrefixChunkAdaptiveTest, RequestsWaitingForTheTurnCountThePrefillAHitS
 
 // The memory pool, except that while `gate` is closed a Get (every frame
 // read: a relay's, a decode worker's fetch) waits.
-class GatedPool final : public KvPool {
+class GatedPool final : public pooltest::ForwardingPool {
  public:
-  explicit GatedPool(KvPool* base) : base_(base) {}
-  Status Put(const PoolKey& key, std::span<const uint8_t> frame) override { return base_->Put(key, frame); }
+  using ForwardingPool::ForwardingPool;
   Status Get(const PoolKey& key, std::vector<uint8_t>* frame) override {
     gate.Pass();
-    return base_->Get(key, frame);
+    return ForwardingPool::Get(key, frame);
   }
-  Status Delete(const PoolKey& key) override { return base_->Delete(key); }
-  Result<std::vector<PoolEntryInfo>> Lookup(std::string_view model_id, uint64_t prefix_hash) override {
-    return base_->Lookup(model_id, prefix_hash);
-  }
-  Result<PoolStats> Stats() override { return base_->Stats(); }
   Gate gate;
-
- private:
-  KvPool* base_;
 };
 
 // A hit's chunks move outside the worker's turn: while they are held up
